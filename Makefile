@@ -1,0 +1,21 @@
+# One place for the commands the README and CI use.
+PY ?= python3
+
+.PHONY: install test test-all lint bench demo
+
+install:
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[dev]'
+
+# Fast tier: two workers with one thread each (two 2-thread workers on 2 cores run ~12x slower).
+test:
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -m "not slow" tests
+
+test-all:
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 tests
+
+lint:
+	ruff check . && ruff format --check .
+
+demo:
+	icdl demo

@@ -1,0 +1,6 @@
+"""``python -m icdl`` (and ``torchrun -m icdl train ...``) runs the CLI."""
+
+from icdl.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The ``icdl`` command line.
+
+Each subcommand lives in its own module of this package and is imported only when it runs, so
+``icdl --help`` stays fast. Exit codes (design.md): 0 ok, 2 bad input (one line on stderr), 1 internal
+error (with a traceback, since that is a bug).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from icdl import __version__
+from icdl.errors import InputError
+
+# name -> (module, attribute, one-line help shown by `icdl --help` without importing the module)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("icdl.cli.demo", "demo", "Run the main job on a small default, end to end."),
+    "approx": ("icdl.cli.approx", "approx", "Fit a sum-of-ReLU approximation to a scalar function."),
+    "theory": ("icdl.cli.theory", "theory", "Print the paper's sizes, head counts and bounds."),
+    "construct": ("icdl.cli.construct", "construct", "Compile the GD transformer and verify it against GD."),
+    "train": ("icdl.cli.train", "train", "Pretrain an ICL transformer (resumable; torchrun for DDP)."),
+    "evaluate": ("icdl.cli.evaluate", "evaluate", "R² curves of a run against baselines on a suite."),
+    "report": ("icdl.cli.report", "report", "Render plots and a markdown report for a run."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (mod, _, _) in COMMANDS.items() if importlib.util.find_spec(mod) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[cmd_name]
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                return None
+            raise
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="icdl")
+def cli() -> None:
+    """icdl — a transformer that trains a deep network by gradient descent in its forward pass.
+
+    Compile and verify the construction of Wu et al. (ICML 2025), pretrain ICL transformers on
+    random deep-network tasks, and evaluate them against honest baselines.
+    """
+
+
+def _fail(message: str, code: int = 2) -> None:
+    prog = "icdl"
+    line = " ".join(str(message).split())  # one line, always
+    click.echo(f"{prog}: error: {line}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the CLI, turning user mistakes into one-line errors (exit 2)."""
+    try:
+        rv = cli.main(args=argv, prog_name="icdl", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(2)
+    except click.UsageError as exc:  # includes BadParameter, NoSuchOption, MissingParameter
+        _fail(exc.format_message())
+    except InputError as exc:
+        _fail(str(exc))
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    sys.exit(rv if isinstance(rv, int) else 0)
