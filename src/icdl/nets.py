@@ -83,12 +83,17 @@ def _tanh_deriv(t: Tensor) -> Tensor:
     return 1 - torch.tanh(t) ** 2
 
 
+def _softplus(t: Tensor) -> Tensor:
+    # log(1 + e^t) without F.softplus's linear cut-off at t > 20, so autograd's r' is sigmoid(t) exactly.
+    return torch.logaddexp(t, torch.zeros_like(t))
+
+
 ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation("relu", torch.relu, _relu_deriv, 1.0, math.inf),
     # sigmoid'' peaks at 1/(6 sqrt 3); tanh'' at 4/(3 sqrt 3); softplus'' = sigmoid' <= 1/4.
     "sigmoid": Activation("sigmoid", torch.sigmoid, _sigmoid_deriv, 0.25, 1 / (6 * math.sqrt(3))),
     "tanh": Activation("tanh", torch.tanh, _tanh_deriv, 1.0, 4 / (3 * math.sqrt(3))),
-    "softplus": Activation("softplus", torch.nn.functional.softplus, torch.sigmoid, 1.0, 0.25),
+    "softplus": Activation("softplus", _softplus, torch.sigmoid, 1.0, 0.25),
     "identity": Activation("identity", lambda t: t, torch.ones_like, 1.0, 0.0),
 }
 
@@ -98,9 +103,7 @@ def get_activation(name: str) -> Activation:
     try:
         return ACTIVATIONS[name]
     except KeyError:
-        raise InputError(
-            f"unknown activation {name!r}; choose one of {', '.join(ACTIVATIONS)}"
-        ) from None
+        raise InputError(f"unknown activation {name!r}; choose one of {', '.join(ACTIVATIONS)}") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,7 +142,8 @@ def _huber_deriv(t: Tensor, y: Tensor) -> Tensor:
 
 def _logistic_value(t: Tensor, y: Tensor) -> Tensor:
     # Labels y in {-1, +1}: l = log(1 + exp(-y t)).
-    return torch.nn.functional.softplus(-y * t).sum(-1)
+    z = -y * t
+    return torch.logaddexp(z, torch.zeros_like(z)).sum(-1)
 
 
 def _logistic_deriv(t: Tensor, y: Tensor) -> Tensor:
@@ -244,13 +248,11 @@ class NetSpec:
 
 
 def unflatten(spec: NetSpec, w: Tensor) -> list[Tensor]:
-    """Split ``w`` of shape ``(*tasks, P)`` into ``[V_1, ..., V_N]``, ``V_j`` of shape ``(*tasks, n_j, n_{j-1})``."""
+    """Split ``w: (*tasks, P)`` into ``[V_1, ..., V_N]``, ``V_j`` of shape ``(*tasks, n_j, n_{j-1})``."""
     if w.shape[-1] != spec.num_params:
         raise ValueError(f"w has {w.shape[-1]} entries, the network has {spec.num_params} parameters")
     D = spec.offsets
-    return [
-        w[..., D[j] : D[j + 1]].reshape(*w.shape[:-1], *spec.shapes[j]) for j in range(spec.depth)
-    ]
+    return [w[..., D[j] : D[j + 1]].reshape(*w.shape[:-1], *spec.shapes[j]) for j in range(spec.depth)]
 
 
 def flatten(spec: NetSpec, mats: list[Tensor]) -> Tensor:
@@ -276,9 +278,7 @@ def init_weights(
 ) -> Tensor:
     """Draw ``w`` with i.i.d. entries ``N(mean, std^2)``; with ``fan_in_scaling`` layer j's block is
     multiplied by ``sqrt(2 / n_{j-1})`` (He scaling). Returns shape ``(*batch_shape, P)``."""
-    z = torch.randn(
-        (*batch_shape, spec.num_params), generator=generator, dtype=dtype, device=device or "cpu"
-    )
+    z = torch.randn((*batch_shape, spec.num_params), generator=generator, dtype=dtype, device=device or "cpu")
     w = mean + std * z
     if fan_in_scaling:
         D = spec.offsets
@@ -307,7 +307,7 @@ def _check_batch(spec: NetSpec, w: Tensor, x: Tensor, y: Tensor | None = None) -
 
 
 def forward(spec: NetSpec, w: Tensor, x: Tensor) -> Tensor:
-    """``f(w, x) = p(N)`` for ``w: (*tasks, P)`` and ``x: (*tasks, n, d_x)`` -> ``(*tasks, n, d_y)`` (eq. 3.1)."""
+    """``f(w, x) = p(N)`` (eq. 3.1): ``w (*tasks, P)``, ``x (*tasks, n, d_x)`` -> ``(*tasks, n, d_y)``."""
     _check_batch(spec, w, x)
     p = x
     for j, V in enumerate(unflatten(spec, w), start=1):
