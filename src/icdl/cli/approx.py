@@ -1,0 +1,102 @@
+"""``icdl approx FUNCTION`` — fit a sum-of-ReLU approximation and report it (paper Definition 4).
+
+Examples::
+
+    icdl approx sigmoid --eps 1e-3 --range 10
+    icdl approx "tanh'" --eps 1e-6 --json
+    icdl approx softplus --plot out/softplus.png
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+import torch
+
+from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
+from icdl.relu_sums import ReluSum, relu_sum_for, target_function
+
+
+def _write_plot(s: ReluSum, path: Path, delta: float) -> None:
+    """Function, sum (with the flat extension beyond ±R) and error, as a PNG written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise user_error(f"cannot write plot {str(path)!r}: directory {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise user_error(f"cannot write plot {str(path)!r}: it is a directory")
+    fn = target_function(s.target)
+    r = s.radius
+    wide = torch.linspace(-1.2 * r, 1.2 * r, 4001, dtype=torch.float64)
+    inner = torch.linspace(-r, r, 20001, dtype=torch.float64)
+    if s.target == "relu'":
+        inner = inner[(inner <= 0) | (inner >= delta)]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    ax1.plot(wide, fn(wide), label=s.target, lw=2, alpha=0.5)
+    ax1.plot(wide, s(wide), label=f"ReLU sum, H={s.num_terms}", lw=1)
+    ax1.axvspan(-r, r, color="0.9", zorder=-1)
+    ax1.legend(loc="best")
+    ax1.set_title(f"{s.target} on [-{r:g}, {r:g}]: sup error {s.sup_error:.3g} (eps {s.eps:g})")
+    ax2.plot(inner, fn(inner) - s(inner), lw=0.8)
+    if s.eps > 0:
+        for sign in (1, -1):
+            ax2.axhline(sign * s.eps, color="r", ls="--", lw=0.8)
+    ax2.set_ylabel("function - sum")
+    ax2.set_xlabel("t")
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=120)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise user_error(f"cannot write plot {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@click.command(name="approx")
+@click.argument("function")
+@click.option("--eps", type=POSITIVE_FLOAT, default=1e-3, show_default=True, help="Target sup error.")
+@click.option(
+    "--range", "radius", type=POSITIVE_FLOAT, default=10.0, show_default=True, help="Fit on [-R, R]."
+)
+@click.option(
+    "--delta", type=POSITIVE_FLOAT, default=1e-9, show_default=True, help="Width of the relu' step."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (with all terms).")
+@click.option(
+    "--plot", "plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG plot here."
+)
+def approx(function: str, eps: float, radius: float, delta: float, as_json: bool, plot: Path | None) -> None:
+    """Fit sum_m c_m relu(a_m t + b_m) to FUNCTION on [-R, R] with measured sup error <= eps.
+
+    FUNCTION is an activation (relu, sigmoid, tanh, softplus, identity) or its derivative with a
+    trailing prime (sigmoid') or -deriv suffix. The sum is constant outside [-R, R].
+    """
+    s = relu_sum_for(function, eps=eps, radius=radius, delta=delta)
+    if plot is not None:
+        _write_plot(s, plot, delta)
+    if as_json:
+        emit_json(s.to_dict())
+        return
+    kind = "exact" if s.exact else f"fitted to eps={s.eps:g}"
+    click.echo(f"{s.target} on [-{s.radius:g}, {s.radius:g}] ({kind})")
+    click.echo(f"  terms H        {s.num_terms}")
+    click.echo(f"  coef mass C    {s.coef_mass:.6g}")
+    click.echo(f"  max |a|        {s.max_abs_a:.6g}")
+    click.echo(f"  sup error      {s.sup_error:.3g} (measured on a dense grid)")
+    if plot is not None:
+        click.echo(f"  plot           {plot}")

@@ -1,0 +1,67 @@
+"""``icdl train CONFIG [--set key=value ...] [--out DIR]`` — pretrain an ICL transformer.
+
+CONFIG is a preset name (``tiny``, ``cpu-small``, ``paper-relu``, ``paper-softmax``) or a YAML path.
+Resumes when DIR already holds a checkpoint of the same config. Under ``torchrun`` it trains with
+DistributedDataParallel (``train.batch_size`` is the global batch). Exit codes: 0 ok, 2 bad input
+(nothing written), 1 when the loss became non-finite (the last good checkpoint is kept).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from icdl.cli._common import emit_json
+
+
+@click.command(name="train")
+@click.argument("config")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Override a config key (dotted, YAML value), e.g. --set train.steps=500 --set model.attention=softmax.",
+)  # fmt: skip
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None, help="Run directory [runs/<preset>].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary line.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
+@click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit (writes nothing).")
+def train(
+    config: str, overrides: tuple[str, ...], out: Path | None, quiet: bool, as_json: bool, print_config: bool
+) -> None:
+    """Pretrain an ICL transformer (resumable; torchrun for data parallel)."""
+    from icdl.config import dump_config, load_config
+
+    cfg = load_config(config, overrides)
+    if print_config:
+        click.echo(dump_config(cfg), nl=False)
+        return
+    from icdl.icl.train import TrainingDiverged, dist_from_env
+    from icdl.icl.train import train as run_training
+
+    run_dir = out if out is not None else Path("runs") / cfg.name
+    try:
+        result = run_training(cfg, run_dir, quiet=quiet)
+    except TrainingDiverged as exc:
+        click.echo(f"icdl: error: {' '.join(str(exc).split())}", err=True)
+        sys.exit(1)
+    if not dist_from_env().is_main:
+        return
+    summary = {
+        "run_dir": str(result.run_dir),
+        "steps": result.step,
+        "resumed_from": result.start_step,
+        "loss": result.loss,
+        "seconds": result.seconds,
+        "examples_per_s": result.examples_per_s,
+        "parameters": result.num_params,
+    }
+    if as_json:
+        emit_json(summary)
+    elif not quiet:
+        loss = "n/a" if result.loss is None else f"{result.loss:.4g}"
+        click.echo(
+            f"trained {result.step} steps (from {result.start_step}) in {result.seconds:.1f} s; "
+            f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}",
+            err=True,
+        )

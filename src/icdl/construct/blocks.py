@@ -1,0 +1,288 @@
+"""One builder per sublayer role of a GD block (paper-notes §5, §9.4), plus the readout (§9.6).
+
+Every builder takes a :class:`BuildContext` (network, layout, conditioned ReLU sums, step size, prompt
+length, gate constant, projection) and returns a module from :mod:`icdl.layers` with a
+:class:`SublayerInfo` attached as ``module.info``. Coordinates come only from the
+:class:`~icdl.construct.layout.Layout` API.
+
+Roles (paper order inside one block; N = depth):
+
+=========  ==============  =========================  ==========================================
+role       kind            paper                      heads / hidden units
+=========  ==============  =========================  ==========================================
+forward    ReLU attention  Lemma 2, (C.8)             ``n_j * H_r`` (layer j = 1..N)
+derivative ReLU attention  Lemma 3                    ``sum_j n_j * H_r'``
+loss       MLP             Lemma 4, (C.13)-(C.14)     ``d_y * H_u``
+backward   EWML            Lemma 5, (C.15)            ``n_j`` (j = N..1)
+update     ReLU attention  Theorem 1 proof, (C.16)    ``2 sum_j n_j``
+project    MLP             Theorem 1 (Proj_W)         ``2P`` (box) ``+ 2 (3 sum_j n_j + d_y)``
+readout    MLP             not in the paper (§9.6)    ``2 d_y``
+=========  ==============  =========================  ==========================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from icdl.construct.layout import SCRATCH, Layout
+from icdl.construct.terms import Terms, Terms2
+from icdl.layers import EWML, MLP, HeadTable, ReLUAttention, UnitTable
+from icdl.nets import NetSpec
+
+__all__ = [
+    "BuildContext",
+    "SublayerInfo",
+    "backward_layer",
+    "derivative_layer",
+    "forward_layer",
+    "loss_layer",
+    "project_layer",
+    "readout_layer",
+    "update_layer",
+]
+
+
+@dataclass(frozen=True)
+class SublayerInfo:
+    """Metadata of one compiled sublayer.
+
+    Attributes:
+        kind: ``relu_attention | ewml | mlp | softmax_attention``.
+        role: ``forward | derivative | loss | backward | update | project | readout``.
+        lemma: where the paper builds it.
+        layer: network layer j (forward, backward), else None.
+        heads: attention/EWML heads (0 for an MLP).
+        hidden: MLP hidden width (0 for attention/EWML).
+        reads: slot labels read.
+        writes: slot labels written.
+    """
+
+    kind: str
+    role: str
+    lemma: str
+    layer: int | None
+    heads: int
+    hidden: int
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["reads"], d["writes"] = list(self.reads), list(self.writes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SublayerInfo:
+        return cls(**{**d, "reads": tuple(d["reads"]), "writes": tuple(d["writes"])})
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything the builders need.
+
+    Attributes:
+        spec: the network.
+        layout: the token layout.
+        r: conditioned sums of each layer's activation (index j-1 for layer j).
+        r_prime: conditioned sums of each layer's activation derivative.
+        u: conditioned two-argument sum of one coordinate of the loss derivative.
+        lr: the GD step size eta.
+        n: number of in-context examples (the prompt has n + 1 tokens).
+        gate: the constant C of the query gate ``-C (1 - T)`` (Lemma 4) and of the readout.
+        box: box projection bound B (None: unprojected GD).
+        dtype: dtype of the coefficient tables.
+    """
+
+    spec: NetSpec
+    layout: Layout
+    r: tuple[Terms, ...]
+    r_prime: tuple[Terms, ...]
+    u: Terms2
+    lr: float
+    n: int
+    gate: float
+    box: float | None
+    dtype: torch.dtype = torch.float64
+
+
+def _p_label(j: int) -> str:
+    return "X" if j == 0 else f"P_{j}"
+
+
+def _attach(module: Any, info: SublayerInfo) -> Any:
+    module.info = info
+    return module
+
+
+def forward_layer(ctx: BuildContext, j: int) -> ReLUAttention:
+    """F_j (Lemma 2, (C.8)): one head per (unit k of layer j, term m of r):
+    ``Q h = [a_m p(j-1); b_m ONE]``, ``K h = [v_jk; ONE]``, ``V h = c_m ONE -> P_j[k]``.
+
+    Every token carries the same w, so the score ``a_m v_jk . p_i(j-1) + b_m`` does not depend on the
+    key token and the 1/T normalisation cancels: the layer adds ``r̄(v_jk . p_i(j-1))`` to P_j[k].
+    """
+    L = ctx.layout
+    one = L.index("ONE")
+    terms = ctx.r[j - 1]
+    heads = HeadTable()
+    src = L.p(j - 1)
+    for k in range(ctx.spec.widths[j]):
+        row = L.w_row(j, k)
+        dst = L.index("P", j, k)
+        for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
+            heads.add(
+                q=[(i, a) for i in src] + [(one, b)],
+                k=[(i, 1.0) for i in row] + [(one, 1.0)],
+                v=[(one, dst, c)],
+            )
+    info = SublayerInfo(
+        "relu_attention", "forward", "Lemma 2", j, len(heads), 0, (_p_label(j - 1), f"W[V_{j}]", "ONE"), (f"P_{j}",)
+    )
+    return _attach(ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens"), info)
+
+
+def derivative_layer(ctx: BuildContext) -> ReLUAttention:
+    """The r' layer (Lemma 3): for all j, k and terms m of r'_j, the Q and K of F_j and
+    ``V h = c'_m ONE -> R_j[k]``, so R_j holds ``r̄'(V_j p(j-1))`` = the paper's r̄'(j-1).
+
+    For the exact relu' delta-step the heads are summed per (query, key) pair before the sum over keys
+    (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact (see :mod:`icdl.construct.terms`).
+    """
+    L = ctx.layout
+    one = L.index("ONE")
+    heads = HeadTable()
+    for j in range(1, ctx.spec.depth + 1):
+        terms = ctx.r_prime[j - 1]
+        src = L.p(j - 1)
+        for k in range(ctx.spec.widths[j]):
+            row = L.w_row(j, k)
+            dst = L.index("R", j, k)
+            for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
+                heads.add(
+                    q=[(i, a) for i in src] + [(one, b)],
+                    k=[(i, 1.0) for i in row] + [(one, 1.0)],
+                    v=[(one, dst, c)],
+                )
+    exact_step = any(t.delta is not None for t in ctx.r_prime)
+    reads = tuple(_p_label(j - 1) for j in range(1, ctx.spec.depth + 1)) + ("W", "ONE")
+    writes = tuple(f"R_{j}" for j in range(1, ctx.spec.depth + 1))
+    info = SublayerInfo("relu_attention", "derivative", "Lemma 3", None, len(heads), 0, reads, writes)
+    module = ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="heads" if exact_step else "tokens")
+    return _attach(module, info)
+
+
+def loss_layer(ctx: BuildContext) -> MLP:
+    """The loss-derivative MLP (Lemma 4, (C.13)-(C.14)) with the query gate ``-C (1 - T)``.
+
+    Per output coordinate k and term m: ``relu(-C ONE + C T + a0_m P_N[k] + a1_m Y[k] + b_m ONE)`` with
+    output weight ``c_m`` into G[k]. The gate is accumulated first, so on examples it is an exact 0 and on
+    the query the unit is off (as long as the term's argument stays below C): G = u(p(N), y) on examples
+    and exactly 0 on the query, so the query adds nothing to the gradient (Lemma 4).
+    """
+    L = ctx.layout
+    one, t = L.index("ONE"), L.index("T")
+    units = UnitTable()
+    C = ctx.gate
+    u = ctx.u
+    N = ctx.spec.depth
+    for k in range(ctx.spec.out_dim):
+        p, y, g = L.index("P", N, k), L.index("Y", None, k), L.index("G", None, k)
+        for a0, a1, b, c in zip(u.a0, u.a1, u.b, u.c, strict=True):
+            reads = [(one, -C), (t, C)]
+            reads += [(i, v) for i, v in ((p, a0), (y, a1), (one, b)) if v != 0.0]
+            units.add(reads, [(g, c)])
+    info = SublayerInfo("mlp", "loss", "Lemma 4", None, 0, len(units), (f"P_{N}", "Y", "ONE", "T"), ("G",))
+    return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)
+
+
+def backward_layer(ctx: BuildContext, j: int) -> EWML:
+    """E_j (Lemma 5, (C.15), Definition 6), one head per unit k of layer j:
+
+    * j = N: ``Q h = G[k]``, ``K h = ONE``, ``V h = R_N[k] -> S_N[k]``: ``s(N) = r'(N-1) ⊙ u``;
+    * j < N: ``Q h = column k of V_{j+1}`` (from the token's own W), ``K h = S_{j+1}``,
+      ``V h = R_j[k] -> S_j[k]``: ``s(j) = r'(j-1) ⊙ (V_{j+1}^T s(j+1))`` (eq. 3.6).
+    """
+    L = ctx.layout
+    N = ctx.spec.depth
+    heads = HeadTable()
+    for k in range(ctx.spec.widths[j]):
+        dst = L.index("S", j, k)
+        r = L.index("R", j, k)
+        if j == N:
+            heads.add(q=[(L.index("G", None, k), 1.0)], k=[(L.index("ONE"), 1.0)], v=[(r, dst, 1.0)])
+        else:
+            col = L.w_col(j + 1, k)
+            heads.add(q=[(i, 1.0) for i in col], k=[(i, 1.0) for i in L.indices("S", j + 1)], v=[(r, dst, 1.0)])
+    reads = ("G", "ONE", f"R_{j}") if j == N else (f"W[V_{j + 1}]", f"S_{j + 1}", f"R_{j}")
+    info = SublayerInfo("ewml", "backward", "Lemma 5", j, len(heads), 0, reads, (f"S_{j}",))
+    return _attach(EWML(heads.tensors(ctx.dtype), L.dim), info)
+
+
+def update_layer(ctx: BuildContext) -> ReLUAttention:
+    """The update attention (Theorem 1 proof, (C.16)): per (j, k, sign σ = ±1)
+    ``Q h = σ ONE``, ``K h = S_j[k]``, ``V h = -σ η (n+1)/(2n) p(j-1) -> W-block of v_jk``.
+
+    Since ``relu(s) - relu(-s) = s``, the two heads add ``-η (n+1)/(2n) s_t(j)[k] p_t(j-1)`` from each token
+    t; after the 1/(n+1) normalisation every token gets ``w -= η (1/(2n)) sum_t s_t(j)[k] p_t(j-1)``, i.e.
+    ``w - η ∇L_n(w)`` (eq. 3.5, 3.7; the query's s is 0). The factor ties the weights to n.
+    """
+    L = ctx.layout
+    one = L.index("ONE")
+    n = ctx.n
+    scale = ctx.lr * (n + 1) / (2 * n)
+    heads = HeadTable()
+    for j in range(1, ctx.spec.depth + 1):
+        src = L.p(j - 1)
+        for k in range(ctx.spec.widths[j]):
+            s = L.index("S", j, k)
+            row = L.w_row(j, k)
+            for sigma in (1.0, -1.0):
+                heads.add(q=[(one, sigma)], k=[(s, 1.0)], v=[(p, w, -sigma * scale) for p, w in zip(src, row, strict=True)])
+    reads = ("ONE",) + tuple(f"S_{j}" for j in range(1, ctx.spec.depth + 1)) + tuple(
+        _p_label(j - 1) for j in range(1, ctx.spec.depth + 1)
+    )
+    info = SublayerInfo("relu_attention", "update", "eq. (C.16)", None, len(heads), 0, reads, ("W",))
+    return _attach(ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens"), info)
+
+
+def project_layer(ctx: BuildContext) -> MLP:
+    """The last MLP of a block (Theorem 1, "Proj_W = MLP"; paper-notes §9.4 item 6):
+
+    * box projection ``clip(z) = z - relu(z - B) + relu(-z - B)`` per W coordinate (skipped when no box);
+    * clean-up of every scratch coordinate h of P, R, G, S: ``relu(h)`` and ``relu(-h)`` with output weights
+      -1 and +1, which zero it exactly (the next block *adds* into these slots).
+    """
+    L = ctx.layout
+    one = L.index("ONE")
+    units = UnitTable()
+    if ctx.box is not None:
+        B = ctx.box
+        for i in L.indices("W"):
+            units.add([(i, 1.0), (one, -B)], [(i, -1.0)])
+            units.add([(i, -1.0), (one, -B)], [(i, 1.0)])
+    for i in L.scratch_indices():
+        units.add([(i, 1.0)], [(i, -1.0)])
+        units.add([(i, -1.0)], [(i, 1.0)])
+    scratch = tuple(s.label for s in L.slots if s.name in SCRATCH)
+    reads = (("W", "ONE") if ctx.box is not None else ()) + scratch
+    writes = (("W",) if ctx.box is not None else ()) + scratch
+    info = SublayerInfo("mlp", "project", "Theorem 1 (Proj_W)", None, 0, len(units), reads, writes)
+    return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)
+
+
+def readout_layer(ctx: BuildContext) -> MLP:
+    """Readout MLP (not in the paper, paper-notes §9.6): ``Y[k] += relu(P_N[k] - C T) - relu(-P_N[k] - C T)``,
+    which copies ``p(N) = f(w, x_query)`` into the query's Y slot and is exactly 0 on the examples."""
+    L = ctx.layout
+    t = L.index("T")
+    N = ctx.spec.depth
+    units = UnitTable()
+    for k in range(ctx.spec.out_dim):
+        p, y = L.index("P", N, k), L.index("Y", None, k)
+        units.add([(t, -ctx.gate), (p, 1.0)], [(y, 1.0)])
+        units.add([(t, -ctx.gate), (p, -1.0)], [(y, -1.0)])
+    info = SublayerInfo("mlp", "readout", "§9.6 (not in the paper)", None, 0, len(units), (f"P_{N}", "T"), ("Y",))
+    return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)

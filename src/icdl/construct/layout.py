@@ -1,0 +1,175 @@
+"""Token layouts: named slots of the embedding (the only place where coordinates are computed).
+
+A :class:`Layout` is an ordered list of named :class:`Slot` groups for one *token type*. The paper's
+construction (paper-notes §9.2) has a single token type whose slots are
+
+====  =========================  ==============================================================
+slot  size                       content at block start
+====  =========================  ==============================================================
+X     d_x                        x_i (x_{n+1} on the query token)
+Y     d_y                        y_i; 0 on the query (the readout writes the prediction here)
+W     P                          w, identical in all tokens; v_jk is the row-major block (j, k)
+P_j   n_j (j = 1..N)             0; forward layer j writes p(j)
+R_j   n_j                        0; the derivative layer writes r'(j-1) = r'(V_j p(j-1))
+G     d_y                        0; the loss MLP writes u(p(N), y) on examples, 0 on the query
+S_j   n_j                        0; backward layer j writes s(j)
+ONE   1                          1
+T     1                          t_i = 1 on examples, 0 on the query
+====  =========================  ==============================================================
+
+so ``D = d_x + 2 d_y + P + 3 sum_j n_j + 2``. Other variants (e.g. one that keeps each weight row in its
+own token) build other layouts with other slot lists and ``token_type`` names; everything outside this
+module addresses coordinates only through :meth:`Layout.slot`, :meth:`Layout.index`, :meth:`Layout.w_row`,
+:meth:`Layout.w_col`, :meth:`Layout.w_entry` and :meth:`Layout.p`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from icdl.nets import NetSpec
+
+__all__ = ["SCRATCH", "Layout", "Slot", "paper_layout"]
+
+# Slot groups that a block fills and its last MLP zeroes again.
+SCRATCH = ("P", "R", "G", "S")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A contiguous group of coordinates: ``name`` (and network layer ``layer`` for P/R/S), ``size`` wide."""
+
+    name: str
+    layer: int | None
+    offset: int
+    size: int
+
+    @property
+    def label(self) -> str:
+        return self.name if self.layer is None else f"{self.name}_{self.layer}"
+
+    @property
+    def indices(self) -> range:
+        return range(self.offset, self.offset + self.size)
+
+
+class Layout:
+    """Named slots of one token type, plus W-addressing for the network ``spec``.
+
+    Args:
+        spec: the network whose parameters live in the ``W`` slot (row-major ``V_1 .. V_N``, eq. 3.2).
+        groups: ``(name, layer, size)`` in embedding order.
+        token_type: a name for this kind of token (``"token"`` for the paper's single type).
+    """
+
+    def __init__(
+        self, spec: NetSpec, groups: list[tuple[str, int | None, int]], token_type: str = "token"
+    ) -> None:
+        self.spec = spec
+        self.token_type = token_type
+        slots: list[Slot] = []
+        off = 0
+        for name, layer, size in groups:
+            if size < 1:
+                raise ValueError(f"slot {name}_{layer} has size {size}")
+            slots.append(Slot(name, layer, off, size))
+            off += size
+        self.slots: tuple[Slot, ...] = tuple(slots)
+        self.dim = off
+        self._by_key = {(s.name, s.layer): s for s in slots}
+        if len(self._by_key) != len(slots):
+            raise ValueError("duplicate slot names in layout")
+
+    # -- generic addressing -------------------------------------------------------------------------
+    def has(self, name: str, layer: int | None = None) -> bool:
+        return (name, layer) in self._by_key
+
+    def slot(self, name: str, layer: int | None = None) -> Slot:
+        """The slot ``name`` (``layer`` j for P, R, S)."""
+        try:
+            return self._by_key[(name, layer)]
+        except KeyError:
+            lab = name if layer is None else f"{name}_{layer}"
+            raise KeyError(f"layout has no slot {lab}") from None
+
+    def index(self, name: str, layer: int | None = None, k: int = 0) -> int:
+        """Coordinate of entry ``k`` (0-based) of slot ``name``/``layer``."""
+        s = self.slot(name, layer)
+        if not 0 <= k < s.size:
+            raise IndexError(f"entry {k} outside slot {s.label} of size {s.size}")
+        return s.offset + k
+
+    def indices(self, name: str, layer: int | None = None) -> list[int]:
+        return list(self.slot(name, layer).indices)
+
+    def labels(self) -> list[str]:
+        """Slot label of every coordinate (length D), e.g. ``"P_2[3]"``."""
+        out: list[str] = []
+        for s in self.slots:
+            out += [f"{s.label}[{k}]" for k in range(s.size)]
+        return out
+
+    def scratch_indices(self) -> list[int]:
+        """Every coordinate of the scratch slots P, R, G, S."""
+        return [i for s in self.slots if s.name in SCRATCH for i in s.indices]
+
+    # -- network addressing ------------------------------------------------------------------------
+    def p(self, j: int) -> list[int]:
+        """Coordinates of ``p(j)``: the X slot for ``j = 0`` (``p(0) = x``), else ``P_j``."""
+        return self.indices("X") if j == 0 else self.indices("P", j)
+
+    def w_entry(self, j: int, k: int, l: int) -> int:
+        """Coordinate of ``v_jk[l] = V_j[k, l]`` (1-based layer j, 0-based row k and column l)."""
+        rows, cols = self.spec.shapes[j - 1]
+        if not (0 <= k < rows and 0 <= l < cols):
+            raise IndexError(f"V_{j}[{k}, {l}] outside shape {(rows, cols)}")
+        return self.index("W", None, self.spec.offsets[j - 1] + k * cols + l)
+
+    def w_row(self, j: int, k: int) -> list[int]:
+        """Coordinates of row ``v_jk`` (the W-block the paper's K-matrices read, Lemma 2)."""
+        return [self.w_entry(j, k, l) for l in range(self.spec.shapes[j - 1][1])]
+
+    def w_col(self, j: int, l: int) -> list[int]:
+        """Coordinates of column l of ``V_j``, i.e. ``(v_j1[l], ..., v_j{n_j}[l])`` (Lemma 5, (C.15))."""
+        return [self.w_entry(j, k, l) for k in range(self.spec.shapes[j - 1][0])]
+
+    # -- (de)serialisation ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_type": self.token_type,
+            "dim": self.dim,
+            "slots": [{"name": s.name, "layer": s.layer, "offset": s.offset, "size": s.size} for s in self.slots],
+        }
+
+    @classmethod
+    def from_dict(cls, spec: NetSpec, d: dict[str, Any]) -> Layout:
+        out = cls(spec, [(s["name"], s["layer"], s["size"]) for s in d["slots"]], d["token_type"])
+        if out.dim != d["dim"]:
+            raise ValueError("layout dimension mismatch")
+        return out
+
+    def table(self) -> str:
+        """A readable table of the slots."""
+        rows = [f"{'slot':<8} {'offset':>7} {'size':>6}"]
+        rows += [f"{s.label:<8} {s.offset:>7} {s.size:>6}" for s in self.slots]
+        rows.append(f"{'D':<8} {'':>7} {self.dim:>6}")
+        return "\n".join(rows)
+
+
+def paper_layout(spec: NetSpec) -> Layout:
+    """The paper's single-token-type layout (paper-notes §9.2): X, Y, W, P_1..P_N, R_1..R_N, G,
+    S_1..S_N, ONE, T."""
+    n = spec.widths
+    N = spec.depth
+    groups: list[tuple[str, int | None, int]] = [
+        ("X", None, spec.in_dim),
+        ("Y", None, spec.out_dim),
+        ("W", None, spec.num_params),
+    ]
+    groups += [("P", j, n[j]) for j in range(1, N + 1)]
+    groups += [("R", j, n[j]) for j in range(1, N + 1)]
+    groups.append(("G", None, spec.out_dim))
+    groups += [("S", j, n[j]) for j in range(1, N + 1)]
+    groups += [("ONE", None, 1), ("T", None, 1)]
+    return Layout(spec, groups, token_type="token")

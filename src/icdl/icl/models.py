@@ -1,0 +1,234 @@
+"""The trainable ICL transformer: a small GPT-2-style decoder over interleaved x/y tokens.
+
+Layout (Garg et al. 2022; experiments.md §2): a prompt ``(x_1, y_1, ..., x_n, y_n)`` becomes the token
+sequence ``x_1, y_1, x_2, y_2, ..., x_n, y_n`` of length ``T = 2n``; every token is a vector of size
+``d_tok = max(d_x, d_y)``, x zero-padded to ``d_tok`` and y written as ``[y, 0, ..., 0]``. A read-in
+``Linear(d_tok, d_model)`` and learned absolute positions feed ``layers`` pre-LN blocks; a read-out
+``Linear(d_model, d_y)`` on the hidden state of every x-token predicts that point's y. Because of the
+causal mask, the prediction at ``x_i`` uses only ``(x_1, y_1, ..., x_{i-1}, y_{i-1}, x_i)`` — one
+forward pass predicts at every prefix, the shared predictor signature of ``icdl.icl``.
+
+Attention (one flag, the paper's "sole difference", experiments.md §2):
+
+* ``softmax``: GPT-2 causal softmax attention via ``F.scaled_dot_product_attention(is_causal=True)``.
+* ``relu``: ``A = relu(q k^T / sqrt(d_head))`` with future keys masked to 0, each row divided by its
+  number of visible keys ``i + 1`` (``relu_norm="causal"``; 0-based query index i) or by the sequence
+  length ``T`` (``relu_norm="length"``, the paper's ``sigma/n`` of Definition 7, Bai et al. 2023).
+  The causal count keeps the scale of a row independent of the prompt length, so longer test prompts
+  do not shrink early rows.
+
+Usage::
+
+    model = ICLTransformer(d_x=20, d_y=1, layers=4, heads=4, d_model=64, d_mlp=256, attention="relu")
+    preds = model(xs, ys)          # xs (B, n, 20), ys (B, n, 1) -> preds (B, n, 1)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from icdl.config import ModelConfig
+from icdl.errors import InputError
+
+__all__ = ["MLP", "Block", "CausalSelfAttention", "ICLTransformer", "build_model", "relu_attention"]
+
+Attention = Literal["softmax", "relu"]
+ReluNorm = Literal["causal", "length"]
+
+
+def relu_attention(q: Tensor, k: Tensor, v: Tensor, norm: ReluNorm = "causal") -> Tensor:
+    """Causal normalised ReLU attention.
+
+    Args:
+        q, k, v: ``(B, H, T, d_head)``.
+        norm: ``causal`` divides row i by ``i + 1`` (visible keys), ``length`` by ``T``.
+
+    Returns:
+        ``(B, H, T, d_head)``: ``(mask ⊙ relu(q k^T / sqrt(d_head))) v / c`` with ``c`` the normaliser.
+    """
+    T, d_head = q.shape[-2], q.shape[-1]
+    scores = torch.relu(q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d_head)))  # (B, H, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~causal, 0.0)
+    if norm == "causal":
+        denom = torch.arange(1, T + 1, device=q.device, dtype=scores.dtype).unsqueeze(-1)  # (T, 1)
+    else:
+        denom = torch.tensor(float(T), device=q.device, dtype=scores.dtype)
+    return (scores / denom) @ v
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention (softmax or normalised ReLU) with a fused qkv projection."""
+
+    def __init__(self, d_model: int, heads: int, attention: Attention, relu_norm: ReluNorm, dropout: float) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise InputError(f"heads ({heads}) must divide d_model ({d_model})")
+        self.heads = heads
+        self.attention = attention
+        self.relu_norm = relu_norm
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.resid_drop = nn.Dropout(dropout)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """``h (B, T, d_model) -> (B, T, d_model)``."""
+        B, T, C = h.shape
+        q, k, v = self.qkv(h).split(C, dim=-1)
+        # (B, T, C) -> (B, H, T, d_head)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        if self.attention == "softmax":
+            a = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            a = relu_attention(q, k, v, self.relu_norm)
+        a = a.transpose(1, 2).reshape(B, T, C)
+        return self.resid_drop(self.proj(a))
+
+
+class MLP(nn.Module):
+    """GPT-2 MLP: ``Linear(d_model, d_mlp) -> GELU(tanh) -> Linear(d_mlp, d_model)``."""
+
+    def __init__(self, d_model: int, d_mlp: int, dropout: float) -> None:
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_mlp)
+        self.proj = nn.Linear(d_mlp, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """``h (B, T, d_model) -> (B, T, d_model)``."""
+        return self.drop(self.proj(F.gelu(self.fc(h), approximate="tanh")))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: ``h + attn(ln1(h))``, then ``h + mlp(ln2(h))``."""
+
+    def __init__(
+        self, d_model: int, heads: int, d_mlp: int, attention: Attention, relu_norm: ReluNorm, dropout: float
+    ) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, heads, attention, relu_norm, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, d_mlp, dropout)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """``h (B, T, d_model) -> (B, T, d_model)``."""
+        h = h + self.attn(self.ln1(h))
+        return h + self.mlp(self.ln2(h))
+
+
+class ICLTransformer(nn.Module):
+    """GPT-2-style decoder predicting y at every x position of an interleaved prompt.
+
+    Args:
+        d_x, d_y: input and output dimensions of the task (``d_y = d_x`` for score estimation).
+        layers, heads, d_model, d_mlp: block count, heads per block, residual width, MLP width.
+        max_points: longest prompt (in points) the position table covers (``2 * max_points`` tokens).
+        attention: ``softmax`` or ``relu``; relu_norm: ``causal`` (1/(i+1)) or ``length`` (1/T).
+        dropout: residual/embedding/attention dropout (0 in the paper's setting).
+
+    Parameters are initialised as GPT-2 (normal, std 0.02; residual output projections scaled by
+    ``1/sqrt(2 * layers)``); read-in and read-out keep PyTorch's Linear default, as Garg et al.
+    """
+
+    def __init__(
+        self,
+        d_x: int,
+        d_y: int = 1,
+        *,
+        layers: int = 4,
+        heads: int = 4,
+        d_model: int = 64,
+        d_mlp: int = 256,
+        max_points: int = 101,
+        attention: Attention = "relu",
+        relu_norm: ReluNorm = "causal",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if attention not in ("softmax", "relu"):
+            raise InputError(f"unknown attention {attention!r}; choose softmax or relu")
+        self.d_x, self.d_y, self.max_points = d_x, d_y, max_points
+        self.d_tok = max(d_x, d_y)
+        self.read_in = nn.Linear(self.d_tok, d_model)
+        self.wpe = nn.Embedding(2 * max_points, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            Block(d_model, heads, d_mlp, attention, relu_norm, dropout) for _ in range(layers)
+        )
+        self.ln_f = nn.LayerNorm(d_model)
+        self.read_out = nn.Linear(d_model, d_y)
+        self._init_gpt2(layers)
+
+    def _init_gpt2(self, layers: int) -> None:
+        for name, mod in self.named_modules():
+            if name in ("read_in", "read_out"):
+                continue
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, mean=0.0, std=0.02)
+                if isinstance(mod, nn.Linear) and mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+        for name, p in self.named_parameters():
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * layers))
+
+    @property
+    def num_params(self) -> int:
+        """Number of trainable parameters (all of them: there is no vocabulary table)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def tokens(self, xs: Tensor, ys: Tensor) -> Tensor:
+        """Interleave ``xs (B, n, d_x)`` and ``ys (B, n, d_y)`` into tokens ``(B, 2n, d_tok)``:
+        ``x_1, y_1, ..., x_n, y_n`` with zero padding up to ``d_tok``."""
+        B, n, _ = xs.shape
+        x_tok = F.pad(xs, (0, self.d_tok - self.d_x))
+        y_tok = F.pad(ys, (0, self.d_tok - self.d_y))
+        return torch.stack((x_tok, y_tok), dim=2).reshape(B, 2 * n, self.d_tok)
+
+    def forward(self, xs: Tensor, ys: Tensor) -> Tensor:
+        """Predict every point's label from its prefix.
+
+        Args:
+            xs: ``(B, n, d_x)``; ys: ``(B, n, d_y)`` (``ys[:, n-1]`` is never seen by any prediction).
+
+        Returns:
+            ``(B, n, d_y)``: row i uses only ``x_0, y_0, ..., x_{i-1}, y_{i-1}, x_i``.
+        """
+        if xs.ndim != 3 or ys.ndim != 3 or xs.shape[:2] != ys.shape[:2]:
+            raise InputError(f"xs (B, n, d_x) and ys (B, n, d_y) must agree, got {tuple(xs.shape)}, {tuple(ys.shape)}")
+        if xs.shape[-1] != self.d_x or ys.shape[-1] != self.d_y:
+            raise InputError(f"model expects d_x = {self.d_x}, d_y = {self.d_y}, got {xs.shape[-1]}, {ys.shape[-1]}")
+        n = xs.shape[1]
+        if n > self.max_points:
+            raise InputError(f"prompt has {n} points, the model supports at most {self.max_points} (model.max_points)")
+        tok = self.tokens(xs, ys)  # (B, T, d_tok)
+        pos = torch.arange(2 * n, device=xs.device)
+        h = self.drop(self.read_in(tok) + self.wpe(pos))  # (B, T, d_model)
+        for block in self.blocks:
+            h = block(h)
+        h = self.ln_f(h[:, 0::2])  # x-token states only: (B, n, d_model)
+        return self.read_out(h)
+
+
+def build_model(cfg: ModelConfig, d_x: int, d_y: int) -> ICLTransformer:
+    """The :class:`ICLTransformer` of a model config for a task with dimensions ``d_x -> d_y``."""
+    return ICLTransformer(
+        d_x,
+        d_y,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        d_model=cfg.d_model,
+        d_mlp=cfg.d_mlp,
+        max_points=cfg.max_points,
+        attention=cfg.attention,
+        relu_norm=cfg.relu_norm,
+        dropout=cfg.dropout,
+    )

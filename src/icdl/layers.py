@@ -1,0 +1,408 @@
+"""Residual sublayers of the paper's transformers with compact, sparse per-head weights.
+
+Every module maps a batch of prompts ``H`` of shape ``(B, T, D)`` — **tokens as rows** (the paper writes
+tokens as columns, ``H in R^{D x T}``; we use the transpose so that the embedding is the last, contiguous
+axis) — to a tensor of the same shape, and is residual: ``out = H + f(H)``.
+
+* :class:`ReLUAttention` — Definition 7 (vector form): ``out_i = h_i + (1/T) sum_m sum_s
+  relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (paper-notes §2, §10.3).
+* :class:`EWML` — Definition 6: ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i`` (same token, no ReLU,
+  no normalisation).
+* :class:`MLP` — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases (the ONE slot provides them).
+* :class:`SoftmaxAttention` — eq. (E.1) with ``W^(O)`` folded into V: ``out_i = h_i + sum_m sum_s
+  softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
+
+Compact weights (why: a sigmoid construction has thousands of heads, each touching a handful of the D
+coordinates, so dense ``D x D`` matrices per head would be absurd). A head ``m`` of width ``d_h`` stores
+
+* ``q_idx, q_coef`` of shape ``(M, d_h)``: ``(Q_m h)[r] = q_coef[m, r] * h[q_idx[m, r]]``;
+* ``k_idx, k_coef`` likewise for ``K_m``;
+* ``v_src, v_dst, v_coef`` of shape ``(M, E)``: ``V_m h = sum_e v_coef[m, e] h[v_src[m, e]] e_{v_dst[m, e]}``.
+
+An MLP hidden unit ``u`` stores its reads ``w1_idx, w1_coef`` (``(U, r)``) and writes ``w2_dst, w2_coef``
+(``(U, o)``). Rows are padded with zero coefficients (index 0); a zero coefficient contributes an exact 0.
+
+Floating-point order is part of the contract, because the compiled GD transformer relies on exact
+cancellations (paper-notes §9.4: the relu' delta-step and the query gate):
+
+* the **last** Q/K read pair of every head is added to the score last (builders put the bias
+  ``b * ONE · ONE`` there), so that two heads with the same leading reads get scores ``X`` and ``X + b``;
+* MLP pre-activations are accumulated read by read **in the stored order** (builders put the gate first);
+* :class:`ReLUAttention` with ``accumulate="heads"`` sums the heads writing one coordinate for each
+  (query, key) pair *before* summing over the keys, so ``relu(X) - relu(X - 1) = 1`` stays exact even when
+  ``X`` is ~1e9; ``accumulate="tokens"`` (default) sums over keys per head first, which is faster.
+
+Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor exceeds ``max_chunk_elems``.
+All modules work in any floating dtype; use float64 to verify constructions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "EWML",
+    "MLP",
+    "Accumulate",
+    "HeadTable",
+    "ReLUAttention",
+    "SoftmaxAttention",
+    "UnitTable",
+]
+
+Accumulate = Literal["tokens", "heads"]
+Read = tuple[int, float]
+Write = tuple[int, int, float]
+
+DEFAULT_CHUNK_ELEMS = 1 << 22  # 4M entries of a score tensor: 32 MB in float64
+
+
+# --------------------------------------------------------------------------------------------------
+# Builders of the compact tables (plain Python lists -> padded tensors)
+# --------------------------------------------------------------------------------------------------
+
+
+class HeadTable:
+    """Collects heads as sparse reads/writes and packs them into padded tensors.
+
+    ``add(q, k, v)``: ``q`` and ``k`` are lists of ``(slot, coef)`` of equal length (the score is
+    ``sum_r q_coef[r] h_i[q_slot[r]] * k_coef[r] h_s[k_slot[r]]``; the last pair is added last); ``v`` is a
+    list of ``(src, dst, coef)``.
+    """
+
+    def __init__(self) -> None:
+        self.q: list[list[Read]] = []
+        self.k: list[list[Read]] = []
+        self.v: list[list[Write]] = []
+
+    def add(self, q: Sequence[Read], k: Sequence[Read], v: Sequence[Write]) -> None:
+        if len(q) != len(k) or not q:
+            raise ValueError(f"a head needs equal, non-empty Q and K reads, got {len(q)} and {len(k)}")
+        if not v:
+            raise ValueError("a head needs at least one value entry")
+        self.q.append([(int(i), float(c)) for i, c in q])
+        self.k.append([(int(i), float(c)) for i, c in k])
+        self.v.append([(int(s), int(d), float(c)) for s, d, c in v])
+
+    def __len__(self) -> int:
+        return len(self.q)
+
+    def tensors(self, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
+        """Padded tables; Q/K rows are padded at the *front* so that each head's last pair stays last."""
+        if not self.q:
+            raise ValueError("no heads")
+        dh = max(len(r) for r in self.q)
+        ne = max(len(r) for r in self.v)
+
+        def front_pad(rows: list[list[Read]]) -> tuple[Tensor, Tensor]:
+            idx = [[0] * (dh - len(r)) + [i for i, _ in r] for r in rows]
+            coef = [[0.0] * (dh - len(r)) + [c for _, c in r] for r in rows]
+            return torch.tensor(idx, dtype=torch.long), torch.tensor(coef, dtype=dtype)
+
+        q_idx, q_coef = front_pad(self.q)
+        k_idx, k_coef = front_pad(self.k)
+        v_src = torch.tensor([[s for s, _, _ in r] + [0] * (ne - len(r)) for r in self.v], dtype=torch.long)
+        v_dst = torch.tensor([[d for _, d, _ in r] + [0] * (ne - len(r)) for r in self.v], dtype=torch.long)
+        v_coef = torch.tensor([[c for _, _, c in r] + [0.0] * (ne - len(r)) for r in self.v], dtype=dtype)
+        return {
+            "q_idx": q_idx,
+            "q_coef": q_coef,
+            "k_idx": k_idx,
+            "k_coef": k_coef,
+            "v_src": v_src,
+            "v_dst": v_dst,
+            "v_coef": v_coef,
+        }
+
+
+class UnitTable:
+    """Collects MLP hidden units: ``add(reads, writes)`` with reads ``[(slot, coef)]`` (accumulated in this
+    order) and writes ``[(dst, coef)]``."""
+
+    def __init__(self) -> None:
+        self.reads: list[list[Read]] = []
+        self.writes: list[list[Read]] = []
+
+    def add(self, reads: Sequence[Read], writes: Sequence[Read]) -> None:
+        if not reads or not writes:
+            raise ValueError("an MLP unit needs at least one read and one write")
+        self.reads.append([(int(i), float(c)) for i, c in reads])
+        self.writes.append([(int(i), float(c)) for i, c in writes])
+
+    def __len__(self) -> int:
+        return len(self.reads)
+
+    def tensors(self, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
+        """Padded tables; reads are padded at the *end* (a trailing ``+ 0`` leaves the sum unchanged)."""
+        if not self.reads:
+            raise ValueError("no units")
+        r = max(len(x) for x in self.reads)
+        o = max(len(x) for x in self.writes)
+
+        def pad(rows: list[list[Read]], width: int) -> tuple[Tensor, Tensor]:
+            idx = [[i for i, _ in x] + [0] * (width - len(x)) for x in rows]
+            coef = [[c for _, c in x] + [0.0] * (width - len(x)) for x in rows]
+            return torch.tensor(idx, dtype=torch.long), torch.tensor(coef, dtype=dtype)
+
+        w1_idx, w1_coef = pad(self.reads, r)
+        w2_dst, w2_coef = pad(self.writes, o)
+        return {"w1_idx": w1_idx, "w1_coef": w1_coef, "w2_dst": w2_dst, "w2_coef": w2_coef}
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared machinery
+# --------------------------------------------------------------------------------------------------
+
+
+class _Sublayer(nn.Module):
+    """Base class: registers the compact tables as buffers (so ``state_dict`` holds them) and counts them."""
+
+    TABLES: tuple[str, ...] = ()
+    INDEX_TABLES: frozenset[str] = frozenset()
+
+    def __init__(self, tables: dict[str, Tensor], dim: int) -> None:
+        super().__init__()
+        missing = set(self.TABLES) - set(tables)
+        if missing:
+            raise ValueError(f"{type(self).__name__}: missing tables {sorted(missing)}")
+        self.dim = int(dim)
+        for name in self.TABLES:
+            t = tables[name]
+            if name in self.INDEX_TABLES:
+                t = t.to(torch.long)
+                if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.dim):
+                    raise ValueError(f"{type(self).__name__}.{name}: slot index outside [0, {self.dim})")
+            self.register_buffer(name, t.contiguous())
+        self.info: object | None = None  # metadata attached by the compiler (icdl.construct)
+
+    def _check(self, H: Tensor) -> None:
+        if H.dim() != 3 or H.shape[-1] != self.dim:
+            raise ValueError(f"expected H of shape (B, T, {self.dim}), got {tuple(H.shape)}")
+
+    def coefficient_tables(self) -> list[Tensor]:
+        return [getattr(self, n) for n in self.TABLES if n not in self.INDEX_TABLES]
+
+    def stored_coefficients(self) -> int:
+        """Number of stored coefficients (padding included): what this compact sublayer holds."""
+        return sum(t.numel() for t in self.coefficient_tables())
+
+    def nonzero_coefficients(self) -> int:
+        """Non-zero coefficients = non-zero entries of the equivalent dense matrices."""
+        return sum(int((t != 0).sum()) for t in self.coefficient_tables())
+
+
+class _HeadSublayer(_Sublayer):
+    TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
+    INDEX_TABLES = frozenset({"q_idx", "k_idx", "v_src", "v_dst"})
+
+    def __init__(self, tables: dict[str, Tensor], dim: int, max_chunk_elems: int = DEFAULT_CHUNK_ELEMS):
+        super().__init__(tables, dim)
+        M, dh = self.q_idx.shape
+        if self.k_idx.shape != (M, dh) or self.v_src.shape[0] != M or self.v_dst.shape != self.v_src.shape:
+            raise ValueError(f"{type(self).__name__}: inconsistent head table shapes")
+        self.max_chunk_elems = int(max_chunk_elems)
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.q_idx.shape[0])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.q_idx.shape[1])
+
+    def _qkv(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # (B, T, M, d_h) and (B, T, M, E): gathers of the few slots each head touches.
+        q = H[..., self.q_idx] * self.q_coef.to(H.dtype)
+        k = H[..., self.k_idx] * self.k_coef.to(H.dtype)
+        v = H[..., self.v_src] * self.v_coef.to(H.dtype)
+        return q, k, v
+
+    @staticmethod
+    def _scores(q: Tensor, k: Tensor) -> Tensor:
+        """``<q_i, k_s>`` for q of shape (B, M, I, d_h) and k of shape (B, M, T, d_h) -> (B, M, I, T).
+
+        Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
+        rows give bit-identical scores and the last pair (the bias) is added last.
+        """
+        S = q[..., 0, None] * k[..., None, :, 0]
+        for r in range(1, q.shape[-1]):
+            S = S + q[..., r, None] * k[..., None, :, r]
+        return S
+
+    def dense(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Dense per-head matrices ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
+        M, dh, D = self.num_heads, self.head_dim, self.dim
+        dt = self.q_coef.dtype
+        Q = torch.zeros(M, dh, D, dtype=dt)
+        K = torch.zeros(M, dh, D, dtype=dt)
+        V = torch.zeros(M, D, D, dtype=dt)
+        m = torch.arange(M)[:, None]
+        r = torch.arange(dh)[None, :]
+        Q.index_put_((m.expand(M, dh), r.expand(M, dh), self.q_idx), self.q_coef, accumulate=True)
+        K.index_put_((m.expand(M, dh), r.expand(M, dh), self.k_idx), self.k_coef, accumulate=True)
+        E = self.v_src.shape[1]
+        V.index_put_((torch.arange(M)[:, None].expand(M, E), self.v_dst, self.v_src), self.v_coef, accumulate=True)
+        return Q, K, V
+
+    def dense_parameters(self) -> int:
+        """Parameters of the paper's dense form: ``Q_m, K_m, V_m in R^{D x D}`` per head (Definitions 6-7)."""
+        return 3 * self.num_heads * self.dim * self.dim
+
+
+# --------------------------------------------------------------------------------------------------
+# The four sublayer types
+# --------------------------------------------------------------------------------------------------
+
+
+class ReLUAttention(_HeadSublayer):
+    """ReLU attention, Definition 7 in vector form, normalised by the number of tokens T (no mask).
+
+    ``out_i = h_i + (1/T) sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` for ``H`` of shape ``(B, T, D)``.
+
+    Args:
+        tables: compact head tables (:class:`HeadTable`).
+        dim: the embedding dimension D.
+        accumulate: ``"tokens"`` sums over keys s for each head, then over heads (batched matmuls, fast);
+            ``"heads"`` sums the heads writing each coordinate for every (i, s) pair first, then over s —
+            needed for exact cancellation of large terms (the relu' delta-step); costs ``B T^2 E`` memory,
+            processed in chunks of query tokens.
+        max_chunk_elems: bound on the size of intermediate (B, heads, T, T) tensors.
+    """
+
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        accumulate: Accumulate = "tokens",
+        max_chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    ) -> None:
+        super().__init__(tables, dim, max_chunk_elems)
+        if accumulate not in ("tokens", "heads"):
+            raise ValueError(f"accumulate must be 'tokens' or 'heads', got {accumulate!r}")
+        self.accumulate: Accumulate = accumulate
+        # For the heads-first order: one row per value entry, mapped to a compact list of destinations.
+        dst = self.v_dst.reshape(-1)
+        udst, inv = torch.unique(dst, return_inverse=True)
+        self.register_buffer("_udst", udst, persistent=False)
+        self.register_buffer("_entry_udst", inv, persistent=False)
+        self.register_buffer(
+            "_entry_head", torch.arange(self.num_heads).repeat_interleave(self.v_src.shape[1]), persistent=False
+        )
+
+    def _weights(self, S: Tensor) -> Tensor:
+        return torch.relu(S)
+
+    def forward(self, H: Tensor) -> Tensor:
+        self._check(H)
+        B, T, _ = H.shape
+        q, k, v = self._qkv(H)
+        acc = torch.zeros_like(H)
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, M, T, .)
+        E = v.shape[-1]
+        if self.accumulate == "tokens":
+            # Per head, sum over keys s (an outer reduction: the same order for every query row, so rows
+            # with equal scores get bit-identical sums), then add the heads into their destinations.
+            per = max(1, self.max_chunk_elems // max(1, B * T * T * E))
+            for a in range(0, self.num_heads, per):
+                hs = slice(a, min(a + per, self.num_heads))
+                A = self._weights(self._scores(qt[:, hs], kt[:, hs]))  # (B, m, T, T)
+                Z = (A[..., None] * vt[:, hs, None]).sum(3)  # (B, m, T, E)
+                acc.index_add_(-1, self.v_dst[hs].reshape(-1), Z.transpose(1, 2).reshape(B, T, -1))
+        else:
+            vflat = v.reshape(B, T, -1)  # (B, T(keys), M*E)
+            U = self._udst.numel()
+            per = max(1, self.max_chunk_elems // max(1, B * T * (self.num_heads * E + U)))
+            for a in range(0, T, per):
+                I = slice(a, min(a + per, T))
+                A = self._weights(self._scores(qt[:, :, I], kt))  # (B, M, |I|, T)
+                G = A.permute(0, 2, 3, 1)[..., self._entry_head] * vflat[:, None]  # (B, |I|, T, M*E)
+                C = torch.zeros(B, G.shape[1], T, U, dtype=H.dtype, device=H.device)
+                C.index_add_(-1, self._entry_udst, G)  # heads first, for each (i, s)
+                acc[:, I, self._udst] += C.sum(2)  # then over the keys s
+        return H + self._normalise(acc, T)
+
+    def _normalise(self, acc: Tensor, T: int) -> Tensor:
+        return acc / T
+
+
+class SoftmaxAttention(ReLUAttention):
+    """Softmax attention (paper eq. (E.1), ``W^(O)`` folded into V), no mask, no 1/T factor:
+    ``out_i = h_i + sum_m sum_s softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``."""
+
+    def _weights(self, S: Tensor) -> Tensor:
+        return torch.softmax(S, dim=-1)
+
+    def _normalise(self, acc: Tensor, T: int) -> Tensor:
+        return acc
+
+
+class EWML(_HeadSublayer):
+    """Element-wise multiplication layer, Definition 6 (eq. 3.18): each token only with itself.
+
+    ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i`` — no ReLU on the score, no normalisation.
+    """
+
+    def forward(self, H: Tensor) -> Tensor:
+        self._check(H)
+        B, T, _ = H.shape
+        q, k, v = self._qkv(H)
+        score = (q * k).sum(-1)  # (B, T, M)
+        acc = torch.zeros_like(H)
+        acc.index_add_(-1, self.v_dst.reshape(-1), (score[..., None] * v).reshape(B, T, -1))
+        return H + acc
+
+
+class MLP(_Sublayer):
+    """Bias-free token-wise MLP, Definition 8: ``out = H + W_2 relu(W_1 H)``.
+
+    Pre-activations are accumulated read by read in the stored order (see the module docstring).
+    """
+
+    TABLES = ("w1_idx", "w1_coef", "w2_dst", "w2_coef")
+    INDEX_TABLES = frozenset({"w1_idx", "w2_dst"})
+
+    def __init__(self, tables: dict[str, Tensor], dim: int) -> None:
+        super().__init__(tables, dim)
+        if self.w1_idx.shape[0] != self.w2_dst.shape[0]:
+            raise ValueError("MLP: reads and writes describe different numbers of hidden units")
+
+    @property
+    def hidden(self) -> int:
+        return int(self.w1_idx.shape[0])
+
+    def forward(self, H: Tensor) -> Tensor:
+        self._check(H)
+        B, T, _ = H.shape
+        g = H[..., self.w1_idx] * self.w1_coef.to(H.dtype)  # (B, T, U, r)
+        pre = g[..., 0]
+        for c in range(1, g.shape[-1]):
+            pre = pre + g[..., c]
+        hid = torch.relu(pre)
+        acc = torch.zeros_like(H)
+        acc.index_add_(-1, self.w2_dst.reshape(-1), (hid[..., None] * self.w2_coef.to(H.dtype)).reshape(B, T, -1))
+        return H + acc
+
+    def dense(self) -> tuple[Tensor, Tensor]:
+        """Dense ``W_1 (U, D)`` and ``W_2 (D, U)`` (tests, small D only)."""
+        U, D = self.hidden, self.dim
+        W1 = torch.zeros(U, D, dtype=self.w1_coef.dtype)
+        W2 = torch.zeros(D, U, dtype=self.w2_coef.dtype)
+        r, o = self.w1_idx.shape[1], self.w2_dst.shape[1]
+        W1.index_put_((torch.arange(U)[:, None].expand(U, r), self.w1_idx), self.w1_coef, accumulate=True)
+        W2.index_put_((self.w2_dst, torch.arange(U)[:, None].expand(U, o)), self.w2_coef, accumulate=True)
+        return W1, W2
+
+    def dense_parameters(self) -> int:
+        """Parameters of the dense form ``W_1 in R^{U x D}``, ``W_2 in R^{D x U}`` (Definition 8)."""
+        return 2 * self.hidden * self.dim
+
+
+def chunk_count(num_heads: int, B: int, T: int, max_chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> int:
+    """Number of head chunks a score tensor of ``num_heads`` heads is split into (for docs/benchmarks)."""
+    per = max(1, max_chunk_elems // max(1, B * T * T))
+    return math.ceil(num_heads / per)

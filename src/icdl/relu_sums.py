@@ -1,0 +1,624 @@
+"""Sums of ReLUs: ``g(t) ≈ sum_m c_m relu(a_m t + b_m)`` (paper Definition 4, Lemma 7; paper-notes §3).
+
+Each term becomes one attention head (or one MLP hidden unit) of the compiled transformer, so the fits
+here aim for FEW terms at a given sup error, and every fit is *verified*: ``sup_error`` is the maximum of
+``|g - sum|`` measured on a dense grid over ``[-R, R]``, never an estimate.
+
+Usage::
+
+    from icdl.relu_sums import relu_sum_for, loss_derivative_sum
+    s = relu_sum_for("sigmoid", eps=1e-3, radius=10.0)   # ~20 terms, s.sup_error <= 1e-3
+    s(torch.linspace(-10, 10, 5))                          # evaluates the sum
+    u = loss_derivative_sum("logistic", eps=1e-2, radius=1.0)   # two-argument sum u(t, y)
+
+Scalar fits (:func:`fit_relu_sum`) are continuous piecewise-linear functions built greedily inside the
+tube ``|g - f| <= eps``: each linear piece starts where the last one ended and is made as long as the
+tube allows. On a convex (concave) stretch this puts the knots on the lower (upper) edge of the tube,
+which is the minimax-shifted interpolant: pieces ``sqrt 2`` longer than plain interpolation with the
+same error, so about ``∫ sqrt(|f''| / (16 eps)) dt`` terms instead of ``∫ sqrt(|f''| / (8 eps)) dt``.
+The sum is **constant outside [-R, R]** (flat extension: all knots lie in ``[-R, R]`` and the slopes
+cancel), and flat stretches of ``f`` at either end cost no terms.
+
+Two-argument sums (:class:`ReluSum2`, for the loss derivative ``u(t, y)`` of Lemma 4 / (C.13)) are sums
+of ridge functions ``relu(a0 t + a1 y + b)`` along several directions, with coefficients by (Lawson
+re-weighted) least squares on a 2-D grid, grown until the measured sup error meets ``eps``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from icdl.errors import InputError
+from icdl.nets import ACTIVATIONS, HUBER_DELTA, LOSSES
+
+__all__ = [
+    "ReluSum",
+    "ReluSum2",
+    "fit_relu_sum",
+    "fit_relu_sum2",
+    "loss_derivative_sum",
+    "relu_sum_for",
+    "target_function",
+]
+
+_F64 = torch.float64
+# Relative sampling error allowed on the grids: the sup of |f - g| between grid points can exceed the
+# sampled maximum by at most h^2 max|f''| / 8 (Taylor at the maximum), and the grid spacing h is chosen
+# so that this is <= _SAMPLING_REL * eps; the fit is built in a tube 1.1% narrower than eps, then
+# measured on the grid AND its midpoints, which leaves at most (h/2)^2 max|f''| / 8 = eps / 400 unmeasured.
+_SAMPLING_REL = 1e-2
+_MIN_GRID = 20_001
+_MAX_GRID = 4_000_001
+_EVAL_CHUNK_ELEMS = 1 << 22
+
+
+def _check_positive(name: str, value: float) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise InputError(f"{name} must be a finite number > 0, got {value!r}")
+    return x
+
+
+def _as_f64(x: Tensor | np.ndarray | list[float]) -> Tensor:
+    return (
+        torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, Tensor) else x)
+        .to(dtype=_F64, device="cpu")
+        .contiguous()
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The two sum types
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ReluSum:
+    """g(t) ≈ sum_m c_m * relu(a_m * t + b_m) on [-radius, radius] (paper Definition 4, Lemma 7).
+
+    Attributes:
+        a, b, c: ``(H,)`` float64 CPU tensors, one entry per term (= per attention head).
+        target: what it approximates, e.g. ``"sigmoid"`` or ``"relu'"``.
+        radius: R; the fit is guaranteed on ``[-R, R]`` only. Fitted sums are constant outside.
+        eps: requested sup error (``0.0`` for an exact representation).
+        sup_error: MEASURED ``max |g - sum|`` on a dense grid over ``[-R, R]`` in float64 (for ``relu'``:
+            outside the window ``(0, delta)``).
+        exact: True when the sum equals the function in exact arithmetic everywhere (relu, identity,
+            constants) or everywhere outside ``(0, delta)`` (the relu' delta-step).
+    """
+
+    a: Tensor
+    b: Tensor
+    c: Tensor
+    target: str
+    radius: float
+    eps: float
+    sup_error: float
+    exact: bool
+
+    def __post_init__(self) -> None:
+        for name in ("a", "b", "c"):
+            object.__setattr__(self, name, _as_f64(getattr(self, name)))
+        if not (self.a.dim() == 1 and self.a.shape == self.b.shape == self.c.shape):
+            raise ValueError(
+                f"a, b, c must all have shape (H,), got {self.a.shape}, {self.b.shape}, {self.c.shape}"
+            )
+
+    def __call__(self, t: Tensor) -> Tensor:
+        """Evaluate ``sum_m c_m relu(a_m t + b_m)`` elementwise: ``t`` of any shape -> same shape.
+
+        Computed in ``t``'s floating dtype on ``t``'s device (integer inputs are promoted to float64);
+        differentiable in ``t``.
+        """
+        t = torch.as_tensor(t)
+        if not t.is_floating_point():
+            t = t.to(_F64)
+        a, b, c = (v.to(dtype=t.dtype, device=t.device) for v in (self.a, self.b, self.c))
+        flat = t.reshape(-1)
+        if self.num_terms == 0:
+            return torch.zeros_like(t)
+        step = max(1, _EVAL_CHUNK_ELEMS // self.num_terms)
+        parts = [torch.relu(x[:, None] * a + b) @ c for x in flat.split(step)]
+        out = torch.cat(parts) if parts else flat.new_zeros(0)
+        return out.reshape(t.shape)
+
+    @property
+    def num_terms(self) -> int:
+        """H, the number of terms (= attention heads per scalar unit)."""
+        return int(self.a.shape[0])
+
+    @property
+    def coef_mass(self) -> float:
+        """C = sum_m |c_m| (Definition 4)."""
+        return float(self.c.abs().sum())
+
+    @property
+    def max_abs_a(self) -> float:
+        """max_m |a_m| (the paper asks for ||(a_m, b_m)||_1 <= 1; the code does not need it)."""
+        return float(self.a.abs().max()) if self.num_terms else 0.0
+
+    def terms(self) -> list[list[float]]:
+        """The terms as ``[[a, b, c], ...]``."""
+        return torch.stack([self.a, self.b, self.c], dim=1).tolist()
+
+    def to_dict(self) -> dict:
+        """JSON-ready description: target, range, eps, exact, num_terms, coef_mass, max_abs_a,
+        sup_error, terms."""
+        return {
+            "target": self.target,
+            "range": self.radius,
+            "eps": self.eps,
+            "exact": self.exact,
+            "num_terms": self.num_terms,
+            "coef_mass": self.coef_mass,
+            "max_abs_a": self.max_abs_a,
+            "sup_error": self.sup_error,
+            "terms": self.terms(),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class ReluSum2:
+    """g(t, y) ≈ sum_m c_m * relu(a_m[0] t + a_m[1] y + b_m) on [-R, R]^2 (two-argument version).
+
+    Used for the loss derivative ``u(t, y)[k]`` of a coordinate-separable loss (Lemma 4, (C.13)). Fields
+    as in :class:`ReluSum`, with ``a`` of shape ``(H, 2)``; ``sup_error`` is measured on a dense 2-D grid.
+    """
+
+    a: Tensor
+    b: Tensor
+    c: Tensor
+    target: str
+    radius: float
+    eps: float
+    sup_error: float
+    exact: bool
+
+    def __post_init__(self) -> None:
+        for name in ("a", "b", "c"):
+            object.__setattr__(self, name, _as_f64(getattr(self, name)))
+        if self.a.dim() == 1 and self.a.numel() == 0:
+            object.__setattr__(self, "a", self.a.reshape(0, 2))
+        if not (
+            self.a.dim() == 2 and self.a.shape[1] == 2 and self.b.shape == self.c.shape == self.a.shape[:1]
+        ):
+            raise ValueError(
+                f"need a (H, 2), b (H,), c (H,); got {self.a.shape}, {self.b.shape}, {self.c.shape}"
+            )
+
+    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
+        """Evaluate the sum elementwise on broadcast ``t`` and ``y`` (any shapes that broadcast)."""
+        t, y = torch.as_tensor(t), torch.as_tensor(y)
+        dtype = torch.promote_types(t.dtype, y.dtype)
+        if not dtype.is_floating_point:
+            dtype = _F64
+        t, y = torch.broadcast_tensors(t.to(dtype), y.to(dtype))
+        a, b, c = (v.to(dtype=dtype, device=t.device) for v in (self.a, self.b, self.c))
+        if self.num_terms == 0:
+            return torch.zeros_like(t)
+        ft, fy = t.reshape(-1), y.reshape(-1)
+        step = max(1, _EVAL_CHUNK_ELEMS // self.num_terms)
+        parts = [
+            torch.relu(xt[:, None] * a[:, 0] + xy[:, None] * a[:, 1] + b) @ c
+            for xt, xy in zip(ft.split(step), fy.split(step), strict=True)
+        ]
+        return torch.cat(parts).reshape(t.shape)
+
+    @property
+    def num_terms(self) -> int:
+        """H, the number of terms (= MLP hidden units per output coordinate)."""
+        return int(self.a.shape[0])
+
+    @property
+    def coef_mass(self) -> float:
+        """C = sum_m |c_m|."""
+        return float(self.c.abs().sum())
+
+    @property
+    def max_abs_a(self) -> float:
+        """max_m ||a_m||_1 over the two input weights (bias excluded)."""
+        return float(self.a.abs().sum(1).max()) if self.num_terms else 0.0
+
+    def terms(self) -> list[list[float]]:
+        """The terms as ``[[a0, a1, b, c], ...]``."""
+        return torch.cat([self.a, self.b[:, None], self.c[:, None]], dim=1).tolist()
+
+    def to_dict(self) -> dict:
+        """JSON-ready description (same keys as :meth:`ReluSum.to_dict`)."""
+        return {
+            "target": self.target,
+            "range": self.radius,
+            "eps": self.eps,
+            "exact": self.exact,
+            "num_terms": self.num_terms,
+            "coef_mass": self.coef_mass,
+            "max_abs_a": self.max_abs_a,
+            "sup_error": self.sup_error,
+            "terms": self.terms(),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Named targets
+# --------------------------------------------------------------------------------------------------
+
+
+def _parse_target(target: str) -> tuple[str, bool]:
+    """``"sigmoid'"`` / ``"sigmoid-deriv"`` -> ``("sigmoid", True)``; unknown names are a user error."""
+    if not isinstance(target, str):
+        raise InputError(f"function name must be a string, got {target!r}")
+    name, deriv = target.strip(), False
+    if name.endswith("'"):
+        name, deriv = name[:-1], True
+    elif name.endswith("-deriv"):
+        name, deriv = name[: -len("-deriv")], True
+    if name not in ACTIVATIONS:
+        choices = ", ".join([*ACTIVATIONS, *(f"{n}'" for n in ACTIVATIONS)])
+        raise InputError(f"unknown function {target!r}; choose one of {choices}")
+    return name, deriv
+
+
+def target_function(target: str) -> Callable[[Tensor], Tensor]:
+    """The exact function a name stands for (``"tanh"``, ``"tanh'"``, ``"tanh-deriv"`` ...)."""
+    name, deriv = _parse_target(target)
+    act = ACTIVATIONS[name]
+    return act.deriv if deriv else act.fn
+
+
+def _grid(radius: float, n: int = _MIN_GRID, extra: tuple[float, ...] = ()) -> Tensor:
+    g = torch.linspace(-radius, radius, n, dtype=_F64)
+    if extra:
+        g = torch.cat([g, torch.tensor([e for e in extra if -radius <= e <= radius], dtype=_F64)])
+    return g
+
+
+def _exact_sum(
+    terms: list[tuple[float, float, float]],
+    fn: Callable[[Tensor], Tensor],
+    target: str,
+    radius: float,
+    window: tuple[float, float] | None = None,
+) -> ReluSum:
+    a, b, c = (torch.tensor([t[i] for t in terms], dtype=_F64) for i in range(3))
+    s = ReluSum(a, b, c, target=target, radius=radius, eps=0.0, sup_error=0.0, exact=True)
+    extra = (0.0,) if window is None else (0.0, window[1], 2 * window[1], -window[1])
+    t = _grid(radius, extra=extra)
+    if window is not None:
+        t = t[(t <= window[0]) | (t >= window[1])]
+    err = float((fn(t) - s(t)).abs().max())
+    object.__setattr__(s, "sup_error", err)
+    return s
+
+
+def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta: float = 1e-9) -> ReluSum:
+    """A ReLU sum for an activation from :data:`icdl.nets.ACTIVATIONS` or its derivative.
+
+    ``target`` is an activation name (``relu, sigmoid, tanh, softplus, identity``) or its derivative
+    with a trailing prime (``"sigmoid'"``) or ``"-deriv"`` suffix. Exact representations where they
+    exist (``eps`` is then reported as 0.0):
+
+    * ``relu`` -> ``[(1, 0, 1)]``; ``identity`` -> ``t = relu(t) - relu(-t)``;
+    * ``identity'`` -> the constant ``1 = relu(0 t + 1)``;
+    * ``relu'`` -> the delta-step ``[(1, 0, 1/delta), (1, -delta, -1/delta)]``: equal to ``1{t > 0}``
+      outside ``(0, delta)``, with ``r'(0) = 0`` (PyTorch's convention), paper-notes §9.4.
+
+    Everything else is fitted by :func:`fit_relu_sum` to a measured sup error ``<= eps`` on
+    ``[-radius, radius]``.
+    """
+    eps = _check_positive("eps", eps)
+    radius = _check_positive("radius", radius)
+    delta = _check_positive("delta", delta)
+    name, deriv = _parse_target(target)
+    label = f"{name}'" if deriv else name
+    fn = target_function(label)
+    if name == "relu" and not deriv:
+        return _exact_sum([(1.0, 0.0, 1.0)], fn, label, radius)
+    if name == "identity" and not deriv:
+        return _exact_sum([(1.0, 0.0, 1.0), (-1.0, 0.0, -1.0)], fn, label, radius)
+    if name == "identity" and deriv:
+        return _exact_sum([(0.0, 1.0, 1.0)], fn, label, radius)
+    if name == "relu" and deriv:
+        return _exact_sum(
+            [(1.0, 0.0, 1.0 / delta), (1.0, -delta, -1.0 / delta)], fn, label, radius, (0.0, delta)
+        )
+    return fit_relu_sum(fn, radius=radius, eps=eps, target=label)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scalar fit: greedy longest pieces inside the tube |g - f| <= eps
+# --------------------------------------------------------------------------------------------------
+
+
+def _greedy_chain(
+    x: np.ndarray, lo: np.ndarray, hi: np.ndarray, suf_lo: np.ndarray, suf_hi: np.ndarray, i: int, y: float
+) -> list[tuple[float, float]]:
+    """Knots of a continuous piecewise-linear chain from ``(x[i], y)`` that stays in ``[lo, hi]`` at
+    every grid point and ends in a flat piece to ``x[-1]``. Each piece is as long as the tube allows;
+    the chain stops as soon as a piece can reach a point from which a constant fits the rest."""
+    m = len(x)
+    knots = [(float(x[i]), y)]
+    width = 64
+    while True:
+        if suf_lo[i] <= y <= suf_hi[i]:
+            return knots  # a constant from here on fits: the chain ends with this knot
+        while True:
+            j_end = min(i + width, m - 1)
+            dx = x[i + 1 : j_end + 1] - x[i]
+            cl = np.maximum.accumulate((lo[i + 1 : j_end + 1] - y) / dx)
+            cu = np.minimum.accumulate((hi[i + 1 : j_end + 1] - y) / dx)
+            bad = np.flatnonzero(cl > cu)
+            if bad.size or j_end == m - 1:
+                n_ok = int(bad[0]) if bad.size else len(dx)
+                break
+            width *= 2
+        # n_ok >= 1: the first grid point is always reachable because lo < hi there.
+        cl, cu, dx = cl[:n_ok], cu[:n_ok], dx[:n_ok]
+        y_lo, y_hi = y + cl * dx, y + cu * dx
+        j_abs = np.arange(i + 1, i + 1 + n_ok)
+        ov_lo = np.maximum(y_lo, suf_lo[j_abs])
+        ov_hi = np.minimum(y_hi, suf_hi[j_abs])
+        gap = ov_hi - ov_lo
+        k = int(np.argmax(gap))
+        if gap[k] >= 0:  # this piece can end where a constant fits the rest: last knot
+            knots.append((float(x[j_abs[k]]), float(0.5 * (ov_lo[k] + ov_hi[k]))))
+            return knots
+        s = 0.5 * (cl[-1] + cu[-1])
+        i, y = int(j_abs[-1]), float(y + s * dx[-1])
+        knots.append((float(x[i]), y))
+        width = max(64, 2 * n_ok)
+
+
+def _chain_terms(
+    knots: list[tuple[float, float]], zero_start: bool
+) -> tuple[list[float], list[float], list[float]]:
+    """Terms of the flat-extended chain: ``y_1 + sum_i (s_i - s_{i-1}) relu(t - x_i)``."""
+    xs = np.array([k[0] for k in knots])
+    ys = np.array([k[1] for k in knots])
+    slopes = np.concatenate([[0.0], np.diff(ys) / np.diff(xs), [0.0]]) if len(xs) > 1 else np.zeros(2)
+    dslope = np.diff(slopes)
+    a, b, c = [], [], []
+    if not zero_start and ys[0] != 0.0:
+        a.append(0.0), b.append(1.0), c.append(float(ys[0]))
+    for xi, ds in zip(xs, dslope, strict=True):
+        if ds != 0.0:
+            a.append(1.0), b.append(float(-xi)), c.append(float(ds))
+    return a, b, c
+
+
+def _fit_on_grid(x: np.ndarray, f: np.ndarray, e: float) -> tuple[list[float], list[float], list[float]]:
+    """Fewest-terms chain among a few start choices and both orientations (t and -t)."""
+    best: tuple[list[float], list[float], list[float]] | None = None
+    for mirror in (False, True):
+        xx, ff = (-x[::-1], f[::-1]) if mirror else (x, f)
+        lo, hi = ff - e, ff + e
+        suf_lo = np.maximum.accumulate(lo[::-1])[::-1]
+        suf_hi = np.minimum.accumulate(hi[::-1])[::-1]
+        pre_lo, pre_hi = np.maximum.accumulate(lo), np.minimum.accumulate(hi)
+        starts: list[tuple[int, float, bool]] = []
+        # Free left value: the longest flat start piece, then a few heights in its window.
+        k = int(np.flatnonzero(pre_lo <= pre_hi)[-1])
+        for frac in (0.5, 0.02, 0.98):
+            starts.append((k, float(pre_lo[k] + frac * (pre_hi[k] - pre_lo[k])), False))
+        # Zero left value saves the constant term when |f| <= e at the start.
+        ok = (pre_lo <= 0.0) & (pre_hi >= 0.0)
+        if ok[0]:  # ok is a prefix property: True up to some index, then False
+            starts.append((int(np.flatnonzero(ok)[-1]), 0.0, True))
+        for i0, y0, zero in starts:
+            knots = _greedy_chain(xx, lo, hi, suf_lo, suf_hi, i0, y0)
+            a, b, c = _chain_terms(knots, zero)
+            if mirror:  # relu(a (-t) + b): flip the sign of a
+                a = [-v for v in a]
+            if best is None or len(a) < len(best[0]):
+                best = (a, b, c)
+    assert best is not None
+    return best
+
+
+def fit_relu_sum(
+    fn: Callable[[Tensor], Tensor],
+    *,
+    radius: float,
+    eps: float,
+    target: str = "f",
+    max_terms: int = 200_000,
+) -> ReluSum:
+    """Fit ``sum_m c_m relu(a_m t + b_m)`` to a scalar function with VERIFIED sup error ``<= eps``.
+
+    ``fn`` maps a float64 tensor ``(M,)`` to ``(M,)``. The result is a continuous piecewise-linear
+    function with knots in ``[-radius, radius]``, constant outside that interval. Terms are
+    ``(0, 1, y_1)`` (a constant, dropped when the sum can start at 0) and ``(1, -x_i, slope change)``
+    at each knot x_i, so ``max_abs_a <= 1``.
+
+    The grid spacing h is set from an estimate of ``max |f''|`` so that sampling misses at most
+    ``1e-2 eps`` (h^2 max|f''| / 8); the fit is then evaluated with :meth:`ReluSum.__call__` on the grid
+    and its midpoints, and refitted with a tighter tube if the measured error exceeds ``eps``.
+    ``sup_error`` is that measured maximum. Raises :class:`InputError` for eps <= 0, radius <= 0, a
+    function that is not finite on the interval, or when more than ``max_terms`` terms would be needed.
+    """
+    eps = _check_positive("eps", eps)
+    radius = _check_positive("radius", radius)
+    if not isinstance(max_terms, int) or max_terms < 1:
+        raise InputError(f"max_terms must be an integer >= 1, got {max_terms!r}")
+
+    def evaluate(t: Tensor) -> np.ndarray:
+        with torch.no_grad():
+            v = torch.as_tensor(fn(t), dtype=_F64).reshape(t.shape)
+        if not torch.isfinite(v).all():
+            raise InputError(f"{target} is not finite on [-{radius:g}, {radius:g}]")
+        return v.numpy()
+
+    probe = _grid(radius)
+    fp = evaluate(probe)
+    h0 = float(probe[1] - probe[0])
+    curv = float(np.abs(np.diff(fp, 2)).max()) / h0**2 if len(fp) > 2 else 0.0
+    curv = max(curv, 1e-300)
+    n = _MIN_GRID
+    if curv > 0:
+        n = max(n, math.ceil(2 * radius / math.sqrt(8 * _SAMPLING_REL * eps / curv)) + 1)
+    build_eps = eps * (1 - 0.011)
+    for _ in range(8):
+        if n > _MAX_GRID:
+            raise InputError(
+                f"eps={eps:g} is too small for {target} on [-{radius:g}, {radius:g}] "
+                f"(needs a grid of more than {_MAX_GRID} points)"
+            )
+        x_t = _grid(radius, n)
+        f = evaluate(x_t)
+        a, b, c = _fit_on_grid(x_t.numpy(), f, build_eps)
+        if len(a) > max_terms:
+            raise InputError(f"{target} needs more than max_terms={max_terms} terms for eps={eps:g}")
+        s = ReluSum(
+            _as_f64(a),
+            _as_f64(b),
+            _as_f64(c),
+            target=target,
+            radius=radius,
+            eps=eps,
+            sup_error=0.0,
+            exact=False,
+        )
+        mid = 0.5 * (x_t[1:] + x_t[:-1])
+        err = max(
+            float(np.abs(f - s(x_t).numpy()).max()),
+            float(np.abs(evaluate(mid) - s(mid).numpy()).max()),
+        )
+        if err <= eps:
+            object.__setattr__(s, "sup_error", err)
+            return s
+        # Missed between grid points (curvature underestimated) or rounding: finer grid, tighter tube.
+        build_eps *= 0.9 * eps / err
+        n = 2 * n - 1
+    raise InputError(f"could not fit {target} to eps={eps:g} on [-{radius:g}, {radius:g}]")
+
+
+# --------------------------------------------------------------------------------------------------
+# Two-argument sums for the loss derivative u(t, y) (Lemma 4, (C.13))
+# --------------------------------------------------------------------------------------------------
+
+# (directions, knots per direction) tried in turn; terms = directions * knots + 1 (the constant).
+_RIDGE_SCHEDULE = ((4, 8), (6, 12), (8, 16), (12, 24), (16, 32), (24, 48), (32, 64))
+
+
+def _ridge_features(radius: float, n_dir: int, n_knot: int) -> tuple[Tensor, Tensor]:
+    """Ridge terms ``relu(cos θ t + sin θ y + b)`` for θ = π k / n_dir and knots spread uniformly over the
+    projection range ``[-ρ, ρ]``, ρ = R(|cos θ| + |sin θ|), plus the constant ``relu(0 t + 0 y + 1)``.
+    The knot at ``-ρ`` makes the term linear on the square, so linear functions are in the span.
+    Returns ``a (F, 2)`` and ``b (F,)``."""
+    th = torch.arange(n_dir, dtype=_F64) * math.pi / n_dir
+    dirs = torch.stack([th.cos(), th.sin()], dim=1)
+    dirs[dirs.abs() < 1e-15] = 0.0
+    rho = radius * dirs.abs().sum(1)
+    knots = -rho[:, None] + 2 * rho[:, None] * torch.arange(n_knot, dtype=_F64)[None, :] / n_knot
+    a = dirs[:, None, :].expand(n_dir, n_knot, 2).reshape(-1, 2)
+    b = -knots.reshape(-1)
+    return torch.cat([a, torch.zeros(1, 2, dtype=_F64)]), torch.cat([b, torch.ones(1, dtype=_F64)])
+
+
+def _square_grid(radius: float, n: int) -> tuple[Tensor, Tensor]:
+    g = torch.linspace(-radius, radius, n, dtype=_F64)
+    t, y = torch.meshgrid(g, g, indexing="ij")
+    return t.reshape(-1), y.reshape(-1)
+
+
+def fit_relu_sum2(
+    fn: Callable[[Tensor, Tensor], Tensor],
+    *,
+    radius: float,
+    eps: float,
+    target: str = "g",
+    max_terms: int = 1_200,
+) -> ReluSum2:
+    """Fit ``sum_m c_m relu(a_m[0] t + a_m[1] y + b_m)`` to ``fn(t, y)`` with VERIFIED sup error <= eps
+    on ``[-radius, radius]^2``.
+
+    Sums of ridge functions along ``n_dir`` directions with ``n_knot`` knots each (see
+    :func:`_ridge_features`); coefficients by least squares (SVD, ``gelsd``) on a grid with about 3 points
+    per knot spacing and axis; the error is measured on a separate, denser grid (at least 301 x 301
+    points). The term count grows through ``_RIDGE_SCHEDULE`` until the measured error meets ``eps``;
+    raises :class:`InputError` when that would take more than ``max_terms`` terms (or when the error,
+    shrinking at most 4x per step, cannot reach ``eps`` within the cap).
+    """
+    eps = _check_positive("eps", eps)
+    radius = _check_positive("radius", radius)
+    if not isinstance(max_terms, int) or max_terms < 1:
+        raise InputError(f"max_terms must be an integer >= 1, got {max_terms!r}")
+    schedule = [s for s in _RIDGE_SCHEDULE if s[0] * s[1] + 1 <= max_terms]
+    n_ver = min(1201, max(301, math.ceil(60 * radius) + 1))
+    tv, yv = _square_grid(radius, n_ver)
+    with torch.no_grad():
+        fv = torch.as_tensor(fn(tv, yv), dtype=_F64)
+    if not torch.isfinite(fv).all():
+        raise InputError(f"{target} is not finite on [-{radius:g}, {radius:g}]^2")
+    best_err = math.inf
+    for step, (n_dir, n_knot) in enumerate(schedule):
+        a, b = _ridge_features(radius, n_dir, n_knot)
+        tg, yg = _square_grid(radius, max(41, 3 * n_knot + 1))
+        with torch.no_grad():
+            fg = torch.as_tensor(fn(tg, yg), dtype=_F64)
+        design = torch.relu(tg[:, None] * a[:, 0] + yg[:, None] * a[:, 1] + b)
+        c = torch.linalg.lstsq(design, fg[:, None], driver="gelsd").solution[:, 0]
+        s = ReluSum2(a, b, c, target=target, radius=radius, eps=eps, sup_error=0.0, exact=False)
+        err = float((s(tv, yv) - fv).abs().max())
+        if err <= eps:
+            object.__setattr__(s, "sup_error", err)
+            return s
+        best_err = min(best_err, err)
+        if err > eps * 4.0 ** (len(schedule) - 1 - step):
+            break
+    raise InputError(
+        f"{target}: no two-argument ReLU sum with <= {max_terms} terms reaches eps={eps:g} on "
+        f"[-{radius:g}, {radius:g}]^2 (best measured sup error {best_err:.3g}); raise eps or lower the range"
+    )
+
+
+def _exact_sum2(
+    terms: list[tuple[float, float, float, float]], fn: Callable, target: str, radius: float
+) -> ReluSum2:
+    a = torch.tensor([[t[0], t[1]] for t in terms], dtype=_F64)
+    b = torch.tensor([t[2] for t in terms], dtype=_F64)
+    c = torch.tensor([t[3] for t in terms], dtype=_F64)
+    s = ReluSum2(a, b, c, target=target, radius=radius, eps=0.0, sup_error=0.0, exact=True)
+    tv, yv = _square_grid(radius, 401)
+    object.__setattr__(s, "sup_error", float((fn(tv, yv) - s(tv, yv)).abs().max()))
+    return s
+
+
+def loss_derivative_sum(
+    loss: str, *, eps: float = 1e-3, radius: float = 10.0, max_terms: int = 1_200
+) -> ReluSum2:
+    """``u(t, y) = dl/dt`` of a coordinate-separable loss from :data:`icdl.nets.LOSSES` as a two-argument
+    ReLU sum on ``[-radius, radius]^2`` (paper Lemma 4, (C.13)).
+
+    * ``squared``: ``2(t - y) = 2 relu(t - y) - 2 relu(y - t)``, exact (2 terms);
+    * ``huber``: ``2 clamp(t - y, -1, 1) = 2 relu(t - y + 1) - 2 relu(t - y - 1) - 2``, exact (3 terms);
+    * ``logistic``: ``-y sigmoid(-y t)`` is not a ridge function; fitted by :func:`fit_relu_sum2`
+      (raises :class:`InputError` when ``eps`` is out of reach within ``max_terms``).
+    """
+    eps = _check_positive("eps", eps)
+    radius = _check_positive("radius", radius)
+    if not isinstance(loss, str) or loss not in LOSSES:
+        raise InputError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    spec = LOSSES[loss]
+    if not spec.separable:
+        raise InputError(
+            f"loss {loss!r} is not coordinate-separable; u(t, y) needs a sum over all coordinates"
+        )
+    fn = spec.deriv
+    target = f"{loss}'"
+    if loss == "squared":
+        return _exact_sum2([(1.0, -1.0, 0.0, 2.0), (-1.0, 1.0, 0.0, -2.0)], fn, target, radius)
+    if loss == "huber":
+        d = float(HUBER_DELTA)
+        return _exact_sum2(
+            [(1.0, -1.0, d, 2.0), (1.0, -1.0, -d, -2.0), (0.0, 0.0, 1.0, -2.0 * d)], fn, target, radius
+        )
+    return fit_relu_sum2(fn, radius=radius, eps=eps, target=target, max_terms=max_terms)

@@ -1,0 +1,697 @@
+"""The paper's formulas: sizes, head counts, error bounds and FLOP counts of the construction.
+
+Everything here is closed-form arithmetic on a :class:`~icdl.nets.NetSpec`; nothing builds weights. The
+counts describe the compiled transformer of ``icdl.construct`` exactly (paper-notes §9.2, §9.4), so a test
+can assert equality between the two; the bounds are the paper's Lemmas 2-6, Theorem 1 and Corollary 1.1
+(paper-notes §5, §6), with the paper's typos named where they matter (paper-notes §10).
+
+Sizes (one GD step = one block of ``2N+4`` residual sublayers, Theorem 1):
+
+====  ===========  ==============  ================  ==============================================
+#     role         kind            paper             heads / MLP hidden width
+====  ===========  ==============  ================  ==============================================
+1..N  forward      ReLU attention  Lemma 2           ``n_j * H_r(j)``
+N+1   derivative   ReLU attention  Lemma 3           ``sum_j n_j * H_r'(j)``
+N+2   loss         MLP             Lemma 4           ``sum_k H_u(k)``
+..    backward     EWML            Lemma 5 (j=N..1)  ``n_j``
+2N+3  update       ReLU attention  eq. (C.16)        ``2 * sum_j n_j``
+2N+4  project      MLP             Theorem 1         ``2P`` (box) ``+ 2 (3 sum_j n_j + d_y)``
+====  ===========  ==============  ================  ==============================================
+
+``H_r(j)``, ``H_r'(j)`` are the numbers of sum-of-ReLU terms of layer j's activation and its derivative
+(:class:`TermCounts`); ``H_u(k)`` those of the loss derivative's k-th coordinate. After the L blocks a
+readout (not in the paper, paper-notes §9.6) runs the N forward layers once more and one MLP of hidden
+width ``2 d_y`` that copies the query prediction into its Y slot.
+
+Notation: ``N`` depth, ``K`` width, ``d_x``/``d_y`` input/output dims (``d`` when equal), ``P = D_w``
+the number of network parameters, ``n`` the number of in-context examples, ``T = n + 1`` tokens, ``L``
+GD steps, ``eta`` the step size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from icdl.errors import InputError
+from icdl.nets import NetSpec, get_loss
+
+__all__ = [
+    "EXACT_LOSS_TERMS",
+    "EXACT_TERMS",
+    "ActivationBounds",
+    "Lemma6Constants",
+    "Sublayer",
+    "TermCounts",
+    "Theorem1Constants",
+    "activation_bounds",
+    "block_table",
+    "corollary11_as_printed",
+    "corollary11_bound",
+    "corollary11_loose",
+    "direct_gd_flops",
+    "embedding_dim",
+    "embedding_dim_as_printed",
+    "embedding_dim_closed_form",
+    "embedding_dim_leading_terms",
+    "embedding_dim_paper_bound",
+    "lemma2_E_r",
+    "lemma2_layer_factors",
+    "lemma3_error",
+    "lemma4_error",
+    "lemma6_constants",
+    "loss_derivative_bound",
+    "max_heads",
+    "model_flops",
+    "paper_construction_flops",
+    "paper_direct_flops",
+    "readout_sublayers",
+    "readout_table",
+    "sublayers",
+    "sublayers_per_step",
+    "term_counts",
+    "theorem1_constants",
+    "training_flops",
+    "transformer_forward_flops",
+]
+
+Projection = Literal["none", "box"]
+SublayerKind = Literal["relu_attention", "mlp", "ewml"]
+
+# --------------------------------------------------------------------------------------------------
+# Depth
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_int(name: str, value: int, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def sublayers_per_step(depth: int) -> int:
+    """``2N + 4``: sublayers of one GD block, ``TF^{N+2} ∘ EWML^N ∘ TF^2`` in application order
+    (Theorem 1; the paper writes ∘ left-to-right, paper-notes §10.4)."""
+    return 2 * _check_int("depth", depth, 2) + 4
+
+
+def sublayers(depth: int, steps: int) -> int:
+    """``(2N + 4) L``: the paper's depth for L GD steps (Theorem 1), readout excluded."""
+    return sublayers_per_step(depth) * _check_int("steps", steps, 0)
+
+
+def readout_sublayers(depth: int) -> int:
+    """``N + 1``: the readout appended after the last block (N forward layers + 1 MLP; not in the
+    paper, which never writes the query prediction — paper-notes §9.6, §10.11)."""
+    return _check_int("depth", depth, 2) + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Embedding dimension
+# --------------------------------------------------------------------------------------------------
+
+
+def embedding_dim(spec: NetSpec) -> int:
+    """Exact token width of the compiled model (paper-notes §9.2):
+
+    ``D = d_x + 2 d_y + P + 3 sum_j n_j + 2`` — slots X (d_x), Y (d_y), W (P), P_1..P_N, R_1..R_N,
+    S_1..S_N (``sum_j n_j = (N-1)K + d_y`` each), G (d_y), ONE, T. With ``d_x = d_y = d`` this is
+    :func:`embedding_dim_closed_form`.
+    """
+    return spec.in_dim + 2 * spec.out_dim + spec.num_params + 3 * spec.num_units + 2
+
+
+def embedding_dim_closed_form(depth: int, width: int, dim: int) -> int:
+    """``6d + 2dK + (N-2)K^2 + 3(N-1)K + 2`` for ``d_x = d_y = d`` (paper-notes §6.2, own count from the
+    component sizes listed in Theorem 1's proof, with r̄' of the correct size ``(N-1)K + d``)."""
+    N, K, d = depth, width, dim
+    return 6 * d + 2 * d * K + (N - 2) * K * K + 3 * (N - 1) * K + 2
+
+
+def embedding_dim_as_printed(spec: NetSpec) -> int:
+    """The sum of the slot sizes *as printed* in Theorem 1's proof and Lemma 3, where r̄'_i is given
+    size ``(N-2)K + d`` — a typo for ``(N-1)K + d`` (paper-notes §10.5). Equals ``embedding_dim - K``."""
+    return embedding_dim(spec) - spec.width
+
+
+def embedding_dim_paper_bound(spec: NetSpec) -> int:
+    """Theorem 1's ``max_l D^l <= O(NK^2) + D_w``, evaluated with the O-constant set to 1:
+    ``N K^2 + D_w``. The exact :func:`embedding_dim` is of the same order: for large K their ratio tends
+    to ``(N-2)/(2N-2)``, since both are dominated by the ``(N-2)K^2`` entries of w."""
+    return spec.depth * spec.width**2 + spec.num_params
+
+
+def embedding_dim_leading_terms(spec: NetSpec) -> int:
+    """``N K^2 + 3 N K``: the leading terms in N and K of the exact count
+    ``NK^2 + 3NK + 2dK - 2K^2 - 3K + 6d + 2`` (paper-notes §6.2, §11; the seed's "O(NK^2 + 3NK + 3K)")."""
+    return spec.depth * spec.width**2 + 3 * spec.depth * spec.width
+
+
+# --------------------------------------------------------------------------------------------------
+# Sum-of-ReLU term counts
+# --------------------------------------------------------------------------------------------------
+
+# Activations represented exactly by a sum of ReLUs: name -> (H_r, H_r') (relu_sums API):
+# relu = relu(t); relu' = the delta-step relu(t)/delta - relu(t - delta)/delta (exact outside (0, delta));
+# identity = relu(t) - relu(-t); identity' = the constant 1 = relu(0 t + 1).
+EXACT_TERMS: dict[str, tuple[int, int]] = {"relu": (1, 2), "identity": (2, 1)}
+# Losses whose derivative u(t, y)[k] is an exact two-argument ReLU sum: squared, u = 2(t - y) =
+# 2 relu(t - y) - 2 relu(y - t); the query gate -C(1 - T) of Lemma 4 goes inside the same units.
+EXACT_LOSS_TERMS: dict[str, int] = {"squared": 2}
+
+
+@dataclass(frozen=True)
+class TermCounts:
+    """Numbers of sum-of-ReLU terms (= attention heads / MLP hidden units) per approximated function.
+
+    Attributes:
+        r: ``H_r(j)`` for layers ``j = 1..N`` (Lemma 2's ``M_1``, per layer).
+        r_prime: ``H_r'(j)`` for ``j = 1..N`` (Lemma 3's ``M_2``).
+        u: ``H_u(k)`` for output coordinates ``k = 1..d_y`` (Lemma 4's ``M_3^k``).
+    """
+
+    r: tuple[int, ...]
+    r_prime: tuple[int, ...]
+    u: tuple[int, ...]
+
+    def check(self, spec: NetSpec) -> None:
+        """Raise :class:`InputError` unless the lengths match ``spec`` and every count is >= 1."""
+        for name, counts, length in (
+            ("r", self.r, spec.depth),
+            ("r_prime", self.r_prime, spec.depth),
+            ("u", self.u, spec.out_dim),
+        ):
+            if len(counts) != length:
+                raise InputError(f"term counts {name!r} need {length} entries, got {len(counts)}")
+            for c in counts:
+                _check_int(f"term count in {name!r}", c, 1)
+
+
+def term_counts(
+    spec: NetSpec,
+    loss: str = "squared",
+    *,
+    r_terms: int | None = None,
+    r_prime_terms: int | None = None,
+    u_terms: int | None = None,
+) -> TermCounts:
+    """Term counts for ``spec``: exact where the function is an exact ReLU sum, the given numbers otherwise.
+
+    Args:
+        spec: the network; with ``output="linear"`` layer N uses the identity (2 terms, derivative 1 term).
+        loss: loss name (``icdl.nets.LOSSES``); squared loss costs 2 terms per output coordinate.
+        r_terms, r_prime_terms: terms of the fitted sums for a smooth activation (e.g. from
+            ``icdl.relu_sums.relu_sum_for(name).num_terms``); ignored for exact activations.
+        u_terms: terms per coordinate of the fitted loss-derivative sum; ignored for squared loss.
+
+    Raises:
+        InputError: a count is needed but missing.
+    """
+    get_loss(loss)
+    r: list[int] = []
+    rp: list[int] = []
+    for j in range(1, spec.depth + 1):
+        name = spec.layer_act(j).name
+        if name in EXACT_TERMS:
+            a, b = EXACT_TERMS[name]
+        else:
+            if r_terms is None or r_prime_terms is None:
+                raise InputError(
+                    f"activation {name!r} is not an exact ReLU sum: pass r_terms and r_prime_terms "
+                    "(e.g. from icdl.relu_sums.relu_sum_for)"
+                )
+            a, b = r_terms, r_prime_terms
+        r.append(a)
+        rp.append(b)
+    if loss in EXACT_LOSS_TERMS:
+        hu = EXACT_LOSS_TERMS[loss]
+    elif u_terms is None:
+        raise InputError(
+            f"loss {loss!r}: pass u_terms (e.g. from icdl.relu_sums.loss_derivative_sum(...).num_terms)"
+        )
+    else:
+        hu = u_terms
+    out = TermCounts(tuple(r), tuple(rp), (hu,) * spec.out_dim)
+    out.check(spec)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-sublayer size table
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sublayer:
+    """Size of one residual sublayer of the compiled model.
+
+    Attributes:
+        index: 1-based position inside its block (``1..2N+4``) or inside the readout (``1..N+1``).
+        role: ``forward | derivative | loss | backward | update | project | readout``.
+        kind: ``relu_attention | mlp | ewml``.
+        lemma: where the paper builds it.
+        layer: the network layer j it serves (forward, backward); None otherwise.
+        heads: number of heads (0 for an MLP).
+        hidden: MLP hidden width (0 for attention and EWML).
+        score_dim: sum over heads of the query/key width ``d_q`` of each head.
+        value_dim: sum over heads of the number of coordinates each head's value writes.
+    """
+
+    index: int
+    role: str
+    kind: SublayerKind
+    lemma: str
+    layer: int | None
+    heads: int
+    hidden: int
+    score_dim: int
+    value_dim: int
+
+    def flops(self, tokens: int, embedding_dim: int) -> int:
+        """Multiply-add FLOPs (2 per MAC) of this sublayer on ``tokens`` tokens of width ``embedding_dim``.
+
+        * ReLU attention: per head, scores ``T*T*2*d_q`` plus values ``T*T*2*d_v`` (every token attends to
+          all T tokens; the Q/K/V maps only select slots and scale them, counted as free).
+        * EWML (Definition 6): per head per token, ``2*d_q`` for the diagonal score and ``2*d_v`` for
+          the scaled value.
+        * MLP (Definition 8): two dense matmuls, ``2 * D * hidden * 2`` per token.
+
+        Residual additions, the ReLU of the scores and the 1/T normalisation are not counted.
+        """
+        T = tokens
+        if self.kind == "relu_attention":
+            return 2 * T * T * (self.score_dim + self.value_dim)
+        if self.kind == "ewml":
+            return 2 * T * (self.score_dim + self.value_dim)
+        return 2 * embedding_dim * self.hidden * 2 * T
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _forward_layer(spec: NetSpec, terms: TermCounts, j: int, index: int, role: str) -> Sublayer:
+    w = spec.widths
+    heads = w[j] * terms.r[j - 1]
+    # Lemma 2 / (C.8): Q h_i = [a_m p(j-1); b_m ONE], K h_s = [v_jk; ONE], V h_s = c_m ONE -> P_j[k].
+    return Sublayer(index, role, "relu_attention", "Lemma 2", j, heads, 0, heads * (w[j - 1] + 1), heads)
+
+
+def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none") -> list[Sublayer]:
+    """The ``2N+4`` sublayers of one GD block with their sizes (paper-notes §5, §9.4).
+
+    Args:
+        spec: the network.
+        terms: sum-of-ReLU term counts (:func:`term_counts`).
+        projection: ``"box"`` adds the clip units of the box projection (2 per parameter) to the last
+            MLP; ``"none"`` is unprojected GD. The clean-up units that zero the P, R, G, S slots
+            (``2 (3 sum_j n_j + d_y)``) are always there: the next block *adds* into those slots.
+    """
+    terms.check(spec)
+    if projection not in ("none", "box"):
+        raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
+    N, w = spec.depth, spec.widths
+    units, P, dy = spec.num_units, spec.num_params, spec.out_dim
+    rows = [_forward_layer(spec, terms, j, j, "forward") for j in range(1, N + 1)]
+    # Lemma 3: heads (j, m, k), same Q/K as Lemma 2, value c'_m ONE -> R_j[k]. The paper sizes r̄' as
+    # (N-2)K + d, a typo for (N-1)K + d (paper-notes §10.5); the head count uses sum_j n_j.
+    d_heads = [w[j] * terms.r_prime[j - 1] for j in range(1, N + 1)]
+    rows.append(
+        Sublayer(
+            N + 1,
+            "derivative",
+            "relu_attention",
+            "Lemma 3",
+            None,
+            sum(d_heads),
+            0,
+            sum(h * (w[j - 1] + 1) for j, h in zip(range(1, N + 1), d_heads, strict=True)),
+            sum(d_heads),
+        )
+    )
+    rows.append(Sublayer(N + 2, "loss", "mlp", "Lemma 4", None, 0, sum(terms.u), 0, 0))
+    for i, j in enumerate(range(N, 0, -1)):
+        # Lemma 5 / (C.15): head k reads Q = column k of V_{j+1} (n_{j+1} entries; for j = N, Q = G[k],
+        # K = ONE) and writes R_j[k] * score into S_j[k].
+        d_q = 1 if j == N else w[j + 1]
+        rows.append(Sublayer(N + 3 + i, "backward", "ewml", "Lemma 5", j, w[j], 0, w[j] * d_q, w[j]))
+    # (C.16): heads (±, j, k), Q = ±ONE, K = S_j[k], value ∓eta(n+1)/(2n) p(j-1) into the W block of v_jk.
+    rows.append(
+        Sublayer(2 * N + 3, "update", "relu_attention", "eq. (C.16)", None, 2 * units, 0, 2 * units, 2 * P)
+    )
+    hidden = (2 * P if projection == "box" else 0) + 2 * (3 * units + dy)
+    rows.append(Sublayer(2 * N + 4, "project", "mlp", "Theorem 1 (Proj_W)", None, 0, hidden, 0, 0))
+    return rows
+
+
+def readout_table(spec: NetSpec, terms: TermCounts) -> list[Sublayer]:
+    """The readout after the last block (paper-notes §9.6, not in the paper): the N forward layers once
+    more, then one MLP with ``2 d_y`` hidden units writing ``P_N`` of the query into its Y slot."""
+    terms.check(spec)
+    rows = [_forward_layer(spec, terms, j, j, "forward") for j in range(1, spec.depth + 1)]
+    rows.append(
+        Sublayer(spec.depth + 1, "readout", "mlp", "§9.6 (not in the paper)", None, 0, 2 * spec.out_dim, 0, 0)
+    )
+    return rows
+
+
+def max_heads(spec: NetSpec, terms: TermCounts) -> int:
+    """Most heads in any sublayer (Theorem 1's ``max_l M^l``, ``Õ(eps^-2)`` for smooth r); the readout
+    repeats the forward layers so it never raises the maximum."""
+    return max(s.heads for s in block_table(spec, terms))
+
+
+# --------------------------------------------------------------------------------------------------
+# Lemma 2-4: value bounds and per-lemma errors
+# --------------------------------------------------------------------------------------------------
+
+
+def _sup_abs(fn: Callable[[Tensor], Tensor], radius: float) -> float:
+    """``max_{|t| <= radius} |fn(t)|`` on a dense float64 grid (endpoints and 0 included)."""
+    if radius < 0 or math.isnan(radius):
+        raise InputError(f"radius must be >= 0, got {radius}")
+    if not math.isfinite(radius):
+        t = torch.tensor([-math.inf, math.inf], dtype=torch.float64)
+        grid = torch.linspace(-1e6, 1e6, 20001, dtype=torch.float64)
+        return float(torch.cat([fn(t).abs(), fn(grid).abs()]).nan_to_num(nan=math.inf).max())
+    t = torch.cat(
+        [torch.linspace(-radius, radius, 20001, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)]
+    )
+    return float(fn(t).abs().max())
+
+
+def _prod(*factors: float) -> float:
+    """Product where an exact zero wins over infinity (an error term with eps = 0 is 0, even when the
+    Lipschitz constant in front of it is infinite, as for ReLU's r')."""
+    if any(f == 0 for f in factors):
+        return 0.0
+    return math.prod(factors)
+
+
+@dataclass(frozen=True)
+class ActivationBounds:
+    """Entrywise value bounds of Lemmas 2-3.
+
+    Attributes:
+        B_r: ``(B_r^0, ..., B_r^N)`` with ``B_r^0 = B_x``, ``B_r^j = max_{|t| <= range_j} |r(t)|``.
+        B_r_prime: ``(B_r'^0, ..., B_r'^N)``, ``B_r'^0 = B_x``, ``B_r'^j = max_{|t| <= range'_j} |r'(t)|``.
+        preact: ``(range_1, ..., range_N)``, the pre-activation range used for ``B_r^j``.
+    """
+
+    B_r: tuple[float, ...]
+    B_r_prime: tuple[float, ...]
+    preact: tuple[float, ...]
+
+    @property
+    def max_r(self) -> float:
+        """``B_r := max_j B_r^j`` over ``j = 0..N`` (it bounds p̄(j-1), and p(0) = x)."""
+        return max(self.B_r)
+
+    @property
+    def max_r_prime(self) -> float:
+        """``B_r' := max_j B_r'^j`` over ``j = 1..N`` (values of r' only)."""
+        return max(self.B_r_prime[1:])
+
+
+def activation_bounds(
+    spec: NetSpec, *, bound_x: float, bound_v: float, corrected: bool = False
+) -> ActivationBounds:
+    """``B_r^j`` (Lemma 2) and ``B_r'^j`` (Lemma 3) for layers ``j = 0..N``.
+
+    As printed (``corrected=False``): ``B_r^j = max_{|t| <= B_v B_r^{j-1}} |r(t)|`` and
+    ``B_r'^j = max_{|t| <= B_v B_r'^{j-1}} |r'(t)|``, with ``B_r^0 = B_r'^0 = B_x``.
+
+    Two slips in the printed definitions (paper-notes §10.13): ``B_r^{j-1}`` bounds the *entries* of
+    ``p(j-1)``, but ``|v^T p| <= B_v ||p||_2`` needs its l2 norm, so a factor ``sqrt(n_{j-1})`` is
+    missing for ``j >= 2`` (``||x||_2 <= B_x`` is already a norm); and r' at layer j is evaluated at layer
+    j's pre-activation, whose range comes from ``B_r^{j-1}``, not from ``B_r'^{j-1}`` (own remark).
+    ``corrected=True`` fixes both, so the ranges are true bounds.
+
+    Layer j uses ``spec.layer_act(j)`` (identity at the output when ``output="linear"``).
+    """
+    for name, v in (("bound_x", bound_x), ("bound_v", bound_v)):
+        if not (v > 0):
+            raise InputError(f"{name} must be > 0, got {v}")
+    w = spec.widths
+    B_r, B_rp, pre = [float(bound_x)], [float(bound_x)], []
+    for j in range(1, spec.depth + 1):
+        act = spec.layer_act(j)
+        norm_fix = math.sqrt(w[j - 1]) if (corrected and j >= 2) else 1.0
+        rng = bound_v * norm_fix * B_r[-1]
+        rng_prime = rng if corrected else bound_v * B_rp[-1]
+        pre.append(rng)
+        B_r.append(_sup_abs(act.fn, rng))
+        B_rp.append(_sup_abs(act.deriv, rng_prime))
+    return ActivationBounds(tuple(B_r), tuple(B_rp), tuple(pre))
+
+
+def lemma2_layer_factors(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -> tuple[float, ...]:
+    """``||eps(i, j)||_2 / eps_r`` for ``j = 1..N`` (Lemma 2, eqs. 3.8-3.9):
+
+    ``(sum_{l=0}^{j-1} (sqrt(K) L_r B_v)^l) sqrt(K)`` for ``j <= N-1`` and
+    ``(sum_{l=0}^{N-1} (sqrt(K) L_r B_v)^l) sqrt(d_y)`` for ``j = N``.
+    """
+    K, N = spec.width, spec.depth
+    q = math.sqrt(K) * lipschitz_r * bound_v
+    geo = [sum(q**l for l in range(j)) for j in range(1, N + 1)]
+    return tuple([g * math.sqrt(K) for g in geo[:-1]] + [geo[-1] * math.sqrt(spec.out_dim)])
+
+
+def lemma2_E_r(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -> float:
+    """``E_r := max_j ||eps(i, j)||_2 / eps_r`` (eqs. 3.10-3.11), so ``||p̄(j) - p(j)||_2 <= E_r eps_r``
+    (3.12)."""
+    return max(lemma2_layer_factors(spec, lipschitz_r=lipschitz_r, bound_v=bound_v))
+
+
+def lemma3_error(
+    *, eps_r_prime: float, eps_r: float, lipschitz_r_prime: float, bound_v: float, E_r: float
+) -> float:
+    """Lemma 3, eq. (3.14): ``|r̄'_i(j-1)[k] - r'_i(j-1)[k]| <= eps_r' + L_r' B_v E_r eps_r``."""
+    return eps_r_prime + _prod(lipschitz_r_prime, bound_v, E_r, eps_r)
+
+
+def lemma4_error(*, eps_l: float, eps_r: float, lipschitz_l: float, E_r: float) -> float:
+    """Lemma 4, eq. (3.16): ``|g_i[k] - u(p_i(N), y_i)[k]| <= eps_l + L_l E_r eps_r``."""
+    return eps_l + _prod(lipschitz_l, E_r, eps_r)
+
+
+def loss_derivative_bound(loss: str, *, bound_t: float, bound_y: float) -> float:
+    """``B_l``: ``max |u(t, y)[k]|`` over ``|t| <= bound_t``, ``|y| <= bound_y`` (per coordinate; the
+    loss must be separable). For squared loss this is ``2 (bound_t + bound_y)``."""
+    lo = get_loss(loss)
+    if not lo.separable:
+        raise InputError(f"loss {loss!r} is not coordinate-separable")
+    t = torch.linspace(-bound_t, bound_t, 401, dtype=torch.float64)
+    y = torch.linspace(-bound_y, bound_y, 401, dtype=torch.float64)
+    tt, yy = torch.meshgrid(t, y, indexing="ij")
+    return float(lo.deriv(tt.reshape(-1, 1), yy.reshape(-1, 1)).abs().max())
+
+
+# --------------------------------------------------------------------------------------------------
+# Lemma 6 and Theorem 1
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lemma6Constants:
+    """Lemma 6: ``|s̄_i(j)[k]| <= B_s`` and
+    ``|s̄_i(j)[k] - s_i(j)[k]| <= E_s^r eps_r + E_s^{r'} eps_r' + E_s^l eps_l``."""
+
+    P: float
+    B_s: float
+    E_s_r: float
+    E_s_r_prime: float
+    E_s_l: float
+
+    def error(self, *, eps_r: float, eps_r_prime: float, eps_l: float) -> float:
+        """The Lemma 6 bound on ``|s̄ - s|`` for given sum-of-ReLU errors."""
+        return _prod(self.E_s_r, eps_r) + _prod(self.E_s_r_prime, eps_r_prime) + _prod(self.E_s_l, eps_l)
+
+
+def _pmax(dims: Sequence[int]) -> float:
+    return max(math.sqrt(d) for d in dims)
+
+
+def lemma6_constants(
+    spec: NetSpec,
+    *,
+    E_r: float,
+    B_r_prime: float,
+    B_l: float,
+    bound_v: float,
+    lipschitz_r_prime: float,
+    lipschitz_l: float,
+) -> Lemma6Constants:
+    """Lemma 6's constants (paper-notes §6.1), with ``x := B_r' B_v P``:
+
+    * ``P := max{sqrt(K), sqrt(d)}`` (here ``d = max(d_x, d_y)``; the paper has ``d_x = d_y``);
+    * ``B_s := max_j x^{N-j} B_r' B_l``;
+    * ``E_s^r := max_j { L_r' E_r P B_s B_v^2 sum_{l<N-j} x^l + x^{N-j} (B_l L_r' B_v E_r + B_r' L_l E_r) }``;
+    * ``E_s^{r'} := max_j { P B_s B_v sum_{l<N-j} x^l + x^{N-j} B_l }``;
+    * ``E_s^l := max_j x^{N-j} B_r'``.
+
+    All grow like ``x^{N-1}``: exponentially in the depth N when ``x > 1``.
+    """
+    N = spec.depth
+    P = _pmax((spec.width, spec.in_dim, spec.out_dim))
+    x = B_r_prime * bound_v * P
+    js = range(1, N + 1)
+
+    def geo(j: int) -> float:
+        return sum(x**l for l in range(N - j))
+
+    B_s = max(x ** (N - j) * B_r_prime * B_l for j in js)
+    inner_r = _prod(B_l, lipschitz_r_prime, bound_v, E_r) + B_r_prime * lipschitz_l * E_r
+    E_s_r = max(
+        _prod(lipschitz_r_prime, E_r, P, B_s, bound_v**2, geo(j)) + x ** (N - j) * inner_r for j in js
+    )
+    E_s_rp = max(P * B_s * bound_v * geo(j) + x ** (N - j) * B_l for j in js)
+    E_s_l = max(x ** (N - j) * B_r_prime for j in js)
+    return Lemma6Constants(P, B_s, E_s_r, E_s_rp, E_s_l)
+
+
+@dataclass(frozen=True)
+class Theorem1Constants:
+    """Theorem 1's error constants (proof bookkeeping after (C.7), paper-notes §6.2):
+    ``C_l = N P^{3/2} B_r E_s^l``, ``C_r = N P^{3/2} B_r E_s^r + N P B_s E_r``,
+    ``C_r' = N P^{3/2} B_r E_s^{r'}``, so that
+    ``||∇̄L_n(w) - ∇L_n(w)||_2 <= (C_r eps_r + C_r' eps_r' + C_l eps_l) / 2``."""
+
+    C_l: float
+    C_r: float
+    C_r_prime: float
+
+    def split(self, eps: float) -> dict[str, float]:
+        """Theorem 1's choice ``eps_l = 2eps/(3C_l)``, ``eps_r = 2eps/(3C_r)``, ``eps_r' = 2eps/(3C_r')``,
+        which makes the gradient error at most eps (each part contributes eps/3)."""
+        if not (eps > 0):
+            raise InputError(f"eps must be > 0, got {eps}")
+        return {
+            "eps_l": 2 * eps / (3 * self.C_l),
+            "eps_r": 2 * eps / (3 * self.C_r),
+            "eps_r_prime": 2 * eps / (3 * self.C_r_prime),
+        }
+
+    def grad_error(self, *, eps_r: float, eps_r_prime: float, eps_l: float) -> float:
+        """``(N/2) P [(E_s^r eps_r + E_s^{r'} eps_r' + E_s^l eps_l) sqrt(P) B_r + B_s E_r eps_r]``, the bound
+        on ``||∇̄L_n - ∇L_n||_2`` from (C.7), written with the C's."""
+        return (_prod(self.C_r, eps_r) + _prod(self.C_r_prime, eps_r_prime) + _prod(self.C_l, eps_l)) / 2
+
+
+def theorem1_constants(
+    spec: NetSpec, lemma6: Lemma6Constants, *, B_r: float, E_r: float
+) -> Theorem1Constants:
+    """``C_l``, ``C_r``, ``C_r'`` of Theorem 1's proof from Lemma 6's constants, ``B_r`` and ``E_r``."""
+    N, P = spec.depth, lemma6.P
+    c = N * P**1.5 * B_r
+    return Theorem1Constants(
+        C_l=_prod(c, lemma6.E_s_l),
+        C_r=_prod(c, lemma6.E_s_r) + N * P * lemma6.B_s * E_r,
+        C_r_prime=_prod(c, lemma6.E_s_r_prime),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Corollary 1.1 (error accumulation over L steps)
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_cor(eps: float, lipschitz_f: float, steps: int) -> None:
+    if not (eps >= 0):
+        raise InputError(f"eps must be >= 0, got {eps}")
+    if not (lipschitz_f > 0):
+        raise InputError(f"the gradient's Lipschitz constant L_f must be > 0, got {lipschitz_f}")
+    _check_int("steps", steps, 0)
+
+
+def corollary11_bound(*, eps: float, lr: float, lipschitz_f: float, steps: int) -> float:
+    """Corrected Corollary 1.1: ``||w̄^l - w^l_GD||_2 <= L_f^{-1} ((1 + eta L_f)^l - 1) eps``.
+
+    Derivation (paper-notes §6.3): projection is non-expansive and ``w -> w - eta ∇L_n(w)`` is
+    ``(1 + eta L_f)``-Lipschitz when ``∇L_n`` is ``L_f``-Lipschitz (the paper calls ``L_f`` the Lipschitz
+    constant "of L_n(w)"; it must be that of ``∇L_n``, §10.9), so ``e_l <= (1 + eta L_f) e_{l-1} + eta eps``.
+    """
+    _check_cor(eps, lipschitz_f, steps)
+    return ((1 + lr * lipschitz_f) ** steps - 1) * eps / lipschitz_f
+
+
+def corollary11_loose(*, eps: float, lr: float, lipschitz_f: float, steps: int) -> float:
+    """``L_f^{-1} (1 + eta L_f)^l eps``: the corrected bound without the ``- 1`` (always looser)."""
+    _check_cor(eps, lipschitz_f, steps)
+    return (1 + lr * lipschitz_f) ** steps * eps / lipschitz_f
+
+
+def corollary11_as_printed(*, eps: float, examples: int, lipschitz_f: float, steps: int) -> float:
+    """Corollary 1.1 / Lemma 14 *as printed*: ``L_f^{-1} (1 + n L_f)^l eps`` with n the number of
+    examples — almost certainly a typo for ``(1 + eta L_f)^l`` (paper-notes §6.3, §10.9): the argument
+    gives no growth with n. Kept for comparison; it is the larger one whenever ``eta < n``."""
+    _check_cor(eps, lipschitz_f, steps)
+    _check_int("examples", examples, 1)
+    return (1 + examples * lipschitz_f) ** steps * eps / lipschitz_f
+
+
+# --------------------------------------------------------------------------------------------------
+# FLOPs
+# --------------------------------------------------------------------------------------------------
+
+
+def model_flops(
+    spec: NetSpec,
+    terms: TermCounts,
+    *,
+    examples: int,
+    steps: int,
+    projection: Projection = "none",
+    readout: bool = True,
+) -> dict[str, int]:
+    """Exact FLOPs of one forward pass of the compiled model on a prompt of ``n = examples`` examples
+    (``T = n + 1`` tokens), from the size table (:meth:`Sublayer.flops` gives the convention).
+
+    Returns ``{"per_block": ..., "blocks": L * per_block, "readout": ..., "total": ...}``.
+    """
+    _check_int("examples", examples, 1)
+    _check_int("steps", steps, 0)
+    T, D = examples + 1, embedding_dim(spec)
+    per_block = sum(s.flops(T, D) for s in block_table(spec, terms, projection))
+    ro = sum(s.flops(T, D) for s in readout_table(spec, terms)) if readout else 0
+    return {
+        "per_block": per_block,
+        "blocks": steps * per_block,
+        "readout": ro,
+        "total": steps * per_block + ro,
+    }
+
+
+def paper_construction_flops(*, examples: int, steps: int, depth: int, width: int, eps: float) -> float:
+    """The paper's asymptotic cost of one forward pass of the construction, ``n L N^3 K^5 / eps^2``
+    (App. A.3), with the O-constant set to 1."""
+    if not (eps > 0):
+        raise InputError(f"eps must be > 0, got {eps}")
+    return examples * steps * depth**3 * width**5 / eps**2
+
+
+def paper_direct_flops(*, examples: int, steps: int, depth: int, width: int) -> float:
+    """The paper's cost of L direct GD steps, ``n L N K^2`` (App. A.3), O-constant 1."""
+    return float(examples * steps * depth * width**2)
+
+
+def direct_gd_flops(spec: NetSpec, *, examples: int, steps: int) -> int:
+    """``6 P n L``: L full-batch GD steps on n examples (forward 2P, backward 4P FLOPs per example) — the
+    ``6 P D`` rule with ``D = n L`` example passes."""
+    return 6 * spec.num_params * examples * steps
+
+
+def transformer_forward_flops(num_params: float, tokens: float) -> float:
+    """``2 N_p N_t``: the usual forward-pass estimate (one MAC per parameter per token). The paper's
+    "3.3 billion" ICL FLOPs are this rule with 22M parameters and 76 tokens (experiments.md §5)."""
+    return 2 * num_params * tokens
+
+
+def training_flops(num_params: float, data: float) -> float:
+    """``6 P D``: training on D example passes (forward + backward). The paper's "7.6 billion" for the
+    6-layer width-200 network are this rule with P = 168,000 and D = 75 x 100 = 7,500 (experiments.md §5)."""
+    return 6 * num_params * data
