@@ -154,6 +154,17 @@ class UnitTable:
         return {"w1_idx": w1_idx, "w1_coef": w1_coef, "w2_dst": w2_dst, "w2_coef": w2_coef}
 
 
+def _scatter(B: int, T: int, D: int, dst: Tensor, src: Tensor) -> Tensor:
+    """``out[b, t, dst[e]] += src[b, t, e]`` as a (B, T, D) tensor, accumulating entries in index order.
+
+    Done on the transposed, row-contiguous layout (index_add_ along dim 0), which is much faster than
+    index_add_ along the last dim and adds the entries of one destination in the same order for every token.
+    """
+    out = torch.zeros(D, B * T, dtype=src.dtype, device=src.device)
+    out.index_add_(0, dst, src.reshape(B * T, -1).t())
+    return out.t().reshape(B, T, D)
+
+
 # --------------------------------------------------------------------------------------------------
 # Shared machinery
 # --------------------------------------------------------------------------------------------------
@@ -215,12 +226,18 @@ class _HeadSublayer(_Sublayer):
     def head_dim(self) -> int:
         return int(self.q_idx.shape[1])
 
+    def _gather(self, H: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
+        """``H[..., idx] * coef`` for idx/coef of shape (M, w): (B, T, M, w) via one index_select."""
+        B, T, _ = H.shape
+        return H.index_select(-1, idx.reshape(-1)).view(B, T, *idx.shape) * coef.to(H.dtype)
+
     def _qkv(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # (B, T, M, d_h) and (B, T, M, E): gathers of the few slots each head touches.
-        q = H[..., self.q_idx] * self.q_coef.to(H.dtype)
-        k = H[..., self.k_idx] * self.k_coef.to(H.dtype)
-        v = H[..., self.v_src] * self.v_coef.to(H.dtype)
-        return q, k, v
+        return (
+            self._gather(H, self.q_idx, self.q_coef),
+            self._gather(H, self.k_idx, self.k_coef),
+            self._gather(H, self.v_src, self.v_coef),
+        )
 
     @staticmethod
     def _scores(q: Tensor, k: Tensor) -> Tensor:
@@ -267,11 +284,13 @@ class ReLUAttention(_HeadSublayer):
     Args:
         tables: compact head tables (:class:`HeadTable`).
         dim: the embedding dimension D.
-        accumulate: ``"tokens"`` sums over keys s for each head, then over heads (batched matmuls, fast);
+        accumulate: ``"tokens"`` sums over keys s for each head, then over heads (fast);
             ``"heads"`` sums the heads writing each coordinate for every (i, s) pair first, then over s —
             needed for exact cancellation of large terms (the relu' delta-step); costs ``B T^2 E`` memory,
             processed in chunks of query tokens.
         max_chunk_elems: bound on the size of intermediate (B, heads, T, T) tensors.
+        fast_paths: use the exact shortcuts for token-independent queries or keys/values (see ``forward``);
+            set False to run the plain T x T computation (tests compare both).
     """
 
     def __init__(
@@ -280,6 +299,7 @@ class ReLUAttention(_HeadSublayer):
         dim: int,
         accumulate: Accumulate = "tokens",
         max_chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+        fast_paths: bool = True,
     ) -> None:
         super().__init__(tables, dim, max_chunk_elems)
         if accumulate not in ("tokens", "heads"):
@@ -293,38 +313,69 @@ class ReLUAttention(_HeadSublayer):
         self.register_buffer(
             "_entry_head", torch.arange(self.num_heads).repeat_interleave(self.v_src.shape[1]), persistent=False
         )
+        select = torch.zeros(dst.numel(), udst.numel(), dtype=self.v_coef.dtype)
+        select[torch.arange(dst.numel()), inv] = 1.0
+        self.register_buffer("_select", select, persistent=False)
+        self.fast_paths = fast_paths
+        # Slots that matter for queries and for keys/values (zero-coefficient padding excluded).
+        q_slots = self.q_idx[self.q_coef != 0]
+        kv_slots = torch.cat([self.k_idx[self.k_coef != 0], self.v_src[self.v_coef != 0]])
+        self.register_buffer("_q_slots", torch.unique(q_slots), persistent=False)
+        self.register_buffer("_kv_slots", torch.unique(kv_slots), persistent=False)
 
     def _weights(self, S: Tensor) -> Tensor:
         return torch.relu(S)
 
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
-        B, T, _ = H.shape
-        q, k, v = self._qkv(H)
-        acc = torch.zeros_like(H)
+        B, T, D = H.shape
+        Hq, Hk = H, H
+        if self.fast_paths and T > 1:
+            # Exact shortcuts (same function, fewer operations): when every token holds the same values in
+            # the slots the queries read, every output row is the same — compute one; when every token holds
+            # the same values in the slots keys and values read, the T equal terms of the key sum are
+            # computed once (T x term / T = term).
+            Hs = H[:, :, self._q_slots]
+            if torch.equal(Hs, Hs[:, :1].expand_as(Hs)):
+                Hq = H[:, :1]
+            Hs = H[:, :, self._kv_slots]
+            if torch.equal(Hs, Hs[:, :1].expand_as(Hs)):
+                Hk = H[:, :1]
+        q = self._gather(Hq, self.q_idx, self.q_coef)
+        k = self._gather(Hk, self.k_idx, self.k_coef)
+        v = self._gather(Hk, self.v_src, self.v_coef)
+        acc = self._attend(q, k, v, D)  # (B, T or 1, D), summed over the attended keys
+        return H + self._normalise(acc, k.shape[1])
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, D: int) -> Tensor:
+        B, Tq = q.shape[:2]
+        Tk, E = k.shape[1], v.shape[-1]
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, M, T, .)
-        E = v.shape[-1]
+        acc = torch.zeros(B, Tq, D, dtype=q.dtype, device=q.device)
         if self.accumulate == "tokens":
+            parts = []
             # Per head, sum over keys s (an outer reduction: the same order for every query row, so rows
             # with equal scores get bit-identical sums), then add the heads into their destinations.
-            per = max(1, self.max_chunk_elems // max(1, B * T * T * E))
+            per = max(1, self.max_chunk_elems // max(1, B * Tq * Tk * E))
             for a in range(0, self.num_heads, per):
                 hs = slice(a, min(a + per, self.num_heads))
-                A = self._weights(self._scores(qt[:, hs], kt[:, hs]))  # (B, m, T, T)
-                Z = (A[..., None] * vt[:, hs, None]).sum(3)  # (B, m, T, E)
-                acc.index_add_(-1, self.v_dst[hs].reshape(-1), Z.transpose(1, 2).reshape(B, T, -1))
+                A = self._weights(self._scores(qt[:, hs], kt[:, hs]))  # (B, m, Tq, Tk)
+                parts.append((A[..., None] * vt[:, hs, None]).sum(3).transpose(1, 2))  # (B, Tq, m, E)
+            Z = parts[0] if len(parts) == 1 else torch.cat(parts, 2)
+            acc = _scatter(B, Tq, D, self.v_dst.reshape(-1), Z.reshape(B, Tq, -1))
         else:
-            vflat = v.reshape(B, T, -1)  # (B, T(keys), M*E)
+            vflat = v.reshape(B, Tk, -1)  # (B, Tk, M*E)
             U = self._udst.numel()
-            per = max(1, self.max_chunk_elems // max(1, B * T * (self.num_heads * E + U)))
-            for a in range(0, T, per):
-                I = slice(a, min(a + per, T))
-                A = self._weights(self._scores(qt[:, :, I], kt))  # (B, M, |I|, T)
-                G = A.permute(0, 2, 3, 1)[..., self._entry_head] * vflat[:, None]  # (B, |I|, T, M*E)
-                C = torch.zeros(B, G.shape[1], T, U, dtype=H.dtype, device=H.device)
-                C.index_add_(-1, self._entry_udst, G)  # heads first, for each (i, s)
-                acc[:, I, self._udst] += C.sum(2)  # then over the keys s
-        return H + self._normalise(acc, T)
+            per = max(1, self.max_chunk_elems // max(1, B * Tk * (self.num_heads * E + U)))
+            for a in range(0, Tq, per):
+                I = slice(a, min(a + per, Tq))
+                A = self._weights(self._scores(qt[:, :, I], kt))  # (B, M, |I|, Tk)
+                G = A.permute(0, 2, 3, 1)[..., self._entry_head] * vflat[:, None]  # (B, |I|, Tk, M*E)
+                # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step
+                # has exactly two non-zero terms, whose sum is exact in any order), then over the keys.
+                C = torch.matmul(G, self._select.to(G.dtype))  # (B, |I|, Tk, U)
+                acc[:, I, self._udst] += C.sum(2)
+        return acc
 
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
         return acc / T
@@ -352,9 +403,7 @@ class EWML(_HeadSublayer):
         B, T, _ = H.shape
         q, k, v = self._qkv(H)
         score = (q * k).sum(-1)  # (B, T, M)
-        acc = torch.zeros_like(H)
-        acc.index_add_(-1, self.v_dst.reshape(-1), (score[..., None] * v).reshape(B, T, -1))
-        return H + acc
+        return H + _scatter(B, T, self.dim, self.v_dst.reshape(-1), (score[..., None] * v).reshape(B, T, -1))
 
 
 class MLP(_Sublayer):
@@ -383,9 +432,8 @@ class MLP(_Sublayer):
         for c in range(1, g.shape[-1]):
             pre = pre + g[..., c]
         hid = torch.relu(pre)
-        acc = torch.zeros_like(H)
-        acc.index_add_(-1, self.w2_dst.reshape(-1), (hid[..., None] * self.w2_coef.to(H.dtype)).reshape(B, T, -1))
-        return H + acc
+        out = (hid[..., None] * self.w2_coef.to(H.dtype)).reshape(B, T, -1)
+        return H + _scatter(B, T, self.dim, self.w2_dst.reshape(-1), out)
 
     def dense(self) -> tuple[Tensor, Tensor]:
         """Dense ``W_1 (U, D)`` and ``W_2 (D, U)`` (tests, small D only)."""

@@ -431,8 +431,8 @@ def _train_loop(
         dynamic_ncols=True,
         disable=quiet or not dist.is_main or not sys.stderr.isatty(),
     )
-    # Running sums since the last check: loss, label variance, non-finite count, first bad step.
-    sums = torch.zeros(3, device=device, dtype=torch.float64)
+    # Running sums since the last log: loss, sum y, sum y^2, label count, non-finite count.
+    sums = torch.zeros(5, device=device, dtype=torch.float64)
     first_bad = torch.full((), t.steps + 1, device=device, dtype=torch.float64)
     interval_steps, interval_t = 0, time.perf_counter()
     last_loss: float | None = None
@@ -461,7 +461,10 @@ def _train_loop(
 
             ld = loss.detach().double()
             finite = torch.isfinite(ld)
-            sums += torch.stack((torch.where(finite, ld, 0.0), batch.ys.double().var(dim=0, correction=0).mean(), (~finite).double()))
+            yd = batch.ys.detach().double()
+            sums += torch.stack(
+                (torch.where(finite, ld, 0.0), yd.sum(), (yd * yd).sum(), torch.tensor(float(yd.numel()), device=device), (~finite).double())
+            )
             first_bad = torch.where(finite, first_bad, torch.minimum(first_bad, torch.tensor(step + 1.0, device=device, dtype=torch.float64)))
             interval_steps += 1
             done = step + 1
@@ -476,7 +479,7 @@ def _train_loop(
 
                 tdist.all_reduce(stats)
                 tdist.all_reduce(bad_at, op=tdist.ReduceOp.MIN)
-            if stats[2].item() > 0:
+            if stats[4].item() > 0:
                 good = f"step {last_saved}" if last_saved >= 0 else "none"
                 raise TrainingDiverged(
                     f"non-finite loss at step {int(bad_at.item())}; stopped (last good checkpoint: {good} in {run_dir})"
@@ -485,7 +488,8 @@ def _train_loop(
                 now = time.perf_counter()
                 n_ex = interval_steps * t.batch_size
                 last_loss = stats[0].item() / (interval_steps * dist.world_size)
-                y_var = stats[1].item() / (interval_steps * dist.world_size)
+                # Variance of every label of the interval: the MSE of the best constant predictor.
+                y_var = stats[2].item() / stats[3].item() - (stats[1].item() / stats[3].item()) ** 2
                 last_rate = n_ex / max(now - interval_t, 1e-9)
                 record = {
                     "step": done,
