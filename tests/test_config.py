@@ -45,7 +45,12 @@ def test_preset_list_and_paper_settings() -> None:
     assert (small.model.layers, small.model.heads, small.model.d_model, small.model.d_mlp) == (4, 4, 64, 256)
     assert (small.task.dim, small.task.depth, small.task.width, small.task.examples) == (20, 6, 64, 30)
     assert small.task.inputs.means == [-2.0] and small.task.fan_in_scaling
-    assert (small.train.batch_size, small.train.steps, small.train.warmup, small.train.lr) == (64, 3000, 200, 1e-3)
+    assert (small.train.batch_size, small.train.steps, small.train.warmup, small.train.lr) == (
+        64,
+        3000,
+        200,
+        1e-3,
+    )
     for att in ("relu", "softmax"):
         p = load_config(f"paper-{att}")
         assert p.model.attention == att

@@ -14,7 +14,7 @@ from icdl.icl.models import ICLTransformer, build_model, relu_attention
 
 def loop_relu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, norm: str) -> torch.Tensor:
     """Reference: one query at a time, sum over visible keys."""
-    B, H, T, dh = q.shape
+    T, dh = q.shape[-2], q.shape[-1]
     out = torch.zeros_like(v)
     for i in range(T):
         acc = torch.zeros_like(v[:, :, 0])
@@ -32,7 +32,9 @@ def test_relu_attention_matches_loop(norm: str) -> None:
     torch.testing.assert_close(relu_attention(q, k, v, norm), loop_relu_attention(q, k, v, norm))  # type: ignore[arg-type]
 
 
-def reference_forward(model: ICLTransformer, xs: torch.Tensor, ys: torch.Tensor, attention: str) -> torch.Tensor:
+def reference_forward(
+    model: ICLTransformer, xs: torch.Tensor, ys: torch.Tensor, attention: str
+) -> torch.Tensor:
     """Functional re-implementation from the module's parameters (explicit masks, explicit softmax)."""
     B, n, _ = xs.shape
     d = model.d_tok

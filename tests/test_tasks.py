@@ -76,7 +76,7 @@ def test_gaussian_inputs_and_he_scaled_weights() -> None:
     assert b.xs.mean().item() == pytest.approx(-2.0, abs=0.01)
     assert b.xs.std().item() == pytest.approx(1.0, abs=0.01)
     spec = net_spec(cfg)
-    for V, (rows, cols) in zip(unflatten(spec, b.w), spec.shapes, strict=True):
+    for V, (_, cols) in zip(unflatten(spec, b.w), spec.shapes, strict=True):
         raw = V / math.sqrt(2.0 / cols)  # undo He scaling: N(0.3, 1.5^2)
         assert raw.mean().item() == pytest.approx(0.3, abs=0.05)
         assert raw.std().item() == pytest.approx(1.5, rel=0.03)
@@ -99,7 +99,9 @@ def test_mixture_per_point_and_per_prompt() -> None:
 def test_uniform_and_centred_inputs() -> None:
     u = sample_batch(task(inputs={"kind": "uniform", "low": -1, "high": 3}), 100, seed=0, step=0).xs
     assert u.min() >= -1 and u.max() <= 3 and u.mean().item() == pytest.approx(1.0, abs=0.05)
-    c = sample_batch(task(inputs={"mean": [-2.0, 2.0], "weights": [0.8, 0.2], "center": True}), 400, seed=0, step=0)
+    c = sample_batch(
+        task(inputs={"mean": [-2.0, 2.0], "weights": [0.8, 0.2], "center": True}), 400, seed=0, step=0
+    )
     assert c.xs.mean().item() == pytest.approx(0.0, abs=0.05)  # E[x] = 0.8(-2) + 0.2(2) = -1.2 removed
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -57,7 +58,7 @@ def test_lr_schedule() -> None:
     assert lr_at(cos, 60) == pytest.approx(0.55)  # halfway: (1 + 0.1) / 2
     assert lr_at(cos, 110) == pytest.approx(0.1)
     vals = [lr_at(cos, s) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(vals, vals[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(vals))
 
 
 def test_tiny_run_learns_and_writes_a_run_dir(tmp_path: Path) -> None:
@@ -115,7 +116,18 @@ def test_resume_config_mismatch_is_rejected(tmp_path: Path, capsys: pytest.Captu
     before = sorted(str(p) for p in run.rglob("*"))
     for bad in (["model.attention=softmax"], ["train.lr=0.5"], ["train.schedule=cosine"]):
         with pytest.raises(SystemExit) as info:
-            main(["train", "tiny", "--out", str(run), "-q", "--set", "train.steps=4", *sum((["--set", b] for b in bad), [])])
+            main(
+                [
+                    "train",
+                    "tiny",
+                    "--out",
+                    str(run),
+                    "-q",
+                    "--set",
+                    "train.steps=4",
+                    *[arg for b in bad for arg in ("--set", b)],
+                ]
+            )
         assert info.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "does not match" in err
@@ -142,7 +154,11 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(
     monkeypatch.setattr("icdl.icl.train.sample_batch", poisoned)
     run = tmp_path / "nan"
     with pytest.raises(TrainingDiverged, match="step 8") as info:
-        train(load_config("tiny", ["train.steps=20", "train.checkpoint_every=5", "train.threads=1"]), run, quiet=True)
+        train(
+            load_config("tiny", ["train.steps=20", "train.checkpoint_every=5", "train.threads=1"]),
+            run,
+            quiet=True,
+        )
     assert "\n" not in str(info.value)
     ck = find_checkpoint(run)
     assert ck is not None and ck.name == "step_0000005"
@@ -152,17 +168,35 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(
 def test_cli_non_finite_exit_1_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "blowup"
     with pytest.raises(SystemExit) as info:  # 1e30 weights overflow float32 at the first layer
-        main(["train", "tiny", "--out", str(run), "-q", "--set", "task.weight_std=1e30", "--set", "train.steps=5"])
+        main(
+            [
+                "train",
+                "tiny",
+                "--out",
+                str(run),
+                "-q",
+                "--set",
+                "task.weight_std=1e30",
+                "--set",
+                "train.steps=5",
+            ]
+        )
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "non-finite loss at step 1" in err and "Traceback" not in err
     assert find_checkpoint(run) is None
 
 
-def _cli(run: Path, steps: int, extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+def _cli(run: Path, steps: int, extra: tuple[str, ...] = ()) -> list[str]:
+    sets = [
+        f"train.steps={steps}",
+        "train.checkpoint_every=2",
+        "train.log_every=1",
+        "train.threads=1",
+        *extra,
+    ]
     return [sys.executable, "-m", "icdl", "train", "tiny", "--out", str(run), "-q",
-            "--set", f"train.steps={steps}", "--set", "train.checkpoint_every=2", "--set", "train.log_every=1",
-            "--set", "train.threads=1", *extra]  # fmt: skip
+            *[arg for s in sets for arg in ("--set", s)]]  # fmt: skip
 
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path: Path) -> None:
@@ -200,3 +234,21 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path: Path) -> None:
     assert got == list(range(1, steps + 1))  # logged steps past the kill were replaced, not duplicated
     want = {r["step"]: r["loss"] for r in records(ref)}
     assert all(r["loss"] == want[r["step"]] for r in records(cut))
+
+
+def test_curriculum_grows_dims_and_points(tmp_path: Path) -> None:
+    cfg = load_config(
+        "tiny",
+        [
+            "train.steps=8",
+            "train.log_every=2",
+            "train.threads=1",
+            "train.curriculum.dims={start: 2, end: 5, inc: 1, interval: 2}",
+            "train.curriculum.points={start: 4, end: 11, inc: 3, interval: 4}",
+        ],
+    )
+    train(cfg, tmp_path / "cur", quiet=True)
+    recs = records(tmp_path / "cur")
+    # Logged at the end of steps 2, 4, 6, 8 (0-based steps 1, 3, 5, 7).
+    assert [r["dims"] for r in recs] == [2, 3, 4, 5]
+    assert [r["points"] for r in recs] == [4, 4, 7, 7]

@@ -113,7 +113,7 @@ class InputConfig(_Strict):
 
 
 class TaskConfig(_Strict):
-    """Random N-layer network tasks (experiments.md §1): ``y = f(w, x) + noise`` with a fresh ``w`` per prompt.
+    """Random N-layer network tasks (experiments.md §1): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
 
     The network is :class:`icdl.nets.NetSpec` ``(depth, width, dim, out_dim, activation, output)``,
     bias-free; its weights are i.i.d. ``N(weight_mean, weight_std^2)``, multiplied by ``sqrt(2/fan_in)``
@@ -142,7 +142,9 @@ class TaskConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> TaskConfig:
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown task.activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+            raise ValueError(
+                f"unknown task.activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}"
+            )
         return self
 
     @property
@@ -279,7 +281,13 @@ class Config(_Strict):
 # Keys that may differ between a saved run and the config used to resume it: they change bookkeeping,
 # not the trajectory. (``train.steps`` may grow too, unless the cosine schedule depends on it.)
 RESUMABLE_KEYS = frozenset(
-    {"train.checkpoint_every", "train.keep_checkpoints", "train.log_every", "train.tensorboard", "train.threads"}
+    {
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
+        "train.log_every",
+        "train.tensorboard",
+        "train.threads",
+    }
 )
 
 
@@ -302,7 +310,9 @@ def preset_path(name_or_path: str | Path) -> Path:
     candidate = _presets_dir() / f"{p.name}.yaml"
     if candidate.is_file() and str(p) == p.name:
         return candidate
-    raise InputError(f"unknown preset {str(name_or_path)!r}; choose one of {', '.join(list_presets())} or a YAML path")
+    raise InputError(
+        f"unknown preset {str(name_or_path)!r}; choose one of {', '.join(list_presets())} or a YAML path"
+    )
 
 
 def _format_validation_error(exc: ValidationError) -> str:
@@ -325,7 +335,7 @@ def validate(data: dict[str, Any]) -> Config:
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
-    """Parse ``key=value`` strings; values are YAML scalars/flow collections (``1e-3``, ``true``, ``[1, 2]``)."""
+    """Parse ``key=value`` strings; values are YAML scalars or flow collections (``true``, ``[1, 2]``)."""
     out = []
     for item in items:
         key, sep, raw = item.partition("=")

@@ -154,15 +154,29 @@ class UnitTable:
         return {"w1_idx": w1_idx, "w1_coef": w1_coef, "w2_dst": w2_dst, "w2_coef": w2_coef}
 
 
-def _scatter(B: int, T: int, D: int, dst: Tensor, src: Tensor) -> Tensor:
-    """``out[b, t, dst[e]] += src[b, t, e]`` as a (B, T, D) tensor, accumulating entries in index order.
+def _features(H: Tensor) -> Tensor:
+    """``(B, T, D) -> (D, B*T)``: the feature-major layout in which gathers and scatters of slots are
+    contiguous row copies (``index_select``/``index_add_`` along dim 0)."""
+    B, T, D = H.shape
+    return H.reshape(B * T, D).t().contiguous()
 
-    Done on the transposed, row-contiguous layout (index_add_ along dim 0), which is much faster than
-    index_add_ along the last dim and adds the entries of one destination in the same order for every token.
-    """
-    out = torch.zeros(D, B * T, dtype=src.dtype, device=src.device)
-    out.index_add_(0, dst, src.reshape(B * T, -1).t())
-    return out.t().reshape(B, T, D)
+
+def _tokens(F: Tensor, B: int, T: int) -> Tensor:
+    """Inverse of :func:`_features`: ``(D, B*T) -> (B, T, D)``."""
+    return F.t().reshape(B, T, -1)
+
+
+def _gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
+    """``coef[m, r] * h[idx[m, r]]`` for every token: ``(D, N) -> (M, w, N)``."""
+    return F.index_select(0, idx.reshape(-1)).view(*idx.shape, F.shape[1]) * coef.to(F.dtype)[..., None]
+
+
+def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
+    """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
+    in index order, the same order for every token."""
+    out = torch.zeros(D, src.shape[1], dtype=src.dtype, device=src.device)
+    out.index_add_(0, dst, src)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -226,33 +240,21 @@ class _HeadSublayer(_Sublayer):
     def head_dim(self) -> int:
         return int(self.q_idx.shape[1])
 
-    def _gather(self, H: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
-        """``H[..., idx] * coef`` for idx/coef of shape (M, w): (B, T, M, w) via one index_select."""
-        B, T, _ = H.shape
-        return H.index_select(-1, idx.reshape(-1)).view(B, T, *idx.shape) * coef.to(H.dtype)
-
-    def _qkv(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        # (B, T, M, d_h) and (B, T, M, E): gathers of the few slots each head touches.
-        return (
-            self._gather(H, self.q_idx, self.q_coef),
-            self._gather(H, self.k_idx, self.k_coef),
-            self._gather(H, self.v_src, self.v_coef),
-        )
-
     @staticmethod
     def _scores(q: Tensor, k: Tensor) -> Tensor:
-        """``<q_i, k_s>`` for q of shape (B, M, I, d_h) and k of shape (B, M, T, d_h) -> (B, M, I, T).
+        """Scores ``S[m, b, s, i] = <q_i, k_s>`` (keys before queries) for q of shape (M, d_h, B, Tq) and k of
+        shape (M, d_h, B, Tk) -> (M, B, Tk, Tq).
 
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        S = q[..., 0, None] * k[..., None, :, 0]
-        for r in range(1, q.shape[-1]):
-            S = S + q[..., r, None] * k[..., None, :, r]
+        S = k[:, 0, :, :, None] * q[:, 0, :, None, :]
+        for r in range(1, q.shape[1]):
+            S = S + k[:, r, :, :, None] * q[:, r, :, None, :]
         return S
 
     def dense(self) -> tuple[Tensor, Tensor, Tensor]:
-        """Dense per-head matrices ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
+        """Dense per-head ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
         M, dh, D = self.num_heads, self.head_dim, self.dim
         dt = self.q_coef.dtype
         Q = torch.zeros(M, dh, D, dtype=dt)
@@ -263,7 +265,9 @@ class _HeadSublayer(_Sublayer):
         Q.index_put_((m.expand(M, dh), r.expand(M, dh), self.q_idx), self.q_coef, accumulate=True)
         K.index_put_((m.expand(M, dh), r.expand(M, dh), self.k_idx), self.k_coef, accumulate=True)
         E = self.v_src.shape[1]
-        V.index_put_((torch.arange(M)[:, None].expand(M, E), self.v_dst, self.v_src), self.v_coef, accumulate=True)
+        V.index_put_(
+            (torch.arange(M)[:, None].expand(M, E), self.v_dst, self.v_src), self.v_coef, accumulate=True
+        )
         return Q, K, V
 
     def dense_parameters(self) -> int:
@@ -311,7 +315,9 @@ class ReLUAttention(_HeadSublayer):
         self.register_buffer("_udst", udst, persistent=False)
         self.register_buffer("_entry_udst", inv, persistent=False)
         self.register_buffer(
-            "_entry_head", torch.arange(self.num_heads).repeat_interleave(self.v_src.shape[1]), persistent=False
+            "_entry_head",
+            torch.arange(self.num_heads).repeat_interleave(self.v_src.shape[1]),
+            persistent=False,
         )
         select = torch.zeros(dst.numel(), udst.numel(), dtype=self.v_coef.dtype)
         select[torch.arange(dst.numel()), inv] = 1.0
@@ -329,52 +335,54 @@ class ReLUAttention(_HeadSublayer):
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
         B, T, D = H.shape
-        Hq, Hk = H, H
+        F = _features(H).view(D, B, T)
+        Fq, Fk = F, F
         if self.fast_paths and T > 1:
             # Exact shortcuts (same function, fewer operations): when every token holds the same values in
             # the slots the queries read, every output row is the same — compute one; when every token holds
             # the same values in the slots keys and values read, the T equal terms of the key sum are
             # computed once (T x term / T = term).
-            Hs = H[:, :, self._q_slots]
-            if torch.equal(Hs, Hs[:, :1].expand_as(Hs)):
-                Hq = H[:, :1]
-            Hs = H[:, :, self._kv_slots]
-            if torch.equal(Hs, Hs[:, :1].expand_as(Hs)):
-                Hk = H[:, :1]
-        q = self._gather(Hq, self.q_idx, self.q_coef)
-        k = self._gather(Hk, self.k_idx, self.k_coef)
-        v = self._gather(Hk, self.v_src, self.v_coef)
-        acc = self._attend(q, k, v, D)  # (B, T or 1, D), summed over the attended keys
-        return H + self._normalise(acc, k.shape[1])
+            Fs = F[self._q_slots]
+            if torch.equal(Fs, Fs[..., :1].expand_as(Fs)):
+                Fq = F[..., :1]
+            Fs = F[self._kv_slots]
+            if torch.equal(Fs, Fs[..., :1].expand_as(Fs)):
+                Fk = F[..., :1]
+        Tq, Tk = Fq.shape[-1], Fk.shape[-1]
+        Fq2, Fk2 = Fq.reshape(D, B * Tq), Fk.reshape(D, B * Tk)
+        q = _gather(Fq2, self.q_idx, self.q_coef).view(self.num_heads, -1, B, Tq)
+        k = _gather(Fk2, self.k_idx, self.k_coef).view(self.num_heads, -1, B, Tk)
+        v = _gather(Fk2, self.v_src, self.v_coef).view(self.num_heads, -1, B, Tk)
+        acc = self._normalise(self._attend(q, k, v, D), Tk)  # (D, B, Tq), summed over the keys
+        return H + acc.permute(1, 2, 0)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, D: int) -> Tensor:
-        B, Tq = q.shape[:2]
-        Tk, E = k.shape[1], v.shape[-1]
-        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, M, T, .)
-        acc = torch.zeros(B, Tq, D, dtype=q.dtype, device=q.device)
+        """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (D, B, Tq)."""
+        M, E, B, Tk = v.shape
+        Tq = q.shape[-1]
         if self.accumulate == "tokens":
+            # Per head, sum over keys s (dim 3 of (M, E, B, Tk, Tq) is an outer reduction: the same order for
+            # every query, so queries with equal scores get bit-identical sums), then scatter the heads.
+            per = max(1, self.max_chunk_elems // max(1, E * B * Tk * Tq))
             parts = []
-            # Per head, sum over keys s (an outer reduction: the same order for every query row, so rows
-            # with equal scores get bit-identical sums), then add the heads into their destinations.
-            per = max(1, self.max_chunk_elems // max(1, B * Tq * Tk * E))
-            for a in range(0, self.num_heads, per):
-                hs = slice(a, min(a + per, self.num_heads))
-                A = self._weights(self._scores(qt[:, hs], kt[:, hs]))  # (B, m, Tq, Tk)
-                parts.append((A[..., None] * vt[:, hs, None]).sum(3).transpose(1, 2))  # (B, Tq, m, E)
-            Z = parts[0] if len(parts) == 1 else torch.cat(parts, 2)
-            acc = _scatter(B, Tq, D, self.v_dst.reshape(-1), Z.reshape(B, Tq, -1))
-        else:
-            vflat = v.reshape(B, Tk, -1)  # (B, Tk, M*E)
-            U = self._udst.numel()
-            per = max(1, self.max_chunk_elems // max(1, B * Tk * (self.num_heads * E + U)))
-            for a in range(0, Tq, per):
-                I = slice(a, min(a + per, Tq))
-                A = self._weights(self._scores(qt[:, :, I], kt))  # (B, M, |I|, Tk)
-                G = A.permute(0, 2, 3, 1)[..., self._entry_head] * vflat[:, None]  # (B, |I|, Tk, M*E)
-                # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step
-                # has exactly two non-zero terms, whose sum is exact in any order), then over the keys.
-                C = torch.matmul(G, self._select.to(G.dtype))  # (B, |I|, Tk, U)
-                acc[:, I, self._udst] += C.sum(2)
+            for a in range(0, M, per):
+                hs = slice(a, min(a + per, M))
+                A = self._weights(self._scores(q[hs], k[hs]))  # (m, B, Tk, Tq)
+                parts.append((A[:, None] * v[hs, ..., None]).sum(3))  # (m, E, B, Tq)
+            Z = parts[0] if len(parts) == 1 else torch.cat(parts)
+            return _scatter(D, self.v_dst.reshape(-1), Z.reshape(M * E, B * Tq)).view(D, B, Tq)
+        # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step has exactly
+        # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
+        U = self._udst.numel()
+        acc = torch.zeros(D, B, Tq, dtype=q.dtype, device=q.device)
+        per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * E + U)))
+        sel = self._select.to(q.dtype).t()  # (U, M*E)
+        for a in range(0, Tq, per):
+            I = slice(a, min(a + per, Tq))
+            A = self._weights(self._scores(q[..., I], k))  # (M, B, Tk, |I|)
+            G = (A[:, None] * v[..., None]).reshape(M * E, -1)  # (M*E, B*Tk*|I|)
+            C = torch.matmul(sel, G).view(U, B, Tk, -1)
+            acc[self._udst, :, I] += C.sum(2)
         return acc
 
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
@@ -386,7 +394,7 @@ class SoftmaxAttention(ReLUAttention):
     ``out_i = h_i + sum_m sum_s softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``."""
 
     def _weights(self, S: Tensor) -> Tensor:
-        return torch.softmax(S, dim=-1)
+        return torch.softmax(S, dim=-2)  # scores are (..., keys, queries)
 
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
         return acc
@@ -401,9 +409,15 @@ class EWML(_HeadSublayer):
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
         B, T, _ = H.shape
-        q, k, v = self._qkv(H)
-        score = (q * k).sum(-1)  # (B, T, M)
-        return H + _scatter(B, T, self.dim, self.v_dst.reshape(-1), (score[..., None] * v).reshape(B, T, -1))
+        F = _features(H)
+        q = _gather(F, self.q_idx, self.q_coef)  # (M, d_h, B*T)
+        k = _gather(F, self.k_idx, self.k_coef)
+        v = _gather(F, self.v_src, self.v_coef)  # (M, E, B*T)
+        score = q[:, 0] * k[:, 0]
+        for r in range(1, q.shape[1]):
+            score = score + q[:, r] * k[:, r]
+        contrib = (score[:, None] * v).reshape(-1, B * T)
+        return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
 
 
 class MLP(_Sublayer):
@@ -427,13 +441,13 @@ class MLP(_Sublayer):
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
         B, T, _ = H.shape
-        g = H[..., self.w1_idx] * self.w1_coef.to(H.dtype)  # (B, T, U, r)
-        pre = g[..., 0]
-        for c in range(1, g.shape[-1]):
-            pre = pre + g[..., c]
+        g = _gather(_features(H), self.w1_idx, self.w1_coef)  # (U, r, B*T)
+        pre = g[:, 0]
+        for c in range(1, g.shape[1]):
+            pre = pre + g[:, c]
         hid = torch.relu(pre)
-        out = (hid[..., None] * self.w2_coef.to(H.dtype)).reshape(B, T, -1)
-        return H + _scatter(B, T, self.dim, self.w2_dst.reshape(-1), out)
+        out = (hid[:, None] * self.w2_coef.to(H.dtype)[..., None]).reshape(-1, B * T)
+        return H + _tokens(_scatter(self.dim, self.w2_dst.reshape(-1), out), B, T)
 
     def dense(self) -> tuple[Tensor, Tensor]:
         """Dense ``W_1 (U, D)`` and ``W_2 (D, U)`` (tests, small D only)."""

@@ -20,12 +20,16 @@ from icdl.cli._common import emit_json
 @click.argument("config")
 @click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",
-    help="Override a config key (dotted, YAML value), e.g. --set train.steps=500 --set model.attention=softmax.",
+    help="Override a config key (dotted key, YAML value), e.g. --set train.steps=500; repeatable.",
 )  # fmt: skip
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None, help="Run directory [runs/<preset>].")
+@click.option(
+    "--out", "out", type=click.Path(path_type=Path), default=None, help="Run directory [runs/<preset>]."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
-@click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit (writes nothing).")
+@click.option(
+    "--print-config", is_flag=True, help="Print the resolved config as YAML and exit (writes nothing)."
+)
 def train(
     config: str, overrides: tuple[str, ...], out: Path | None, quiet: bool, as_json: bool, print_config: bool
 ) -> None:

@@ -139,7 +139,14 @@ def forward_layer(ctx: BuildContext, j: int) -> ReLUAttention:
                 v=[(one, dst, c)],
             )
     info = SublayerInfo(
-        "relu_attention", "forward", "Lemma 2", j, len(heads), 0, (_p_label(j - 1), f"W[V_{j}]", "ONE"), (f"P_{j}",)
+        "relu_attention",
+        "forward",
+        "Lemma 2",
+        j,
+        len(heads),
+        0,
+        (_p_label(j - 1), f"W[V_{j}]", "ONE"),
+        (f"P_{j}",),
     )
     return _attach(ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens"), info)
 
@@ -149,7 +156,7 @@ def derivative_layer(ctx: BuildContext) -> ReLUAttention:
     ``V h = c'_m ONE -> R_j[k]``, so R_j holds ``r̄'(V_j p(j-1))`` = the paper's r̄'(j-1).
 
     For the exact relu' delta-step the heads are summed per (query, key) pair before the sum over keys
-    (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact (see :mod:`icdl.construct.terms`).
+    (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact (:mod:`icdl.construct.terms`).
     """
     L = ctx.layout
     one = L.index("ONE")
@@ -167,7 +174,7 @@ def derivative_layer(ctx: BuildContext) -> ReLUAttention:
                     v=[(one, dst, c)],
                 )
     exact_step = any(t.delta is not None for t in ctx.r_prime)
-    reads = tuple(_p_label(j - 1) for j in range(1, ctx.spec.depth + 1)) + ("W", "ONE")
+    reads = (*tuple(_p_label(j - 1) for j in range(1, ctx.spec.depth + 1)), "W", "ONE")
     writes = tuple(f"R_{j}" for j in range(1, ctx.spec.depth + 1))
     info = SublayerInfo("relu_attention", "derivative", "Lemma 3", None, len(heads), 0, reads, writes)
     module = ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="heads" if exact_step else "tokens")
@@ -215,7 +222,9 @@ def backward_layer(ctx: BuildContext, j: int) -> EWML:
             heads.add(q=[(L.index("G", None, k), 1.0)], k=[(L.index("ONE"), 1.0)], v=[(r, dst, 1.0)])
         else:
             col = L.w_col(j + 1, k)
-            heads.add(q=[(i, 1.0) for i in col], k=[(i, 1.0) for i in L.indices("S", j + 1)], v=[(r, dst, 1.0)])
+            heads.add(
+                q=[(i, 1.0) for i in col], k=[(i, 1.0) for i in L.indices("S", j + 1)], v=[(r, dst, 1.0)]
+            )
     reads = ("G", "ONE", f"R_{j}") if j == N else (f"W[V_{j + 1}]", f"S_{j + 1}", f"R_{j}")
     info = SublayerInfo("ewml", "backward", "Lemma 5", j, len(heads), 0, reads, (f"S_{j}",))
     return _attach(EWML(heads.tensors(ctx.dtype), L.dim), info)
@@ -240,10 +249,13 @@ def update_layer(ctx: BuildContext) -> ReLUAttention:
             s = L.index("S", j, k)
             row = L.w_row(j, k)
             for sigma in (1.0, -1.0):
-                heads.add(q=[(one, sigma)], k=[(s, 1.0)], v=[(p, w, -sigma * scale) for p, w in zip(src, row, strict=True)])
-    reads = ("ONE",) + tuple(f"S_{j}" for j in range(1, ctx.spec.depth + 1)) + tuple(
-        _p_label(j - 1) for j in range(1, ctx.spec.depth + 1)
-    )
+                heads.add(
+                    q=[(one, sigma)],
+                    k=[(s, 1.0)],
+                    v=[(p, w, -sigma * scale) for p, w in zip(src, row, strict=True)],
+                )
+    layers = range(1, ctx.spec.depth + 1)
+    reads = ("ONE", *(f"S_{j}" for j in layers), *(_p_label(j - 1) for j in layers))
     info = SublayerInfo("relu_attention", "update", "eq. (C.16)", None, len(heads), 0, reads, ("W",))
     return _attach(ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens"), info)
 
@@ -284,5 +296,7 @@ def readout_layer(ctx: BuildContext) -> MLP:
         p, y = L.index("P", N, k), L.index("Y", None, k)
         units.add([(t, -ctx.gate), (p, 1.0)], [(y, 1.0)])
         units.add([(t, -ctx.gate), (p, -1.0)], [(y, -1.0)])
-    info = SublayerInfo("mlp", "readout", "§9.6 (not in the paper)", None, 0, len(units), (f"P_{N}", "T"), ("Y",))
+    info = SublayerInfo(
+        "mlp", "readout", "§9.6 (not in the paper)", None, 0, len(units), (f"P_{N}", "T"), ("Y",)
+    )
     return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)

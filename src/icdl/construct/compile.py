@@ -41,6 +41,7 @@ __all__ = [
     "build_prompt",
     "compile_gd_transformer",
     "default_delta",
+    "sample_task",
 ]
 
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
@@ -108,7 +109,8 @@ class GDConfig:
         mant = round(-math.log2(torch.finfo(DTYPES[self.dtype]).eps)) + 1  # 53 or 24
         if self.radius / self.delta >= 2.0 ** (mant - 1):
             raise InputError(
-                f"delta={self.delta:g} is too small for {self.dtype}: the relu' step needs radius/delta < 2^{mant - 1} "
+                f"delta={self.delta:g} is too small for {self.dtype}: the relu' step needs "
+                f"radius/delta < 2^{mant - 1} "
                 f"(use delta >= {self.radius / 2.0 ** (mant - 1):.1e})"
             )
 
@@ -235,7 +237,8 @@ class CompiledModel(nn.Module):
             "stored": L * tot(self.block, "stored_coefficients") + tot(self.readout, "stored_coefficients"),
             "unique": tot(self.block, "stored_coefficients") + tot(self.readout, "stored_coefficients"),
             "dense": L * tot(self.block, "dense_parameters") + tot(self.readout, "dense_parameters"),
-            "nonzero": L * tot(self.block, "nonzero_coefficients") + tot(self.readout, "nonzero_coefficients"),
+            "nonzero": L * tot(self.block, "nonzero_coefficients")
+            + tot(self.readout, "nonzero_coefficients"),
         }
 
     # -- prompts --------------------------------------------------------------------------------------
@@ -248,10 +251,13 @@ class CompiledModel(nn.Module):
     def check_prompt(self, H: Tensor) -> None:
         """Raise :class:`InputError` unless ``H`` is ``(B, n+1, D)`` for this model."""
         if H.dim() != 3 or H.shape[-1] != self.layout.dim:
-            raise InputError(f"expected a prompt of shape (B, {self.n + 1}, {self.layout.dim}), got {tuple(H.shape)}")
+            raise InputError(
+                f"expected a prompt of shape (B, {self.n + 1}, {self.layout.dim}), got {tuple(H.shape)}"
+            )
         if H.shape[1] != self.n + 1:
             raise InputError(
-                f"the model was compiled for n={self.n} examples ({self.n + 1} tokens): its update weights carry "
+                f"the model was compiled for n={self.n} examples ({self.n + 1} tokens): "
+                "its update weights carry "
                 f"the factor (n+1)/(2n); the prompt has {H.shape[1]} tokens"
             )
 
@@ -307,13 +313,18 @@ class CompiledModel(nn.Module):
         }
 
     def explain(self) -> str:
-        """One line per sublayer of the block and the readout: index, kind, role, lemma, heads, reads -> writes."""
-        rows = [f"{'#':>4}  {'kind':<15} {'role':<10} {'layer':>5}  {'lemma':<24} {'heads':>6} {'hidden':>6}  reads -> writes"]
+        """One line per sublayer of the block and the readout: index, kind, role, lemma, heads,
+        reads -> writes."""
+        rows = [
+            f"{'#':>4}  {'kind':<15} {'role':<10} {'layer':>5}  {'lemma':<24} {'heads':>6} {'hidden':>6}  "
+            "reads -> writes"
+        ]
 
         def line(tag: str, info: SublayerInfo) -> str:
             lay = "" if info.layer is None else str(info.layer)
             return (
-                f"{tag:>4}  {info.kind:<15} {info.role:<10} {lay:>5}  {info.lemma:<24} {info.heads:>6} {info.hidden:>6}  "
+                f"{tag:>4}  {info.kind:<15} {info.role:<10} {lay:>5}  {info.lemma:<24} "
+                f"{info.heads:>6} {info.hidden:>6}  "
                 f"{', '.join(info.reads)} -> {', '.join(info.writes)}"
             )
 
@@ -367,6 +378,35 @@ def build_prompt(
     H[:, :, layout.index("ONE")] = 1.0
     H[:, :n, layout.index("T")] = 1.0
     return H
+
+
+def sample_task(
+    spec: NetSpec,
+    n: int,
+    *,
+    seed: int = 0,
+    loss: str = "squared",
+    dtype: torch.dtype = torch.float64,
+    w0_scale: float = 1.0,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """A random prompt for ``spec``: ``(x (n, d_x), y (n, d_y), x_query (d_x,), w0 (P,), w_teacher (P,))``.
+
+    Drawn from ``seed`` in this order: a teacher network with He-scaled weights ``N(0, 2/fan_in)``; inputs
+    ``x_1..x_n, x_query ~ N(0, I)``; ``w0`` like the teacher times ``w0_scale``. Labels ``y = f(w*, x)``; for
+    the logistic loss ``y = ±1`` by the sign of ``f - median``. (The paper's ``w0 = 0`` is a fixed point for
+    bias-free ReLU networks, so it is not the default.)
+    """
+    from icdl.nets import forward, init_weights
+
+    g = torch.Generator().manual_seed(seed)
+    w_star = init_weights(spec, generator=g, fan_in_scaling=True, dtype=torch.float64)
+    x = torch.randn(n, spec.in_dim, generator=g, dtype=torch.float64)
+    xq = torch.randn(spec.in_dim, generator=g, dtype=torch.float64)
+    w0 = w0_scale * init_weights(spec, generator=g, fan_in_scaling=True, dtype=torch.float64)
+    y = forward(spec, w_star, x)
+    if loss == "logistic":
+        y = torch.where(y >= y.median(dim=0).values, 1.0, -1.0).to(torch.float64)
+    return tuple(v.to(dtype) for v in (x, y, xq, w0, w_star))  # type: ignore[return-value]
 
 
 def compile_gd_transformer(

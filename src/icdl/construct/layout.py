@@ -139,7 +139,9 @@ class Layout:
         return {
             "token_type": self.token_type,
             "dim": self.dim,
-            "slots": [{"name": s.name, "layer": s.layer, "offset": s.offset, "size": s.size} for s in self.slots],
+            "slots": [
+                {"name": s.name, "layer": s.layer, "offset": s.offset, "size": s.size} for s in self.slots
+            ],
         }
 
     @classmethod

@@ -88,7 +88,15 @@ class Terms:
     def from_dict(cls, d: dict[str, Any]) -> Terms:
         a, b, c = zip(*d["terms"], strict=True) if d["terms"] else ((), (), ())
         return cls(
-            tuple(a), tuple(b), tuple(c), d["target"], d["exact"], d["radius"], d["sup_error"], d["eps"], d["delta"]
+            tuple(a),
+            tuple(b),
+            tuple(c),
+            d["target"],
+            d["exact"],
+            d["radius"],
+            d["sup_error"],
+            d["eps"],
+            d["delta"],
         )
 
 
@@ -130,7 +138,17 @@ class Terms2:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Terms2:
         a0, a1, b, c = zip(*d["terms"], strict=True)
-        return cls(tuple(a0), tuple(a1), tuple(b), tuple(c), d["target"], d["exact"], d["radius"], d["sup_error"], d["eps"])
+        return cls(
+            tuple(a0),
+            tuple(a1),
+            tuple(b),
+            tuple(c),
+            d["target"],
+            d["exact"],
+            d["radius"],
+            d["sup_error"],
+            d["eps"],
+        )
 
 
 def _condition(a: list[float], b: list[float], c: list[float], exact: bool) -> tuple[list, list, list]:
@@ -188,7 +206,9 @@ def loss_terms(loss: str, *, eps: float, radius: float) -> Terms2:
     try:
         from icdl.relu_sums import loss_derivative_sum
     except ImportError:  # pragma: no cover - depends on the relu_sums module's progress
-        raise InputError(f"loss {loss!r} needs icdl.relu_sums.loss_derivative_sum, which is not available") from None
+        raise InputError(
+            f"loss {loss!r} needs icdl.relu_sums.loss_derivative_sum, which is not available"
+        ) from None
     s = loss_derivative_sum(loss, eps=eps, radius=radius)
     a = s.a.tolist()
     a0 = [float(x[0]) for x in a]
@@ -207,5 +227,13 @@ def loss_terms(loss: str, *, eps: float, radius: float) -> Terms2:
         B.append(vals[2])
         C.append(math.copysign(1.0, ci))
     return Terms2(
-        tuple(A0), tuple(A1), tuple(B), tuple(C), f"{loss}'", bool(s.exact), float(s.radius), float(s.sup_error), float(s.eps)
+        tuple(A0),
+        tuple(A1),
+        tuple(B),
+        tuple(C),
+        f"{loss}'",
+        bool(s.exact),
+        float(s.radius),
+        float(s.sup_error),
+        float(s.eps),
     )

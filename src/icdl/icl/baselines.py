@@ -406,7 +406,10 @@ class MLPBaseline:
             (W[c].to(x.device, x.dtype).requires_grad_(), b[c].to(x.device, x.dtype).requires_grad_())
             for W, b in init
         ]
-        opt = torch.optim.Adam([t for pair in params for t in pair], lr=self.lr)
+        # The fused kernel is ~6x faster than foreach on CPU (benchmarks/bench_baselines.py) and computes
+        # the same Adam update; fall back where a device has no fused implementation.
+        fused = x.device.type in ("cpu", "cuda")
+        opt = torch.optim.Adam([t for pair in params for t in pair], lr=self.lr, fused=fused)
         k = y.shape[1]
         outs = []
         for e in range(self.epochs + 1):

@@ -65,7 +65,9 @@ def relu_attention(q: Tensor, k: Tensor, v: Tensor, norm: ReluNorm = "causal") -
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention (softmax or normalised ReLU) with a fused qkv projection."""
 
-    def __init__(self, d_model: int, heads: int, attention: Attention, relu_norm: ReluNorm, dropout: float) -> None:
+    def __init__(
+        self, d_model: int, heads: int, attention: Attention, relu_norm: ReluNorm, dropout: float
+    ) -> None:
         super().__init__()
         if d_model % heads:
             raise InputError(f"heads ({heads}) must divide d_model ({d_model})")
@@ -203,12 +205,18 @@ class ICLTransformer(nn.Module):
             ``(B, n, d_y)``: row i uses only ``x_0, y_0, ..., x_{i-1}, y_{i-1}, x_i``.
         """
         if xs.ndim != 3 or ys.ndim != 3 or xs.shape[:2] != ys.shape[:2]:
-            raise InputError(f"xs (B, n, d_x) and ys (B, n, d_y) must agree, got {tuple(xs.shape)}, {tuple(ys.shape)}")
+            raise InputError(
+                f"xs (B, n, d_x) and ys (B, n, d_y) must agree, got {tuple(xs.shape)}, {tuple(ys.shape)}"
+            )
         if xs.shape[-1] != self.d_x or ys.shape[-1] != self.d_y:
-            raise InputError(f"model expects d_x = {self.d_x}, d_y = {self.d_y}, got {xs.shape[-1]}, {ys.shape[-1]}")
+            raise InputError(
+                f"model expects d_x = {self.d_x}, d_y = {self.d_y}, got {xs.shape[-1]}, {ys.shape[-1]}"
+            )
         n = xs.shape[1]
         if n > self.max_points:
-            raise InputError(f"prompt has {n} points, the model supports at most {self.max_points} (model.max_points)")
+            raise InputError(
+                f"prompt has {n} points, the model supports at most {self.max_points} (model.max_points)"
+            )
         tok = self.tokens(xs, ys)  # (B, T, d_tok)
         pos = torch.arange(2 * n, device=xs.device)
         h = self.drop(self.read_in(tok) + self.wpe(pos))  # (B, T, d_model)

@@ -63,7 +63,9 @@ def net_spec(cfg: TaskConfig) -> NetSpec:
     return NetSpec(cfg.depth, cfg.width, cfg.dim, cfg.out_dim, cfg.activation, cfg.output)
 
 
-def stream_generator(seed: int, step: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
+def stream_generator(
+    seed: int, step: int, stream: str, device: torch.device | str = "cpu"
+) -> torch.Generator:
     """A torch generator for one random stream of one step, seeded by hashing ``(seed, step, stream)``
     with numpy's SeedSequence (so nearby seeds and steps give unrelated streams)."""
     state = np.random.SeedSequence([seed, step, _STREAMS[stream]]).generate_state(2, dtype=np.uint32)
@@ -98,7 +100,9 @@ def sample_inputs(
             mu = means[0]
         else:
             cdf = torch.tensor(np.cumsum(ic.mixture_weights)[:-1], dtype=dtype, device=device)
-            u = torch.rand((B, n if ic.per == "point" else 1), generator=generator, dtype=dtype, device=device)
+            u = torch.rand(
+                (B, n if ic.per == "point" else 1), generator=generator, dtype=dtype, device=device
+            )
             comp = torch.searchsorted(cdf, u.contiguous(), right=True)
             mu = means[comp].unsqueeze(-1)  # (B, n or 1, 1)
         x = mu + ic.std * z
@@ -139,7 +143,7 @@ def sample_batch(
     count = batch_size - start if count is None else count
     if n < 1:
         raise InputError(f"prompts need at least 1 point, got {n}")
-    if not (0 <= start and count >= 0 and start + count <= batch_size):
+    if not (start >= 0 and count >= 0 and start + count <= batch_size):
         raise InputError(f"slice [{start}, {start + count}) is outside a batch of {batch_size}")
     spec = net_spec(cfg)
     sl = slice(start, start + count)
@@ -154,7 +158,9 @@ def sample_batch(
         dtype=dtype,
         device=device,
     )[sl]
-    xs = sample_inputs(cfg, (batch_size, n), stream_generator(seed, step, "inputs", device), dtype=dtype, device=device)[sl]
+    xs = sample_inputs(
+        cfg, (batch_size, n), stream_generator(seed, step, "inputs", device), dtype=dtype, device=device
+    )[sl]
     if active_dims is not None and active_dims < cfg.dim:
         xs = xs.clone()
         xs[..., active_dims:] = 0
@@ -179,7 +185,10 @@ def sample_batch(
     ys = (f - shift) / scale
     if cfg.noise_std > 0:
         noise = torch.randn(
-            (batch_size, n, cfg.out_dim), generator=stream_generator(seed, step, "noise", device), dtype=dtype, device=device
+            (batch_size, n, cfg.out_dim),
+            generator=stream_generator(seed, step, "noise", device),
+            dtype=dtype,
+            device=device,
         )[sl]
         ys = ys + cfg.noise_std * noise
     return PromptBatch(xs=xs, ys=ys, w=w, spec=spec, label_shift=shift, label_scale=scale)

@@ -196,7 +196,12 @@ def save_checkpoint(
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         meta = {"format": CHECKPOINT_FORMAT, "step": str(step), "config": dump_config(cfg)}
         save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
-        state = {"format": CHECKPOINT_FORMAT, "step": step, "optimizer": optimizer.state_dict(), "rng": _rng_state()}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "rng": _rng_state(),
+        }
         torch.save(state, tmp / "state.pt")
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
@@ -210,7 +215,9 @@ def save_checkpoint(
     return final
 
 
-def _load_weights(path: Path, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _load_weights(
+    path: Path, device: torch.device | str = "cpu"
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     from safetensors import safe_open
 
     with safe_open(str(path / "model.safetensors"), framework="pt") as fh:
@@ -264,7 +271,8 @@ def _check_resume(saved: Config, cfg: Config) -> None:
         shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:4])
         more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
         raise InputError(
-            f"config does not match the run being resumed ({shown}{more}); use another --out or the saved config"
+            f"config does not match the run being resumed ({shown}{more}); "
+            "use another --out or the saved config"
         )
 
 
@@ -329,7 +337,10 @@ def _open_tensorboard(run_dir: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        print("icdl: warning: train.tensorboard is set but tensorboard is not installed; skipping", file=sys.stderr)
+        print(
+            "icdl: warning: train.tensorboard is set but tensorboard is not installed; skipping",
+            file=sys.stderr,
+        )
         return None
     return SummaryWriter(str(run_dir / "tensorboard"))
 
@@ -340,14 +351,17 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
     Resumes from the newest checkpoint when ``run_dir`` holds one (its saved config must match, except
     bookkeeping keys and ``train.steps`` under a constant schedule). Raises :class:`InputError` for bad
     input before touching the disk, and :class:`TrainingDiverged` when the loss becomes non-finite
-    (the last good checkpoint is kept).
+    (the last good checkpoint is kept). Seeds torch's global RNG with ``train.seed`` (model init) and,
+    when ``train.threads`` is set, calls ``torch.set_num_threads``.
     """
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
     dist = dist_from_env()
     t = cfg.train
     if t.batch_size % dist.world_size:
-        raise InputError(f"train.batch_size ({t.batch_size}) must be divisible by the {dist.world_size} processes")
+        raise InputError(
+            f"train.batch_size ({t.batch_size}) must be divisible by the {dist.world_size} processes"
+        )
     device = _resolve_device(cfg, dist)
     ckpt, start_step = _prepare_run_dir(run_dir, cfg)
     if t.threads is not None:
@@ -360,6 +374,8 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
             tdist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        # Every rank has validated the run directory; only now may rank 0 write into it.
+        tdist.barrier()
 
     try:
         return _train_loop(cfg, run_dir, device, dist, ckpt, start_step, quiet, t0)
@@ -390,18 +406,23 @@ def _train_loop(
         model.load_state_dict(weights)
         state = torch.load(ckpt / "state.pt", map_location=device, weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
-        _set_rng_state({k: (v.cpu() if isinstance(v, torch.Tensor) else [x.cpu() for x in v])
-                        for k, v in state["rng"].items()})
+        _set_rng_state(
+            {
+                k: (v.cpu() if isinstance(v, torch.Tensor) else [x.cpu() for x in v])
+                for k, v in state["rng"].items()
+            }
+        )
 
+    if start_step >= t.steps:  # nothing to do, and nothing is rewritten
+        if dist.is_main and not quiet:
+            print(f"icdl: run {run_dir} is already complete ({start_step} steps)", file=sys.stderr)
+        return TrainResult(
+            run_dir, start_step, start_step, None, time.perf_counter() - t0, None, _nparams(model)
+        )
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
         _truncate_metrics(run_dir / "metrics.jsonl", start_step)
-
-    if start_step >= t.steps:
-        if dist.is_main and not quiet:
-            print(f"icdl: run {run_dir} is already complete ({start_step} steps)", file=sys.stderr)
-        return TrainResult(run_dir, start_step, start_step, None, time.perf_counter() - t0, None, _nparams(model))
 
     fwd: nn.Module = model
     if dist.enabled:
@@ -463,9 +484,19 @@ def _train_loop(
             finite = torch.isfinite(ld)
             yd = batch.ys.detach().double()
             sums += torch.stack(
-                (torch.where(finite, ld, 0.0), yd.sum(), (yd * yd).sum(), torch.tensor(float(yd.numel()), device=device), (~finite).double())
+                (
+                    torch.where(finite, ld, 0.0),
+                    yd.sum(),
+                    (yd * yd).sum(),
+                    torch.tensor(float(yd.numel()), device=device),
+                    (~finite).double(),
+                )
             )
-            first_bad = torch.where(finite, first_bad, torch.minimum(first_bad, torch.tensor(step + 1.0, device=device, dtype=torch.float64)))
+            first_bad = torch.where(
+                finite,
+                first_bad,
+                torch.minimum(first_bad, torch.tensor(step + 1.0, device=device, dtype=torch.float64)),
+            )
             interval_steps += 1
             done = step + 1
             is_log = done % t.log_every == 0 or done == t.steps
@@ -482,7 +513,8 @@ def _train_loop(
             if stats[4].item() > 0:
                 good = f"step {last_saved}" if last_saved >= 0 else "none"
                 raise TrainingDiverged(
-                    f"non-finite loss at step {int(bad_at.item())}; stopped (last good checkpoint: {good} in {run_dir})"
+                    f"non-finite loss at step {int(bad_at.item())}; stopped "
+                    f"(last good checkpoint: {good} in {run_dir})"
                 )
             if is_log:
                 now = time.perf_counter()

@@ -1,0 +1,228 @@
+"""``icdl construct``: compile the GD transformer for a network spec, run it on a sampled prompt, verify it.
+
+The prompt (all from ``--seed``, in this order): a random *teacher* network of the same spec with He-scaled
+weights ``N(0, 2/fan_in)`` gives the labels ``y = f(w*, x)`` (for the logistic loss ``y = ±1`` by the sign of
+``f - median``); inputs ``x_1..x_n, x_query ~ N(0, I)``; the initial weights ``w^(0)`` are drawn like the
+teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
+
+
+@click.command(name="construct")
+@click.option(
+    "--depth", "-N", type=click.IntRange(min=2), default=3, show_default=True, help="Network depth N."
+)
+@click.option(
+    "--width", "-K", type=click.IntRange(min=1), default=8, show_default=True, help="Hidden width K."
+)
+@click.option("--in-dim", type=click.IntRange(min=1), default=4, show_default=True, help="Input dim d_x.")
+@click.option("--out-dim", type=click.IntRange(min=1), default=1, show_default=True, help="Output dim d_y.")
+@click.option(
+    "--activation", default="relu", show_default=True, help="relu, sigmoid, tanh, softplus, identity."
+)
+@click.option("--loss", default="squared", show_default=True, help="squared, huber or logistic.")
+@click.option(
+    "--output",
+    type=click.Choice(["same", "linear"]),
+    default="same",
+    show_default=True,
+    help="Activation at the output layer: same as hidden (paper) or linear.",
+)
+@click.option("--steps", "-L", type=click.IntRange(min=0), default=5, show_default=True, help="GD steps L.")
+@click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="GD step size eta.")
+@click.option(
+    "--examples",
+    "-n",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="In-context examples n (the prompt has n+1 tokens).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled prompt.")
+@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
+@click.option(
+    "--eps",
+    type=POSITIVE_FLOAT,
+    default=1e-3,
+    show_default=True,
+    help="Target sup error of each fitted ReLU sum (smooth activations, non-squared losses).",
+)
+@click.option(
+    "--range",
+    "radius",
+    type=POSITIVE_FLOAT,
+    default=10.0,
+    show_default=True,
+    help="Range [-R, R] of the fitted ReLU sums.",
+)
+@click.option(
+    "--delta",
+    type=POSITIVE_FLOAT,
+    default=None,
+    help="Window of the relu' step (default 1e-9 in float64, 1e-5 in float32).",
+)
+@click.option("--projection", type=click.Choice(["none", "box"]), default="none", show_default=True)
+@click.option("--box", type=POSITIVE_FLOAT, default=None, help="Box bound B for --projection box.")
+@click.option("--variant", default="paper", show_default=True, help="Construction variant.")
+@click.option(
+    "--tol",
+    type=POSITIVE_FLOAT,
+    default=None,
+    help="Relative tolerance of the sublayer check (default 1e-9 in float64, 1e-4 in float32).",
+)
+@click.option(
+    "--save",
+    "save_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write safetensors weights + model.json to this new directory.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--explain", is_flag=True, help="List every sublayer (index, kind, role, lemma, heads, reads -> writes)."
+)
+def construct(
+    depth: int,
+    width: int,
+    in_dim: int,
+    out_dim: int,
+    activation: str,
+    loss: str,
+    output: str,
+    steps: int,
+    lr: float,
+    examples: int,
+    seed: int,
+    dtype: str,
+    eps: float,
+    radius: float,
+    delta: float | None,
+    projection: str,
+    box: float | None,
+    variant: str,
+    tol: float | None,
+    save_dir: str | None,
+    as_json: bool,
+    explain: bool,
+) -> None:
+    """Compile the (2N+4)L-sublayer transformer of Theorem 1 and verify it against reference GD."""
+    from icdl.construct import compile_gd_transformer, sample_task
+    from icdl.construct.store import save
+    from icdl.construct.verify import verify
+    from icdl.nets import NetSpec
+
+    if projection == "box" and box is None:
+        raise user_error("--projection box needs --box B")
+    if projection == "none" and box is not None:
+        raise user_error("--box is only used with --projection box")
+    if save_dir is not None:
+        from pathlib import Path
+
+        if Path(save_dir).exists():
+            raise user_error(f"--save: {save_dir} already exists; choose a new directory")
+    spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    model = compile_gd_transformer(
+        spec,
+        loss=loss,
+        lr=lr,
+        steps=steps,
+        n=examples,
+        eps=eps,
+        radius=radius,
+        delta=delta,
+        projection=projection,
+        box=box,
+        variant=variant,
+        dtype=dtype,
+    )
+    seconds_compile = time.perf_counter() - t0
+    x, y, xq, w0, _ = sample_task(spec, examples, seed=seed, loss=loss, dtype=model.config.torch_dtype)
+    if tol is None:
+        tol = 1e-9 if dtype == "float64" else 1e-4
+    H = model.build_prompt(x, y, xq, w0)
+    t0 = time.perf_counter()
+    model(H)  # untraced forward pass: the time the transformer itself takes
+    seconds_forward = time.perf_counter() - t0
+    report = verify(model, x, y, xq, w0, tol=tol)
+    if save_dir is not None:
+        save(model, save_dir)
+
+    summary = model.summary()
+    result: dict[str, Any] = {
+        **summary,
+        "network": {
+            "depth": depth,
+            "width": width,
+            "in_dim": in_dim,
+            "out_dim": out_dim,
+            "activation": activation,
+            "output": output,
+            "num_params": spec.num_params,
+        },
+        "loss": loss,
+        "steps": steps,
+        "lr": lr,
+        "examples": examples,
+        "seed": seed,
+        "dtype": dtype,
+        "delta": model.config.delta,
+        "projection": projection,
+        "box": box,
+        "passed": report.passed,
+        "first_divergence": None if report.first_divergence is None else report.first_divergence.describe(),
+        "max_sublayer_err": report.max_sublayer_err,
+        "max_abs_err_weights": report.max_abs_err_weights,
+        "max_abs_err_prediction": report.max_abs_err_prediction,
+        "weights_spread": report.weights_spread,
+        "delta_window_count": report.delta_window_count,
+        "out_of_range_count": report.out_of_range_count,
+        "eps_grad": report.eps_grad,
+        "lipschitz_f": report.lipschitz_f,
+        "lipschitz_method": report.lipschitz_method,
+        "corollary_bound": report.corollary_bound,
+        "trajectory_error": report.trajectory_error,
+        "seconds_compile": seconds_compile,
+        "seconds_forward": seconds_forward,
+        "seconds_verify": report.seconds_verify,
+        "seconds_reference": report.seconds_reference,
+        "saved": save_dir,
+    }
+    if explain:
+        result["explain"] = [
+            {"index": i + 1, **m.info.to_dict()}
+            for i, m in enumerate(model.block)  # type: ignore[union-attr]
+        ] + [{"index": f"R{i + 1}", **m.info.to_dict()} for i, m in enumerate(model.readout)]  # type: ignore[union-attr]
+    if as_json:
+        emit_json(result)
+        return
+    p = summary["parameters"]
+    lines = [
+        f"network      N={depth} K={width} d_x={in_dim} d_y={out_dim} {activation} (output {output}), "
+        f"P={spec.num_params}; loss {loss}; n={examples}; L={steps}; lr={lr:g}; {dtype}",
+        f"transformer  variant {variant}: {summary['sublayers']} sublayers "
+        f"({summary['sublayers_per_step']} per step) + {summary['readout_sublayers']} readout; "
+        f"D={summary['embedding_dim']}; max heads {summary['max_heads']}",
+        f"parameters   stored {p['stored']:,}  unique {p['unique']:,}  dense (paper form) {p['dense']:,}  "
+        f"nonzero {summary['nonzero_parameters']:,}",
+        f"ReLU terms   r {summary['terms']['r']}  r' {summary['terms']['r_prime']}  "
+        f"u {summary['terms']['u']}",
+        f"time         compile {seconds_compile:.3f}s  forward {seconds_forward:.3f}s  "
+        f"reference GD {report.seconds_reference:.4f}s",
+        "",
+        report.table(),
+        f"verdict      {'PASS' if report.passed else 'FAIL'}",
+    ]
+    if explain:
+        lines += ["", model.explain()]
+    if save_dir is not None:
+        lines.append(f"saved        {save_dir}")
+    click.echo("\n".join(lines))

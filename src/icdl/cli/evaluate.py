@@ -1,0 +1,144 @@
+"""``icdl evaluate RUN_DIR --suite NAME`` — R² curves of a run's newest checkpoint and the baselines.
+
+Writes ``RUN_DIR/eval/<suite>.json`` atomically and reuses it when the request and the checkpoint are
+unchanged (``--force`` recomputes). Suites: in-distribution, mixture, mixture-prompt, weight-shift,
+weight-shift-std, long-prompts, centred, depth (``--suite all`` runs every suite but depth). Exit codes:
+0 ok, 2 bad input (bad run directory, unknown suite or baseline; one line on stderr).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from icdl.cli._common import POSITIVE_FLOAT, emit_json
+
+
+def _ks(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        ks = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not ks or min(ks) < 1:
+        raise click.BadParameter("k values must be integers >= 1")
+    return ks
+
+
+def _summary_lines(res: dict) -> list[str]:
+    lines = []
+    for cname, c in res["conditions"].items():
+        ranges = [tuple(r) for r in c["ranges"]]
+        flag = (
+            "  [DEGENERATE: " + "; ".join(c["diagnostics"]["reasons"]) + "]"
+            if c["diagnostics"]["degenerate"]
+            else ""
+        )
+        lines.append(f"{res['suite']['name']}/{cname}: {c['label']}{flag}")
+        head = "  mean R² over k = " + ", ".join(f"{a}-{b}" for a, b in ranges)
+        lines.append(head)
+        for pname, curve in c["predictors"].items():
+            vals = []
+            for a, b in ranges:
+                part = [v for v in curve["r2"][a : b + 1] if v is not None and math.isfinite(v)]
+                vals.append(f"{sum(part) / len(part):8.3f}" if part else "       –")
+            verdicts = ""
+            comp = c["comparisons"].get(pname)
+            if comp:
+                verdicts = "   ICL " + ", ".join(f"{v['verdict']} ({k})" for k, v in comp["ranges"].items())
+            lines.append(f"    {pname:<22}{''.join(vals)}{verdicts}")
+    return lines
+
+
+@click.command(name="evaluate")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--suite", "suite", default="in-distribution", show_default=True, help="Suite name, or 'all'.")
+@click.option(
+    "--prompts", type=click.IntRange(min=2), default=None, help="Test prompts per condition [1280]."
+)
+@click.option(
+    "--baselines",
+    default=None,
+    metavar="LIST",
+    help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd; all; none [suite's].",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Test seed [987654321].")
+@click.option("--pooling", type=click.Choice(["pooled", "batch_mean"]), default="pooled", show_default=True)
+@click.option(
+    "--resamples", type=click.IntRange(min=10), default=1000, show_default=True, help="Bootstrap resamples."
+)
+@click.option("--mlp-prompts", type=click.IntRange(min=2), default=64, show_default=True)
+@click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
+@click.option("--mlp-width", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--mlp-epochs", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True)
+@click.option("--gd-steps", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--gd-prompts", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option("--no-cost", is_flag=True, help="Skip the FLOPs / wall-time comparison.")
+@click.option("--force", is_flag=True, help="Recompute even if a current cached result exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results object as JSON on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary.")
+def evaluate(
+    run_dir: Path,
+    suite: str,
+    prompts: int | None,
+    baselines: str | None,
+    seed: int | None,
+    pooling: str,
+    resamples: int,
+    mlp_prompts: int,
+    mlp_ks: str | None,
+    mlp_width: int,
+    mlp_epochs: int,
+    mlp_lr: float,
+    gd_steps: int,
+    gd_prompts: int,
+    no_cost: bool,
+    force: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
+    from icdl.errors import InputError
+    from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_run, parse_baselines, result_path
+    from icdl.icl.suites import EVAL_SEED, suite_names
+
+    checkpoint_info(run_dir)  # bad run directory: one line, exit 2
+    names = [s for s in suite_names() if s != "depth"] if suite == "all" else [suite]
+    if suite != "all" and suite not in suite_names():
+        raise InputError(f"unknown suite {suite!r}; choose one of {', '.join(suite_names())}, all")
+    opts = EvalOptions(
+        baselines=parse_baselines(baselines),
+        pooling=pooling,
+        resamples=resamples,
+        mlp_prompts=mlp_prompts,
+        mlp_ks=_ks(mlp_ks),
+        mlp_width=mlp_width,
+        mlp_epochs=mlp_epochs,
+        mlp_lr=mlp_lr,
+        gd_steps=gd_steps,
+        gd_prompts=gd_prompts,
+        cost=not no_cost,
+    )
+    out = {}
+    for name in names:
+        res = evaluate_run(
+            run_dir,
+            name,
+            prompts=prompts,
+            seed=EVAL_SEED if seed is None else seed,
+            options=opts,
+            force=force,
+            progress=False if quiet else None,
+        )
+        out[name] = res
+        if not as_json and not quiet:
+            src = "cached" if res.get("from_cache") else f"computed in {res['seconds']:.1f} s"
+            click.echo(f"{result_path(run_dir, name)} ({src})")
+            for line in _summary_lines(res):
+                click.echo(line)
+    if as_json:
+        emit_json(out[names[0]] if len(names) == 1 else out)

@@ -1,0 +1,67 @@
+"""``icdl report RUN_DIR [RUN_DIR ...] [--out DIR]`` — PNG plots and a markdown report.
+
+Reads the cached results in ``RUN_DIR/eval/``; ``--evaluate auto`` (default) computes a missing
+``in-distribution`` suite, ``all`` every missing or stale suite, ``none`` nothing (missing suites are
+listed in the report and on stderr with the command that computes them). Exit codes: 0 ok, 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command(name="report")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder [RUN_DIR/report for one run, ./report for several].",
+)
+@click.option("--suites", default=None, metavar="LIST", help="Comma-separated suites [all but depth].")
+@click.option(
+    "--evaluate",
+    "evaluate",
+    type=click.Choice(["auto", "all", "none"]),
+    default="auto",
+    show_default=True,
+    help="Which missing suites to evaluate on demand.",
+)
+@click.option(
+    "--prompts", type=click.IntRange(min=2), default=None, help="Test prompts for on-demand evaluation."
+)
+@click.option(
+    "--baselines", default=None, metavar="LIST", help="Baselines for on-demand evaluation [suite's]."
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar; print only the report path.")
+def report(
+    run_dirs: tuple[Path, ...],
+    out: Path | None,
+    suites: str | None,
+    evaluate: str,
+    prompts: int | None,
+    quiet: bool,
+) -> None:
+    """Render plots and a markdown report for one or more runs."""
+    from icdl.icl.evaluate import EvalOptions, parse_baselines
+    from icdl.icl.report import build_report
+
+    if out is None:
+        out = run_dirs[0] / "report" if len(run_dirs) == 1 else Path("report")
+    names = [s.strip() for s in suites.split(",") if s.strip()] if suites else None
+    rep = build_report(
+        list(run_dirs),
+        out,
+        suites=names,
+        evaluate=evaluate,  # type: ignore[arg-type]
+        prompts=prompts,
+        options=EvalOptions(baselines=parse_baselines(baselines)),
+        progress=False if quiet else None,
+    )
+    click.echo(str(rep.path))
+    if rep.missing and not quiet:
+        click.echo(f"icdl: {len(rep.missing)} suite(s) not evaluated; run:", err=True)
+        for cmd in rep.missing:
+            click.echo(f"  {cmd}", err=True)

@@ -1,0 +1,109 @@
+"""Save and load compiled models: ``weights.safetensors`` (the compact tables) + ``model.json`` (config,
+layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next
+to the target, which is then renamed. :func:`load` rebuilds the modules from the stored tables (no
+recompilation), so the loaded model reproduces the saved one bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from icdl import __version__
+from icdl.construct.blocks import SublayerInfo
+from icdl.construct.compile import CompiledModel, GDConfig, _Terms
+from icdl.construct.layout import Layout
+from icdl.construct.terms import Terms, Terms2
+from icdl.errors import InputError
+from icdl.layers import EWML, MLP, ReLUAttention, SoftmaxAttention
+
+__all__ = ["FORMAT", "load", "save"]
+
+FORMAT = "icdl-compiled-model/1"
+WEIGHTS = "weights.safetensors"
+META = "model.json"
+_CLASSES = {c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, MLP)}
+
+
+def _module_meta(m: torch.nn.Module) -> dict[str, Any]:
+    d: dict[str, Any] = {"class": type(m).__name__, "info": m.info.to_dict()}  # type: ignore[union-attr]
+    if isinstance(m, ReLUAttention):
+        d["accumulate"] = m.accumulate
+    return d
+
+
+def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Write ``model`` to ``directory`` (atomically); an existing path is refused unless ``overwrite``."""
+    target = Path(directory)
+    if target.exists() and not overwrite:
+        raise InputError(f"{target} already exists; choose a new directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, torch.Tensor] = {}
+    for part in ("block", "readout"):
+        for i, m in enumerate(getattr(model, part)):
+            for name, buf in m.state_dict().items():
+                tensors[f"{part}.{i}.{name}"] = buf.contiguous()
+    meta = {
+        "format": FORMAT,
+        "icdl_version": __version__,
+        "config": model.config.to_dict(),
+        "layout": model.layout.to_dict(),
+        "block": [_module_meta(m) for m in model.block],
+        "readout": [_module_meta(m) for m in model.readout],
+        "terms": {
+            "r": [t.to_dict() for t in model.terms.r],
+            "r_prime": [t.to_dict() for t in model.terms.r_prime],
+            "u": model.terms.u.to_dict(),
+        },
+        "summary": model.summary(),
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT})
+        (tmp / META).write_text(json.dumps(meta, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load(directory: str | os.PathLike[str]) -> CompiledModel:
+    """Rebuild a model saved by :func:`save`."""
+    src = Path(directory)
+    if not (src / META).is_file() or not (src / WEIGHTS).is_file():
+        raise InputError(f"{src} is not a saved compiled model (needs {META} and {WEIGHTS})")
+    meta = json.loads((src / META).read_text())
+    if meta.get("format") != FORMAT:
+        raise InputError(f"{src}: unsupported format {meta.get('format')!r} (expected {FORMAT})")
+    tensors = load_file(str(src / WEIGHTS))
+    cfg = GDConfig.from_dict(meta["config"])
+    layout = Layout.from_dict(cfg.spec, meta["layout"])
+
+    def build(part: str) -> list[torch.nn.Module]:
+        out = []
+        for i, d in enumerate(meta[part]):
+            cls = _CLASSES[d["class"]]
+            prefix = f"{part}.{i}."
+            tables = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            kwargs = {"accumulate": d["accumulate"]} if "accumulate" in d else {}
+            m = cls(tables, layout.dim, **kwargs)
+            m.info = SublayerInfo.from_dict(d["info"])
+            out.append(m)
+        return out
+
+    terms = _Terms(
+        r=tuple(Terms.from_dict(t) for t in meta["terms"]["r"]),
+        r_prime=tuple(Terms.from_dict(t) for t in meta["terms"]["r_prime"]),
+        u=Terms2.from_dict(meta["terms"]["u"]),
+    )
+    return CompiledModel(cfg, layout, build("block"), build("readout"), terms)

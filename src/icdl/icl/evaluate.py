@@ -1,0 +1,715 @@
+"""Evaluate a trained run on a suite: R²/MSE curves of the ICL model and the baselines, cached per run.
+
+``evaluate_run(run_dir, "mixture")`` loads the run's newest checkpoint (:func:`icdl.icl.train.load_run`),
+builds the suite (:mod:`icdl.icl.suites`), draws each condition's test prompts (seed distinct from
+training, batches of 64), and for the ICL model and every baseline computes R²(k) and MSE(k) across
+prompts with 90 % bootstrap bands (:func:`icdl.icl.metrics.evaluate`), plus, for every baseline, a PAIRED
+bootstrap band of ``R²_ICL(k) - R²_baseline(k)`` on the prompts both saw (the same resampled prompts for
+both, so the band reflects the difference, not two independent noises) and its means over k ranges
+(``1..E`` = within the training length, ``E+1..K`` = beyond it), with a verdict: ``beats`` (band above 0),
+``trails`` (below 0) or ``matches`` (band contains 0).
+
+Results go to ``RUN_DIR/eval/<suite>.json`` (written atomically): the suite definition, the options,
+the checkpoint's step and mtime, the config, per-condition label diagnostics (share of exactly-zero
+labels, label scale against the training task — the degenerate weight shift is flagged here), curves,
+comparisons, and the cost comparison (:mod:`icdl.icl.cost`). A later call with the same request
+reuses the file unless the checkpoint is newer (or ``force``).
+
+Baselines (``--baselines``; ``None`` = the suite's default in :data:`SUITE_BASELINES`): ``zero``,
+``averaging``, ``least-squares`` (min-norm, intercept), ``ridge`` (λ = 1, intercept), ``knn`` (3),
+``mlp`` (the paper's N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the
+last epoch; by default on the first 64 prompts and 5 values of k — it is the costly one, and this is
+recorded in the results), ``gd`` (plain GD on the target's bias-free architecture from a seeded w0,
+10 steps, step size tuned on held-out prompts).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from icdl.config import Config
+from icdl.errors import InputError
+from icdl.icl import metrics
+from icdl.icl.baselines import (
+    AveragingBaseline,
+    GDBaseline,
+    KNNBaseline,
+    LeastSquaresBaseline,
+    MLPBaseline,
+    ZeroBaseline,
+)
+from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
+from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
+
+__all__ = [
+    "BASELINES",
+    "FORMAT",
+    "SUITE_BASELINES",
+    "EvalOptions",
+    "checkpoint_info",
+    "depth_sweep",
+    "evaluate_run",
+    "k_ranges",
+    "label_diagnostics",
+    "load_result",
+    "paired_difference",
+    "parse_baselines",
+    "result_path",
+    "result_status",
+]
+
+FORMAT = "icdl-eval-v1"
+BASELINES: tuple[str, ...] = ("zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd")
+_CHEAP = ("zero", "averaging", "least-squares", "ridge", "knn")
+SUITE_BASELINES: dict[str, tuple[str, ...]] = {
+    # The paper shows its NN baseline on in-distribution prompts (F.1) and on each weight shift (F.2).
+    "in-distribution": BASELINES,
+    "mixture": _CHEAP,
+    "mixture-prompt": _CHEAP,
+    "weight-shift": (*_CHEAP, "mlp"),
+    "weight-shift-std": (*_CHEAP, "mlp"),
+    "long-prompts": _CHEAP,
+    "centred": BASELINES,
+    "depth": ("averaging",),
+}
+GD_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+
+# Flags of a degenerate test distribution (experiments.md §7c).
+_ZERO_FRACTION = 0.5
+_SCALE_RATIO = 10.0
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Settings of an evaluation (all recorded in the results).
+
+    ``baselines=None`` uses the suite's default (:data:`SUITE_BASELINES`). ``mlp_ks=None`` evaluates the
+    MLP at k in {1, 5, 10, E, K} (E = training examples, K = longest test k); ``mlp_prompts`` /
+    ``gd_prompts`` evaluate those baselines on the first prompts only (their bands are wider).
+    """
+
+    baselines: tuple[str, ...] | None = None
+    pooling: str = "pooled"
+    resamples: int = 1000
+    level: float = 0.9
+    ridge: float = 1.0
+    knn: int = 3
+    mlp_width: int = 200
+    mlp_epochs: int = 100
+    mlp_lr: float = 5e-3
+    mlp_prompts: int = 64
+    mlp_ks: tuple[int, ...] | None = None
+    gd_steps: int = 10
+    gd_prompts: int = 128
+    gd_tune_prompts: int = 32
+    gd_grid: tuple[float, ...] = GD_GRID
+    batch: int = 64
+    cost: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("baselines", "mlp_ks", "gd_grid"):
+            d[key] = None if d[key] is None else list(d[key])
+        return d
+
+
+def parse_baselines(spec: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """``"averaging,mlp"`` -> ``("averaging", "mlp")``; ``"all"`` -> every baseline, ``"none"`` -> ``()``,
+    ``None`` / ``"default"`` -> None (the suite's default). Unknown names are an InputError."""
+    if spec is None:
+        return None
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    if items == ["default"]:
+        return None
+    if items == ["all"]:
+        return BASELINES
+    if items in (["none"], []):
+        return ()
+    aliases = {"least_squares": "least-squares", "ls": "least-squares", "nn": "mlp", "lstsq": "least-squares"}
+    out = []
+    for s in items:
+        s = aliases.get(s, s)
+        if s not in BASELINES:
+            raise InputError(f"unknown baseline {s!r}; choose from {', '.join(BASELINES)}, all, none")
+        if s not in out:
+            out.append(s)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Run directory, checkpoint and cache
+# --------------------------------------------------------------------------------------------------
+
+
+def result_path(run_dir: str | Path, suite: str) -> Path:
+    """``RUN_DIR/eval/<suite>.json``."""
+    return Path(run_dir) / "eval" / f"{suite}.json"
+
+
+def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
+    """``{"name", "step", "mtime"}`` of the run's newest checkpoint; InputError if there is none."""
+    from icdl.icl.train import find_checkpoint
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"run directory {str(run_dir)!r} does not exist")
+    if not (run_dir / "config.yaml").is_file():
+        raise InputError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    ck = find_checkpoint(run_dir)
+    if ck is None:
+        raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")
+    step = int(ck.name.split("_")[-1]) if ck.name.startswith("step_") else -1
+    return {"name": ck.name, "step": step, "mtime": (ck / "model.safetensors").stat().st_mtime}
+
+
+def load_result(run_dir: str | Path, suite: str) -> dict[str, Any] | None:
+    """The cached result of ``suite`` for a run, or None (missing or unreadable)."""
+    path = result_path(run_dir, suite)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def _is_stale(cached: dict[str, Any], ck: dict[str, Any]) -> bool:
+    old = cached.get("checkpoint", {})
+    return (
+        old.get("name") != ck["name"] or old.get("step") != ck["step"] or ck["mtime"] > old.get("mtime", -1)
+    )
+
+
+def result_status(run_dir: str | Path, suite: str) -> str:
+    """``"ok"`` (cached and current), ``"stale"`` (the checkpoint is newer) or ``"missing"``."""
+    cached = load_result(run_dir, suite)
+    if cached is None:
+        return "missing"
+    return "stale" if _is_stale(cached, checkpoint_info(run_dir)) else "ok"
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_clean(obj), f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+# --------------------------------------------------------------------------------------------------
+# Prompts, diagnostics, comparisons
+# --------------------------------------------------------------------------------------------------
+
+
+def _prompts(cond: Condition, num: int, seed: int, batch: int = 64) -> PromptBatch:
+    """``num`` prompts of a condition, drawn in batches of ``batch`` (batch b = step b of ``seed``)."""
+    parts = []
+    for b, start in enumerate(range(0, num, batch)):
+        parts.append(
+            sample_batch(
+                cond.task, batch, seed=seed, step=b, points=cond.points, count=min(batch, num - start)
+            )
+        )
+    cat = {
+        k: torch.cat([getattr(p, k) for p in parts]) for k in ("xs", "ys", "w", "label_shift", "label_scale")
+    }
+    return PromptBatch(spec=parts[0].spec, **cat)
+
+
+def label_diagnostics(ys: Tensor, reference_std: float | None) -> dict[str, Any]:
+    """Label statistics of a test set ``ys (B, n, d_y)`` and a degeneracy flag.
+
+    ``zero_fraction``: share of labels exactly 0; ``constant_prompt_fraction``: share of prompts whose
+    labels are all equal; ``label_std_ratio``: label std over the training task's (``reference_std``).
+    ``degenerate`` when more than half the labels are exactly 0, more than half the prompts are
+    constant, or the label scale is off by more than 10x — then R² is dominated by a few prompts and is
+    not meaningful (experiments.md §7c: the weight shift N(-0.5, I) of bias-free ReLU targets).
+    """
+    y = ys.detach().double()
+    std = float(y.std()) if y.numel() > 1 else 0.0
+    zero = float((y == 0).double().mean())
+    flat = y.reshape(y.shape[0], -1)
+    const = float((flat.max(1).values == flat.min(1).values).double().mean())
+    ratio = std / reference_std if reference_std and reference_std > 0 else None
+    reasons = []
+    if zero > _ZERO_FRACTION:
+        reasons.append(f"{100 * zero:.2f}% of labels are exactly 0")
+    if const > _ZERO_FRACTION:
+        reasons.append(f"{100 * const:.1f}% of prompts have constant labels")
+    if ratio is not None and not (1 / _SCALE_RATIO <= ratio <= _SCALE_RATIO):
+        reasons.append(f"label std is {ratio:.3g}x the training task's")
+    return {
+        "label_mean": float(y.mean()),
+        "label_std": std,
+        "reference_std": reference_std,
+        "label_std_ratio": ratio,
+        "zero_fraction": zero,
+        "constant_prompt_fraction": const,
+        "max_abs_label": float(y.abs().max()),
+        "degenerate": bool(reasons),
+        "reasons": reasons,
+    }
+
+
+def k_ranges(train_examples: int, max_k: int) -> list[tuple[int, int]]:
+    """The k ranges summarised everywhere: ``(1, E)`` within the training length and ``(E+1, K)`` beyond."""
+    out = [(1, min(train_examples, max_k))] if max_k >= 1 else []
+    if max_k > train_examples:
+        out.append((train_examples + 1, max_k))
+    return out
+
+
+def _range_key(r: tuple[int, int]) -> str:
+    return f"{r[0]}-{r[1]}"
+
+
+def paired_difference(
+    preds_a: Tensor,
+    preds_b: Tensor,
+    ys: Tensor,
+    ranges: Sequence[tuple[int, int]],
+    *,
+    pooling: str = "pooled",
+    batch_size: int = 64,
+    resamples: int = 1000,
+    level: float = 0.9,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Paired bootstrap of ``Δ(k) = R²_a(k) - R²_b(k)`` on one prompt set ``(B, n, d_y)``.
+
+    Each resample draws prompts (``pooling="pooled"``) or batches (``"batch_mean"``) with replacement —
+    the SAME draw for both predictors — and recomputes both R² curves; the band is the percentile
+    interval of Δ. Positions where ``preds_b`` is NaN (a baseline evaluated on some k only) are NaN and
+    skipped by the range means. Returns ``{"diff", "diff_low", "diff_high", "ranges": {"lo-hi":
+    {"mean", "low", "high", "verdict", "k_evaluated", "k_beats", "k_matches", "k_trails"}}}``.
+    """
+    a = metrics._check(preds_a, ys)[0]
+    b, y = metrics._check(preds_b, ys)
+    B, n, _ = y.shape
+    g = torch.Generator().manual_seed(seed)
+    if pooling == "pooled":
+        idx = torch.randint(B, (resamples, B), generator=g)
+        C = torch.zeros(resamples, B, dtype=torch.float64).scatter_add_(
+            1, idx, torch.ones(resamples, B, dtype=torch.float64)
+        )
+        yc = y - y.mean(0, keepdim=True)
+        s1 = torch.einsum("rb,bnc->rnc", C, yc)
+        s2 = C @ (yc**2).sum(-1)
+        sst = s2 - (s1**2).sum(-1) / B  # (R, n)
+        sse_a, sse_b = C @ ((y - a) ** 2).sum(-1), C @ ((y - b) ** 2).sum(-1)
+        boot = (sse_b - sse_a) / sst
+        boot = torch.where(sst > 0, boot, torch.full_like(boot, math.nan))
+        point = metrics.r2_curve(a, y) - metrics.r2_curve(b, y)
+    else:
+        units = B // batch_size
+        ra = metrics._batch_r2(a, y, batch_size)
+        rb = metrics._batch_r2(b, y, batch_size)
+        idx = torch.randint(units, (resamples, units), generator=g)
+        C = (
+            torch.zeros(resamples, units, dtype=torch.float64).scatter_add_(
+                1, idx, torch.ones(resamples, units, dtype=torch.float64)
+            )
+            / units
+        )
+        boot = C @ (ra - rb)
+        point = (ra - rb).mean(0)
+    nan_b = b.isnan().any(0).any(-1)  # (n,)
+    point = torch.where(nan_b, torch.full_like(point, math.nan), point)
+    boot[:, nan_b] = math.nan
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    band = torch.nanquantile(boot, q, dim=0)
+    out: dict[str, Any] = {
+        "diff": point.tolist(),
+        "diff_low": band[0].tolist(),
+        "diff_high": band[1].tolist(),
+    }
+    summary = {}
+    for lo, hi in ranges:
+        ks = [k for k in range(lo, hi + 1) if k < n and not bool(nan_b[k]) and bool(point[k].isfinite())]
+        if not ks:
+            continue
+        sel = torch.tensor(ks)
+        means = boot[:, sel].nanmean(1)
+        low, high = torch.nanquantile(means, q).tolist()
+        lows, highs = band[0, sel], band[1, sel]
+        summary[_range_key((lo, hi))] = {
+            "mean": float(point[sel].mean()),
+            "low": low,
+            "high": high,
+            "verdict": "beats" if low > 0 else ("trails" if high < 0 else "matches"),
+            "k_evaluated": len(ks),
+            "k_beats": int((lows > 0).sum()),
+            "k_trails": int((highs < 0).sum()),
+            "k_matches": int(((lows <= 0) & (highs >= 0)).sum()),
+        }
+    out["ranges"] = summary
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Baselines
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pred:
+    name: str
+    kind: str
+    preds: Tensor  # (B_sub, n, d_y) on the first num_prompts prompts
+    seconds: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _mlp_ks(opts: EvalOptions, train_examples: int, max_k: int) -> list[int]:
+    ks = opts.mlp_ks if opts.mlp_ks is not None else (1, 5, 10, train_examples, max_k)
+    return sorted({k for k in ks if 1 <= k <= max_k})
+
+
+def _run_baselines(
+    names: Sequence[str],
+    cond: Condition,
+    pb: PromptBatch,
+    cfg: Config,
+    suite: Suite,
+    opts: EvalOptions,
+    tick: Callable[[str], None],
+) -> list[_Pred]:
+    """Every requested baseline on the condition's prompts (costly ones on a prefix of the prompts)."""
+    xs64, ys64 = pb.xs.double(), pb.ys.double()
+    n = pb.xs.shape[1]
+    out: list[_Pred] = []
+    simple = {
+        "zero": ZeroBaseline(),
+        "averaging": AveragingBaseline(),
+        "least-squares": LeastSquaresBaseline(),
+        "ridge": LeastSquaresBaseline(ridge=opts.ridge),
+        "knn": KNNBaseline(k_nn=opts.knn),
+    }
+    for key in names:
+        tick(key)
+        t0 = time.perf_counter()
+        if key in simple:
+            bl = simple[key]
+            with torch.no_grad():
+                p = bl(xs64, ys64)
+            out.append(_Pred(bl.name, key, p, time.perf_counter() - t0, {"prompts": int(p.shape[0])}))
+        elif key == "mlp":
+            m = min(opts.mlp_prompts, pb.xs.shape[0])
+            ks = _mlp_ks(opts, suite.train_examples, n - 1)
+            mlp = MLPBaseline(
+                depth=cfg.task.depth,
+                width=opts.mlp_width,
+                lr=opts.mlp_lr,
+                epochs=opts.mlp_epochs,
+                seed=suite.seed,
+                ks=ks,
+                pooling=opts.pooling,
+            )
+            tr = mlp.trace(pb.xs[:m], pb.ys[:m])
+            secs = time.perf_counter() - t0
+            best, epochs = tr.best(pb.ys[:m], pooling=opts.pooling)
+            meta = {
+                "prompts": m,
+                "ks": ks,
+                "width": opts.mlp_width,
+                "depth": cfg.task.depth,
+                "epochs": opts.mlp_epochs,
+                "lr": opts.mlp_lr,
+                "bias": True,
+                "init": "He normal",
+                "note": f"evaluated on the first {m} prompts at k in {ks} only (cost)",
+            }
+            base = f"mlp{cfg.task.depth}x{opts.mlp_width}"
+            out.append(
+                _Pred(
+                    f"{base}_best",
+                    "mlp-best",
+                    best,
+                    secs,
+                    {**meta, "selection": "best (oracle epoch per k)", "best_epoch": epochs},
+                )
+            )
+            out.append(
+                _Pred(f"{base}_last", "mlp-last", tr.last(), secs, {**meta, "selection": "last epoch"})
+            )
+        elif key == "gd":
+            m = min(opts.gd_prompts, pb.xs.shape[0])
+            gd = GDBaseline(net_spec(cfg.task), steps=opts.gd_steps, seed=suite.seed)
+            tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)  # held-out prompts
+            meta: dict[str, Any] = {
+                "prompts": m,
+                "steps": opts.gd_steps,
+                "tune_prompts": opts.gd_tune_prompts,
+                "tune_seed": suite.seed + 1,
+            }
+            try:
+                with torch.no_grad():
+                    gd.tune_step_size(tune.xs, tune.ys, opts.gd_grid, pooling="pooled")
+                    p = gd(pb.xs[:m], pb.ys[:m])
+                meta.update({"lr": gd.lr, "tuning": gd.tuning})
+            except InputError as exc:  # every step size diverged: record it, do not fail the suite
+                p = torch.full_like(pb.ys[:m], math.nan)
+                meta["error"] = str(exc)
+            out.append(_Pred(gd.name, "gd", p, time.perf_counter() - t0, meta))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def _reference_std(cfg: Config, suite: Suite, points: int) -> float:
+    """Label std of the TRAINING task on the test seed (the scale the model was trained on)."""
+    pb = sample_batch(cfg.task, 256, seed=suite.seed, step=0, points=points)
+    return float(pb.ys.double().std())
+
+
+def _request(suite: Suite, opts: EvalOptions, baselines: tuple[str, ...]) -> dict[str, Any]:
+    return _clean({"suite": suite.to_dict(), "options": {**opts.to_dict(), "baselines": list(baselines)}})
+
+
+def _progress(total: int, enabled: bool | None) -> Any:
+    from tqdm.auto import tqdm
+
+    disable = (not sys.stderr.isatty()) if enabled is None else not enabled
+    return tqdm(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    suite: str = "in-distribution",
+    *,
+    prompts: int | None = None,
+    seed: int = EVAL_SEED,
+    options: EvalOptions | None = None,
+    force: bool = False,
+    progress: bool | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Evaluate the run's newest checkpoint on ``suite`` (see the module docstring); returns the results.
+
+    Reuses ``RUN_DIR/eval/<suite>.json`` when it was computed for the same request (suite definition,
+    prompts, seed, options) from the same checkpoint, unless ``force``; the returned dict then has
+    ``"from_cache": True``. ``progress=None`` shows a bar only on a terminal.
+    """
+    from icdl.icl.train import load_run
+
+    opts = options or EvalOptions()
+    ck = checkpoint_info(run_dir)
+    model, cfg = load_run(run_dir, device=device)
+    st = build_suite(suite, cfg, prompts=prompts, seed=seed)
+    baselines = opts.baselines if opts.baselines is not None else SUITE_BASELINES[suite]
+    request = _request(st, opts, baselines)
+    path = result_path(run_dir, suite)
+    cached = load_result(run_dir, suite)
+    if not force and cached is not None and cached.get("request") == request and not _is_stale(cached, ck):
+        cached["from_cache"] = True
+        return cached
+
+    t_start = time.perf_counter()
+    per_cond = 1 + len(baselines)
+    bar = _progress(len(st.conditions) * per_cond + (1 if opts.cost else 0), progress)
+    conditions: dict[str, Any] = {}
+    warnings: list[str] = []
+    max_k_all = max(c.points for c in st.conditions) - 1
+    try:
+        for ci, cond in enumerate(st.conditions):
+
+            def tick(what: str, cond: Condition = cond) -> None:
+                bar.set_description(f"{suite}/{cond.name}: {what}")
+
+            pb = _prompts(cond, st.prompts, st.seed)
+            ys = pb.ys
+            n = ys.shape[1]
+            ranges = k_ranges(st.train_examples, n - 1)
+            tick("icl")
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                icl = torch.cat(
+                    [
+                        model(
+                            pb.xs[s : s + opts.batch].to(device), pb.ys[s : s + opts.batch].to(device)
+                        ).cpu()
+                        for s in range(0, st.prompts, opts.batch)
+                    ]
+                )
+            preds = [
+                _Pred(
+                    "icl",
+                    "icl",
+                    icl,
+                    time.perf_counter() - t0,
+                    {"prompts": st.prompts, "checkpoint_step": ck["step"]},
+                )
+            ]
+            bar.update(1)
+
+            def tick_b(what: str, _t: Callable[[str], None] = tick) -> None:
+                _t(what)
+                bar.update(1)
+
+            preds.extend(_run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
+
+            diag = label_diagnostics(ys, _reference_std(cfg, st, cond.points))
+            if diag["degenerate"]:
+                warnings.append(
+                    f"condition {cond.name} ({cond.label}) is degenerate: {'; '.join(diag['reasons'])}"
+                )
+            curves, comps = {}, {}
+            for p in preds:
+                m = p.preds.shape[0]
+                curve = metrics.evaluate(
+                    p.name,
+                    p.preds,
+                    ys[:m].to(p.preds.dtype),
+                    pooling=opts.pooling,
+                    resamples=opts.resamples,
+                    level=opts.level,
+                    seed=st.seed + ci,
+                    meta={"kind": p.kind, "seconds": p.seconds, **p.meta},
+                )
+                curves[p.name] = curve.to_dict()
+                if p.kind != "icl":
+                    comps[p.name] = {
+                        "kind": p.kind,
+                        "prompts": m,
+                        **paired_difference(
+                            icl[:m].double(),
+                            p.preds.double(),
+                            ys[:m].double(),
+                            ranges,
+                            pooling=opts.pooling,
+                            resamples=opts.resamples,
+                            level=opts.level,
+                            seed=st.seed + ci,
+                        ),
+                    }
+            conditions[cond.name] = {
+                "label": cond.label,
+                "params": cond.params,
+                "points": cond.points,
+                "ranges": [list(r) for r in ranges],
+                "diagnostics": diag,
+                "predictors": curves,
+                "comparisons": comps,
+            }
+        cost = None
+        if opts.cost:
+            from icdl.icl.cost import measure_cost
+
+            bar.set_description(f"{suite}: cost")
+            cost = measure_cost(
+                model,
+                cfg,
+                points=min(max_k_all + 1, cfg.model.max_points),
+                prompts=opts.batch,
+                mlp_width=opts.mlp_width,
+                mlp_epochs=opts.mlp_epochs,
+                mlp_lr=opts.mlp_lr,
+                seed=st.seed + 2,
+            )
+            bar.update(1)
+    finally:
+        bar.close()
+
+    result = {
+        "format": FORMAT,
+        "suite": st.to_dict(),
+        "request": request,
+        "options": request["options"],
+        "run": {
+            "run_dir": str(Path(run_dir)),
+            "name": cfg.name,
+            "attention": cfg.model.attention,
+            "layers": cfg.model.layers,
+            "target_depth": cfg.task.depth,
+            "train_examples": cfg.task.examples,
+            "train_seed": cfg.train.seed,
+        },
+        "config": cfg.model_dump(mode="json"),
+        "checkpoint": ck,
+        "computed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - t_start,
+        "threads": torch.get_num_threads(),
+        "device": device,
+        "conditions": conditions,
+        "cost": cost,
+        "warnings": warnings + list(st.notes),
+        "depth_ks": list(st.ks) if st.ks else list(depth_ks(max_k_all)),
+    }
+    result = _clean(result)
+    _atomic_write_json(path, result)
+    result["from_cache"] = False
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Depth sweep (F.3)
+# --------------------------------------------------------------------------------------------------
+
+
+def depth_sweep(
+    run_dirs: Sequence[str | Path], *, evaluate_missing: bool = True, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """R² of the ICL model at the depth-sweep k values (15, 30, 45 scaled) for several runs (F.3).
+
+    Uses each run's cached ``in-distribution`` result when current (same prompts and condition), else
+    its ``depth`` suite (evaluated when missing and ``evaluate_missing``). Returns rows ``{"run_dir",
+    "attention", "layers", "target_depth", "ks", "r2", "r2_low", "r2_high"}`` sorted by attention and
+    layers; runs without results are skipped when ``evaluate_missing`` is False.
+    """
+    rows = []
+    for rd in run_dirs:
+        res = None
+        for name in ("in-distribution", "depth"):
+            if result_status(rd, name) == "ok":
+                res = load_result(rd, name)
+                break
+        if res is None:
+            if not evaluate_missing:
+                continue
+            res = evaluate_run(rd, "depth", **kwargs)
+        curve = res["conditions"]["train"]["predictors"]["icl"]
+        ks = [k for k in res.get("depth_ks", []) if k < len(curve["r2"])]
+        rows.append(
+            {
+                "run_dir": str(rd),
+                "attention": res["run"]["attention"],
+                "layers": res["run"]["layers"],
+                "target_depth": res["run"]["target_depth"],
+                "ks": ks,
+                "r2": [curve["r2"][k] for k in ks],
+                "r2_low": [curve["r2_low"][k] for k in ks],
+                "r2_high": [curve["r2_high"][k] for k in ks],
+            }
+        )
+    return sorted(rows, key=lambda r: (r["attention"], r["target_depth"], r["layers"]))

@@ -1,0 +1,328 @@
+"""A markdown report with PNG plots for one or more evaluated runs, next to the paper's numbers.
+
+``build_report(run_dirs, out_dir)`` reads ``RUN_DIR/eval/<suite>.json`` (:mod:`icdl.icl.evaluate`),
+evaluates missing suites on demand (``evaluate="auto"``: only ``in-distribution``; ``"all"``; ``"none"``;
+the missing ones are listed with the command that computes them), renders the plots
+(:mod:`icdl.icl.plots`) and writes ``out_dir/report.md`` with, per run and suite:
+
+* R² at selected k and mean R² over ``k = 1..E`` (within the training length E) and ``E+1..K`` (beyond),
+  per condition and predictor, with the paper's means over ``k = 1..50`` and ``51..75`` side by side
+  (F.1 per attention / target depth / mixture weight and its NN baseline; F.2 weight shifts, 4-layer
+  target; :mod:`icdl.paper_results`);
+* a generated statement per baseline and k range: ICL beats / matches / trails it, from the paired
+  bootstrap band of the R² difference (matches = the 90 % band contains 0);
+* label diagnostics (degenerate conditions), the suite's caveats, and the cost comparison;
+* across runs: a summary table and the transformer-depth sweep (F.3) when runs differ only in depth.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from icdl import paper_results as paper
+from icdl.errors import InputError
+from icdl.icl import plots
+from icdl.icl.evaluate import EvalOptions, evaluate_run, load_result, result_status
+from icdl.icl.suites import suite_names
+
+__all__ = ["REPORT_SUITES", "Report", "build_report", "statements"]
+
+REPORT_SUITES: tuple[str, ...] = (
+    "in-distribution",
+    "mixture",
+    "mixture-prompt",
+    "weight-shift",
+    "weight-shift-std",
+    "long-prompts",
+    "centred",
+)
+Evaluate = Literal["auto", "all", "none"]
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` wrote: the markdown file, the PNGs, and the commands for missing suites."""
+
+    path: Path
+    images: list[Path]
+    missing: list[str]
+
+
+def _f(v: float | None, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return f"{v:.{digits}f}"
+
+
+def _mean(vals: Sequence[float | None], lo: int, hi: int) -> float | None:
+    part = [v for v in vals[lo : hi + 1] if v is not None and math.isfinite(v)]
+    return sum(part) / len(part) if part else None
+
+
+def _sel_ks(train_examples: int, max_k: int) -> list[int]:
+    ks = {0, 1, 2, 5, 10, 20, train_examples, max_k}
+    return sorted(k for k in ks if 0 <= k <= max_k)
+
+
+def _slug(s: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in s)
+
+
+def _paper_f1(result: dict[str, Any], cond: dict[str, Any], pname: str, kind: str) -> tuple[str, str]:
+    """The paper's (mean 1-50, mean 51-75) for this curve, as strings (``–`` where it has none)."""
+    run, suite = result["run"], result["suite"]["name"]
+    att, depth = run["attention"], run["target_depth"]
+    key = None
+    if suite in ("in-distribution", "mixture", "mixture-prompt", "long-prompts", "depth"):
+        omega = cond["params"].get("omega1", 1.0)
+        if kind == "icl":
+            key = paper.curve_key(omega)
+        elif kind == "mlp-best" and omega == 1.0:
+            key = "nn"
+        if key is not None:
+            return _f(paper.f1_mean(att, depth, key)), _f(paper.f1_mean(att, depth, key, "mean_51_75"))
+    if suite in ("weight-shift", "weight-shift-std") and kind in ("icl", "mlp-best"):
+        who = "icl" if kind == "icl" else "nn"
+        mu = cond["params"].get("weight_mean", 0.0)
+        m1, m2 = paper.f2_mean(att, mu, who), paper.f2_mean(att, mu, who, "mean_51_75")
+        tag = "" if depth == 4 else "*"
+        if m1 is not None:
+            return _f(m1) + tag, _f(m2) + tag
+    return "–", "–"
+
+
+def statements(result: dict[str, Any], condition: str) -> list[str]:
+    """Plain sentences, one per baseline and k range: where ICL beats / matches / trails it."""
+    c = result["conditions"][condition]
+    out = []
+    for bname, comp in c["comparisons"].items():
+        for rng, s in comp["ranges"].items():
+            verb = {"beats": "beats", "matches": "matches", "trails": "trails"}[s["verdict"]]
+            out.append(
+                f"ICL {verb} **{bname}** on k = {rng} (mean ΔR² = {s['mean']:+.3f}, 90% paired band "
+                f"[{s['low']:+.3f}, {s['high']:+.3f}]; per k: beats at {s['k_beats']}, matches at "
+                f"{s['k_matches']}, trails at {s['k_trails']} of {s['k_evaluated']}; "
+                f"{comp['prompts']} prompts)."
+            )
+    return out
+
+
+def _suite_section(result: dict[str, Any], out_dir: Path, run_slug: str, status: str) -> list[str]:
+    suite = result["suite"]
+    E = suite["train_examples"]
+    lines = [f"### Suite `{suite['name']}`", "", suite["description"] + ".", ""]
+    if status == "stale":
+        lines += [
+            "> **Stale**: the checkpoint is newer than these results; rerun `icdl evaluate --force`.",
+            "",
+        ]
+    conds = result["conditions"]
+    img = plots.plot_conditions(result, out_dir / f"{run_slug}__{_slug(suite['name'])}.png")
+    lines += [f"![{suite['name']}]({img.name})", ""]
+    first = next(iter(conds))
+    img2 = plots.plot_predictors(result, first, out_dir / f"{run_slug}__{_slug(suite['name'])}__{first}.png")
+    lines += [f"![{suite['name']} / {first}: all predictors]({img2.name})", ""]
+    for cname, c in conds.items():
+        max_k = c["points"] - 1
+        ranges = [tuple(r) for r in c["ranges"]]
+        ks = _sel_ks(E, max_k)
+        lines += [f"**{c['label']}** (`{cname}`; {max_k} examples per test prompt)", ""]
+        head = [
+            "predictor",
+            *[f"k={k}" for k in ks],
+            *[f"mean {a}–{b}" for a, b in ranges],
+            "paper 1–50",
+            "paper 51–75",
+        ]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for pname, curve in c["predictors"].items():
+            kind = curve.get("meta", {}).get("kind", "")
+            r2 = curve["r2"]
+            p1, p2 = _paper_f1(result, c, pname, kind)
+            cells = [pname, *[_f(r2[k]) for k in ks], *[_f(_mean(r2, a, b)) for a, b in ranges], p1, p2]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        d = c["diagnostics"]
+        diag = (
+            f"Labels: mean {_f(d['label_mean'], 3)}, std {_f(d['label_std'], 3)} "
+            f"({_f(d['label_std_ratio'], 2)}x the training task), {100 * d['zero_fraction']:.2f}% exactly 0."
+        )
+        if d["degenerate"]:
+            diag = "**DEGENERATE** (" + "; ".join(d["reasons"]) + "): R² here is not meaningful. " + diag
+        lines += [diag, ""]
+        sts = statements(result, cname)
+        if sts:
+            lines += [f"- {s}" for s in sts] + [""]
+    notes = [w for w in result.get("warnings", [])]
+    if notes:
+        lines += ["Caveats:", ""] + [f"- {w}" for w in notes] + [""]
+    if suite["name"] in ("weight-shift", "weight-shift-std") and result["run"]["target_depth"] != 4:
+        lines += ["\\* the paper's F.2 numbers are for a 4-layer target.", ""]
+    return lines
+
+
+def _cost_section(cost: dict[str, Any]) -> list[str]:
+    icl, mlp = cost["icl"], cost["mlp"]
+    return [
+        "#### Cost: one ICL forward pass vs training the baseline network on the prompt",
+        "",
+        f"Prompts of {cost['points']} points (k = {cost['examples']}), batch of {cost['prompts']} prompts, "
+        f"{cost['threads']} thread(s) on {cost['device']}.",
+        "",
+        "| | parameters | FLOPs per prompt | measured s per batch | s per prompt |",
+        "|---|---|---|---|---|",
+        f"| ICL forward (2·N·T, T = points) | {icl['num_params']:,} | {icl['flops_rule_points']:.3g} "
+        f"| {icl['seconds_batch']:.4f} | {icl['seconds_per_prompt']:.2e} |",
+        f"| ICL forward (exact matmul count, T = 2·points tokens) | | {icl['flops_exact']:.3g} | | |",
+        f"| {mlp['depth']}-layer width-{mlp['width']} MLP, {mlp['epochs']} epochs (6·P·D) "
+        f"| {mlp['num_params']:,} | {mlp['flops_rule']:.3g} | {mlp['seconds_batch']:.4f} "
+        f"| {mlp['seconds_per_prompt']:.2e} |",
+        "",
+        f"Training the MLP costs {cost['flops_ratio_rule']:.3g}x the ICL forward FLOPs (rules) and took "
+        f"{_f(cost['seconds_ratio'], 1)}x its wall time here, for ONE k (the ICL pass serves every k). "
+        f"Paper (App. A.3): {paper.FLOPS['icl_gflops']} vs {paper.FLOPS['direct_training_gflops']} GFLOP "
+        f"({paper.FLOPS['icl_rule']}; {paper.FLOPS['direct_rule']}).",
+        "",
+    ]
+
+
+def _depth_section(rows: list[dict[str, Any]], out_dir: Path) -> list[str]:
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["attention"], r["target_depth"]), []).append(r)
+    sweep = [r for g in groups.values() if len({x["layers"] for x in g}) >= 2 for r in g]
+    if not sweep:
+        return []
+    img = plots.plot_depth_sweep(sweep, out_dir / "depth_sweep.png")
+    lines = ["## Transformer depth sweep (F.3)", "", f"![depth sweep]({img.name})", ""]
+    lines += [
+        "| attention | target depth | layers | k | R² [90% band] | paper (k = 15/30/45, same layers) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sorted(sweep, key=lambda r: (r["attention"], r["target_depth"], r["layers"])):
+        for i, k in enumerate(r["ks"]):
+            pk = (15, 30, 45)[i] if len(r["ks"]) == 3 else None
+            pv = paper.F3.get((r["attention"], pk), {}).get(r["layers"]) if pk else None
+            lines.append(
+                f"| {r['attention']} | {r['target_depth']} | {r['layers']} | {k} | {_f(r['r2'][i])} "
+                f"[{_f(r['r2_low'][i])}, {_f(r['r2_high'][i])}] | {_f(pv)} |"
+            )
+    return [*lines, ""]
+
+
+def build_report(
+    run_dirs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    suites: Sequence[str] | None = None,
+    evaluate: Evaluate = "auto",
+    prompts: int | None = None,
+    options: EvalOptions | None = None,
+    progress: bool | None = None,
+) -> Report:
+    """Render ``out_dir/report.md`` and its PNGs for ``run_dirs``.
+
+    ``evaluate``: ``"auto"`` computes a missing ``in-distribution`` suite only, ``"all"`` every missing or
+    stale suite in ``suites``, ``"none"`` nothing (missing suites are listed with the command to run).
+    """
+    from icdl.icl.evaluate import checkpoint_info, depth_sweep
+
+    if not run_dirs:
+        raise InputError("give at least one run directory")
+    suites = list(REPORT_SUITES if suites is None else suites)
+    for s in suites:
+        if s not in suite_names():
+            raise InputError(f"unknown suite {s!r}; choose one of {', '.join(suite_names())}")
+    if evaluate not in ("auto", "all", "none"):
+        raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
+    for rd in run_dirs:
+        checkpoint_info(rd)  # one-line error for a bad run directory, before any work
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    lines = ["# icdl evaluation report", ""]
+    lines += [
+        "R²(k) across test prompts at each number of in-context examples k (pooled over prompts unless "
+        "stated), 90% bootstrap bands over prompts; baselines share the ICL model's test prompts "
+        "(the MLP and GD baselines a prefix of them). Paper columns: "
+        f"{paper.PROVENANCE}; the paper's ranges are k = 1–50 / 51–75 with 50 training examples, ours "
+        "k = 1–E / E+1–K with E training examples.",
+        "",
+    ]
+    summary = [
+        "## Summary (in-distribution, mean R² over k = 1..E)",
+        "",
+        "| run | attention | layers | target depth | ICL | averaging | MLP best | MLP last "
+        "| paper ICL 1–50 | paper NN 1–50 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    body: list[str] = []
+    missing: list[str] = []
+    for rd in run_dirs:
+        rd = Path(rd)
+        results: dict[str, tuple[dict[str, Any], str]] = {}
+        for s in suites:
+            status = result_status(rd, s)
+            if status != "ok" and (evaluate == "all" or (evaluate == "auto" and s == "in-distribution")):
+                res = evaluate_run(rd, s, prompts=prompts, options=options, progress=progress, force=True)
+                results[s] = (res, "ok")
+            elif status != "missing":
+                results[s] = (load_result(rd, s) or {}, status)
+            else:
+                missing.append(f"icdl evaluate {rd} --suite {s}")
+        if not results:
+            continue
+        any_res = next(iter(results.values()))[0]
+        run = any_res["run"]
+        slug = _slug(rd.name or "run")
+        cfg = any_res["config"]
+        body += [
+            f"## Run `{rd}`",
+            "",
+            f"{run['attention']} attention, {run['layers']} layers, d_model {cfg['model']['d_model']}; "
+            f"target: {run['target_depth']}-layer {cfg['task']['activation']} network, "
+            f"width {cfg['task']['width']}, "
+            f"d = {cfg['task']['dim']}, inputs mean {cfg['task']['inputs']['mean']}; trained "
+            f"{cfg['train']['steps']} steps on {run['train_examples']} examples (checkpoint step "
+            f"{any_res['checkpoint']['step']}).",
+            "",
+        ]
+        for res, status in results.values():
+            body += _suite_section(res, out, slug, status)
+        cost = next((r["cost"] for r, _ in results.values() if r.get("cost")), None)
+        if cost:
+            body += _cost_section(cost)
+        if "in-distribution" in results:
+            res = results["in-distribution"][0]
+            c = res["conditions"]["train"]
+            E = res["suite"]["train_examples"]
+            by_kind = {p["meta"].get("kind"): p for p in c["predictors"].values()}
+
+            def m(kind: str, by_kind: dict[str, Any] = by_kind, E: int = E) -> str:
+                p = by_kind.get(kind)
+                return _f(_mean(p["r2"], 1, E)) if p else "–"
+
+            summary.append(
+                f"| `{rd}` | {run['attention']} | {run['layers']} | {run['target_depth']} | {m('icl')} | "
+                f"{m('averaging')} | {m('mlp-best')} | {m('mlp-last')} | "
+                f"{_f(paper.f1_mean(run['attention'], run['target_depth'], '1.0'))} | "
+                f"{_f(paper.f1_mean(run['attention'], run['target_depth'], 'nn'))} |"
+            )
+    lines += [*summary, ""]
+    rows = depth_sweep(run_dirs, evaluate_missing=False)
+    lines += _depth_section(rows, out)
+    lines += body
+    if missing:
+        lines += ["## Not evaluated", "", "Run these (or `icdl report --evaluate all`):", ""]
+        lines += [f"- `{cmd}`" for cmd in missing] + [""]
+    path = out / "report.md"
+    tmp = out / f".report.md.tmp-{os.getpid()}"
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+    images = sorted(out / ln.split("](", 1)[1].rstrip(")") for ln in lines if ln.startswith("!["))
+    return Report(path, images, missing)

@@ -1,0 +1,116 @@
+"""`icdl construct`: JSON contract, table/explain output, --save, and one-line exit-2 errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from icdl.cli import main
+from icdl.construct import load
+
+KEYS = {
+    "sublayers",
+    "sublayers_per_step",
+    "readout_sublayers",
+    "embedding_dim",
+    "max_heads",
+    "parameters",
+    "nonzero_parameters",
+    "max_abs_err_weights",
+    "max_abs_err_prediction",
+    "delta_window_count",
+    "corollary_bound",
+    "seconds_compile",
+    "seconds_forward",
+    "seconds_reference",
+}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
+    )
+
+
+def test_json_contract_and_save(tmp_path) -> None:
+    r = _run(
+        "--json",
+        "--explain",
+        "-N",
+        "3",
+        "-K",
+        "4",
+        "--in-dim",
+        "3",
+        "--out-dim",
+        "2",
+        "-L",
+        "3",
+        "-n",
+        "8",
+        "--projection",
+        "box",
+        "--box",
+        "0.8",
+        "--save",
+        str(tmp_path / "m"),
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) >= KEYS
+    assert d["sublayers"] == 10 * 3 and d["sublayers_per_step"] == 10 and d["readout_sublayers"] == 4
+    assert set(d["parameters"]) >= {"stored", "unique"}
+    assert d["passed"] is True and d["delta_window_count"] == 0
+    assert d["max_abs_err_weights"] <= 1e-12 and d["max_abs_err_prediction"] <= 1e-12
+    assert [e["role"] for e in d["explain"][:10]] == ["forward"] * 3 + ["derivative", "loss"] + [
+        "backward"
+    ] * 3 + ["update", "project"]
+    assert load(tmp_path / "m").summary()["embedding_dim"] == d["embedding_dim"]
+
+
+def test_table_output_for_a_smooth_network() -> None:
+    r = _run("-N", "2", "-K", "3", "--activation", "sigmoid", "-L", "2", "-n", "6", "--explain")
+    assert r.returncode == 0, r.stderr
+    assert "verdict      PASS" in r.stdout and "Corollary 1.1 bound" in r.stdout
+    assert "Lemma 5" in r.stdout and "readout" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--depth", "1"],
+        ["--activation", "swish"],
+        ["--loss", "hinge"],
+        ["--lr", "-1"],
+        ["--projection", "box"],
+        ["--box", "1.0"],
+        ["--variant", "compact"],
+        ["--dtype", "float16"],
+        ["--delta", "1e-300"],
+        ["--examples", "0"],
+        ["--output", "sigmoid"],
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["construct", *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("icdl: error:") and "Traceback" not in err
+
+
+def test_bad_input_from_a_real_process() -> None:
+    r = _run("--activation", "swish")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "swish" in r.stderr
+
+
+def test_save_refuses_existing_directory(tmp_path, capsys) -> None:
+    (tmp_path / "m").mkdir()
+    with pytest.raises(SystemExit) as exc:
+        main(["construct", "-N", "2", "-K", "2", "-L", "1", "--save", str(tmp_path / "m")])
+    assert exc.value.code == 2 and "exists" in capsys.readouterr().err

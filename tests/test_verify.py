@@ -1,0 +1,142 @@
+"""icdl.construct.verify: the verifier finds construction errors, and smooth constructions behave as the
+paper's error analysis says (gradient error shrinks with eps; trajectory error under Corollary 1.1)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.verify import estimate_lipschitz, recursion
+from icdl.nets import NetSpec, gradient, lemma1_terms
+
+
+def _setup(activation: str = "relu", eps: float = 1e-3, steps: int = 3, n: int = 8, seed: int = 0, **kw):
+    spec = NetSpec(3, 4, 3, 2, activation=activation)
+    x, y, xq, w0, _ = sample_task(spec, n, seed=seed)
+    model = compile_gd_transformer(spec, steps=steps, n=n, eps=eps, lr=0.2, **kw)
+    return model, (x, y, xq, w0)
+
+
+def test_relu_report_is_exact_and_consistent() -> None:
+    model, prompt = _setup(projection="box", box=0.7)
+    rep = verify(model, *prompt)
+    assert rep.passed and rep.first_divergence is None
+    assert rep.delta_window_count == 0  # asserted, not assumed
+    assert rep.out_of_range_count is None  # no fitted sums
+    assert rep.max_sublayer_err <= 1e-12
+    assert rep.max_abs_err_weights <= 1e-12 and rep.max_abs_err_prediction <= 1e-12
+    assert rep.weights_spread == 0.0 and rep.scratch_max == 0.0
+    assert len(rep.steps) == 3 and [s.step for s in rep.steps] == [1, 2, 3]
+    assert rep.trajectory_error <= rep.corollary_bound + 1e-15
+    assert rep.gate_margin > 0
+    d = rep.to_dict()
+    json.dumps(d)  # JSON-ready
+    assert d["passed"] is True and "steps" in d
+    assert "first divergence: none" in rep.table()
+
+
+def test_recursion_matches_lemma1() -> None:
+    model, (x, y, xq, w0) = _setup()
+    n = x.shape[0]
+    t = torch.cat([torch.ones(n), torch.zeros(1)]).double()
+    ex = recursion(
+        model, w0, torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, 2).double()]), t, surrogate=False
+    )
+    torch.testing.assert_close(ex.grad, gradient(model.spec, "squared", w0, x, y), rtol=0, atol=1e-15)
+    ref = lemma1_terms(model.spec, "squared", w0, x, y)
+    for a, b in zip(ex.s, ref.s, strict=True):
+        torch.testing.assert_close(a[:n], b, rtol=0, atol=1e-15)
+
+
+def test_lipschitz_estimate_matches_hessian_eigenvalue() -> None:
+    """Power iteration against the exact Hessian (autograd) on a small net."""
+    model, (x, y, _, w0) = _setup(activation="tanh", eps=1e-2)
+    from icdl.nets import empirical_risk
+
+    Hm = torch.autograd.functional.hessian(lambda w: empirical_risk(model.spec, "squared", w, x, y), w0)
+    want = float(torch.linalg.eigvalsh(Hm).abs().max())
+    got = estimate_lipschitz(model, [w0], x, y, iters=200)
+    assert got == pytest.approx(want, rel=1e-3)
+
+
+def _perturb_one_weight(module: torch.nn.Module, H_in: torch.Tensor) -> None:
+    """Change ONE stored coefficient of ``module`` — the first one (in table order) whose change alters the
+    module's output on its actual input ``H_in`` (dead ReLU units make some weights irrelevant)."""
+    before = module(H_in)
+    for table in module.coefficient_tables():
+        flat = table.view(-1)
+        for k in torch.nonzero(flat).flatten().tolist():
+            old = float(flat[k])
+            flat[k] = old * 1.5 + 0.25
+            if not torch.equal(module(H_in), before):
+                return
+            flat[k] = old
+    raise AssertionError("no weight of this sublayer matters on this prompt")
+
+
+def _inputs(model, prompt):
+    """State before every sublayer: {(step, index): H}."""
+    H0 = model.build_prompt(*prompt)
+    seen = {}
+    prev = [H0]
+
+    def trace(step, index, info, H):
+        seen[(step, index)] = prev[0]
+        prev[0] = H.clone()
+
+    model.run(H0, trace=trace)
+    return seen
+
+
+@pytest.mark.parametrize("index", range(10))  # every sublayer of a depth-3 block
+def test_a_wrong_weight_is_named(index: int) -> None:
+    model, prompt = _setup(seed=1, projection="box", box=0.3)
+    _perturb_one_weight(model.block[index], _inputs(model, prompt)[(0, index)])
+    rep = verify(model, *prompt, lipschitz_iters=0)
+    assert not rep.passed
+    div = rep.first_divergence
+    assert div is not None
+    assert (div.step, div.index, div.role) == (0, index, model.block[index].info.role)
+
+
+def test_a_wrong_readout_weight_is_named() -> None:
+    model, prompt = _setup(seed=1)
+    last = len(model.readout) - 1
+    _perturb_one_weight(model.readout[last], _inputs(model, prompt)[(model.steps, last)])
+    rep = verify(model, *prompt, lipschitz_iters=0)
+    assert rep.first_divergence is not None
+    assert rep.first_divergence.role == "readout" and rep.first_divergence.step == model.steps
+    assert rep.max_abs_err_weights <= 1e-12  # the weights are still right
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "tanh", "softplus"])
+def test_smooth_errors_shrink_with_eps_and_stay_under_the_bound(activation: str) -> None:
+    grads, trajs = [], []
+    for eps in (1e-2, 1e-3, 1e-4):
+        model, prompt = _setup(activation=activation, eps=eps)
+        rep = verify(model, *prompt)
+        assert rep.passed  # the heads compute exactly the paper's surrogate p̄, r̄', ḡ, s̄
+        assert rep.out_of_range_count == 0 and rep.delta_window_count is None
+        assert rep.trajectory_error <= rep.corollary_bound
+        for s in rep.steps:
+            assert s.trajectory_l2 <= s.bound_l2
+        grads.append(rep.eps_grad)
+        trajs.append(rep.trajectory_error)
+    assert grads[0] > grads[1] > grads[2] > 0
+    assert trajs[0] > trajs[2]
+    assert all(math.isfinite(g) for g in grads)
+
+
+def test_window_hits_are_counted() -> None:
+    """Put one example's first pre-activation inside (0, delta): the report must count it."""
+    model, (x, y, xq, w0) = _setup(delta=1e-6)
+    spec = model.spec
+    z0 = x[0] @ w0[: spec.in_dim]  # pre-activation of unit 0 of layer 1 on example 0
+    x = x.clone()
+    x[0] = x[0] + (5e-7 - z0) * w0[: spec.in_dim] / w0[: spec.in_dim].dot(w0[: spec.in_dim])
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert rep.delta_window_count is not None and rep.delta_window_count >= 1
