@@ -42,6 +42,7 @@ def report(
     suites: str | None,
     evaluate: str,
     prompts: int | None,
+    baselines: str | None,
     quiet: bool,
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
