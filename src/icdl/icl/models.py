@@ -50,16 +50,15 @@ def relu_attention(q: Tensor, k: Tensor, v: Tensor, norm: ReluNorm = "causal") -
 
     Returns:
         ``(B, H, T, d_head)``: ``(mask ⊙ relu(q k^T / sqrt(d_head))) v / c`` with ``c`` the normaliser.
+
+    Since ``relu(a s) = a relu(s)`` for ``a > 0``, the mask, ``1/sqrt(d_head)`` and ``1/c`` fold into one
+    ``(T, T)`` weight matrix, applied with a single multiply after the ReLU.
     """
     T, d_head = q.shape[-2], q.shape[-1]
-    scores = torch.relu(q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d_head)))  # (B, H, T, T)
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    scores = scores.masked_fill(~causal, 0.0)
-    if norm == "causal":
-        denom = torch.arange(1, T + 1, device=q.device, dtype=scores.dtype).unsqueeze(-1)  # (T, 1)
-    else:
-        denom = torch.tensor(float(T), device=q.device, dtype=scores.dtype)
-    return (scores / denom) @ v
+    rows = torch.arange(1, T + 1, device=q.device, dtype=q.dtype).unsqueeze(-1)  # (T, 1): visible keys
+    denom = rows if norm == "causal" else torch.full_like(rows, float(T))
+    weight = torch.ones(T, T, device=q.device, dtype=q.dtype).tril() / (denom * math.sqrt(d_head))  # (T, T)
+    return (torch.relu(q @ k.transpose(-1, -2)) * weight) @ v
 
 
 class CausalSelfAttention(nn.Module):

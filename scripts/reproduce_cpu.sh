@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Reproduce the paper's App. F experiments at CPU scale (experiments.md §7b) and render docs/results/.
+#
+# Trains the cpu-small preset for 3-, 4- and 6-layer targets with ReLU and softmax attention (6 runs) plus
+# a centred model (inputs N(0, I), labels standardised per task), evaluates each on the paper's suites, and
+# writes the combined report (report.md + PNGs) to $OUT. Resumable: finished training runs and current
+# evaluation results are reused. Optional: DEPTH_SWEEP=1 trains the transformer-depth sweep (F.3).
+#
+# Every knob is an environment variable (defaults = the full CPU reproduction):
+#   PRESET=cpu-small  STEPS=<preset>  RUNS=runs/reproduce  OUT=docs/results  THREADS=1
+#   DEPTHS="3 4 6"  ATTNS="relu softmax"  CENTRED=1  CENTRED_ATTN=relu  CENTRED_DEPTH=6
+#   SUITES="in-distribution mixture mixture-prompt weight-shift weight-shift-std long-prompts centred"
+#   PROMPTS=1280  RESAMPLES=1000  MLP_PROMPTS=64  MLP_WIDTH=200  MLP_EPOCHS=100  GD_STEPS=10  GD_PROMPTS=128
+#   DEPTH_SWEEP=0  SWEEP_LAYERS="4 6 8 10"  SWEEP_DEPTH=6
+#
+# Smoke test on the tiny preset (about 2-4 minutes on one thread):
+#   PRESET=tiny STEPS=20 PROMPTS=64 RESAMPLES=100 MLP_PROMPTS=8 MLP_WIDTH=16 MLP_EPOCHS=5 GD_STEPS=2 \
+#   GD_PROMPTS=16 DEPTH_SWEEP=1 SWEEP_LAYERS="1 2" RUNS=/tmp/repro OUT=/tmp/repro/report scripts/reproduce_cpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PRESET=${PRESET:-cpu-small}
+STEPS=${STEPS:-}
+RUNS=${RUNS:-runs/reproduce}
+OUT=${OUT:-docs/results}
+THREADS=${THREADS:-1}
+DEPTHS=${DEPTHS:-"3 4 6"}
+ATTNS=${ATTNS:-"relu softmax"}
+CENTRED=${CENTRED:-1}
+CENTRED_ATTN=${CENTRED_ATTN:-relu}
+CENTRED_DEPTH=${CENTRED_DEPTH:-6}
+SUITES=${SUITES:-"in-distribution mixture mixture-prompt weight-shift weight-shift-std long-prompts centred"}
+PROMPTS=${PROMPTS:-1280}
+RESAMPLES=${RESAMPLES:-1000}
+MLP_PROMPTS=${MLP_PROMPTS:-64}
+MLP_WIDTH=${MLP_WIDTH:-200}
+MLP_EPOCHS=${MLP_EPOCHS:-100}
+GD_STEPS=${GD_STEPS:-10}
+GD_PROMPTS=${GD_PROMPTS:-128}
+DEPTH_SWEEP=${DEPTH_SWEEP:-0}
+SWEEP_LAYERS=${SWEEP_LAYERS:-"4 6 8 10"}
+SWEEP_DEPTH=${SWEEP_DEPTH:-6}
+
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+ICDL=(python -m icdl)
+STEP_SET=()
+[[ -n "$STEPS" ]] && STEP_SET=(--set "train.steps=$STEPS")
+# The threads key is bookkeeping (allowed to differ on resume); it pins torch to $THREADS.
+COMMON_SET=(--set "train.threads=$THREADS" "${STEP_SET[@]}")
+
+run_dirs=()
+
+train_run() {  # train_run NAME --set ... : train (or resume / skip) one run
+  local name=$1; shift
+  echo "== train $name" >&2
+  "${ICDL[@]}" train "$PRESET" --out "$RUNS/$name" "${COMMON_SET[@]}" "$@" --quiet
+  run_dirs+=("$RUNS/$name")
+}
+
+evaluate_run() {  # evaluate_run RUN_DIR SUITE...
+  local rd=$1; shift
+  for suite in "$@"; do
+    echo "== evaluate $rd $suite" >&2
+    "${ICDL[@]}" evaluate "$rd" --suite "$suite" --prompts "$PROMPTS" --resamples "$RESAMPLES" \
+      --mlp-prompts "$MLP_PROMPTS" --mlp-width "$MLP_WIDTH" --mlp-epochs "$MLP_EPOCHS" \
+      --gd-steps "$GD_STEPS" --gd-prompts "$GD_PROMPTS" --quiet
+  done
+}
+
+for depth in $DEPTHS; do
+  for attn in $ATTNS; do
+    train_run "${attn}-target${depth}" --set "task.depth=$depth" --set "model.attention=$attn"
+  done
+done
+if [[ "$CENTRED" == 1 ]]; then
+  train_run "centred-${CENTRED_ATTN}-target${CENTRED_DEPTH}" --set "task.depth=$CENTRED_DEPTH" \
+    --set "model.attention=$CENTRED_ATTN" --set "task.inputs.mean=0.0" --set "task.standardize=task"
+fi
+for rd in "${run_dirs[@]}"; do
+  # shellcheck disable=SC2086
+  evaluate_run "$rd" $SUITES
+done
+
+if [[ "$DEPTH_SWEEP" == 1 ]]; then
+  for attn in $ATTNS; do
+    for layers in $SWEEP_LAYERS; do
+      name="${attn}-target${SWEEP_DEPTH}-layers${layers}"
+      train_run "$name" --set "task.depth=$SWEEP_DEPTH" --set "model.attention=$attn" --set "model.layers=$layers"
+      evaluate_run "$RUNS/$name" in-distribution
+    done
+  done
+fi
+
+suites_csv=$(echo "$SUITES" | tr ' ' ',')
+"${ICDL[@]}" report "${run_dirs[@]}" --out "$OUT" --suites "$suites_csv" --evaluate none --quiet
+echo "report: $OUT/report.md" >&2
