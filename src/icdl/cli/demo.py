@@ -58,9 +58,20 @@ def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None) -> 
 
 
 def _run_icl_part(ctx: click.Context, out: Path, steps: int | None) -> None:
+    from icdl.cli.evaluate import evaluate
+    from icdl.cli.report import report
     from icdl.cli.train import train
 
     run_dir = out / "run"
     overrides = [] if steps is None else [f"train.steps={steps}"]
-    _banner(f"3. Pretrain an ICL transformer (preset demo) -> {run_dir}")
+    _banner(f"3. Pretrain an ICL transformer (preset demo, resumable) -> {run_dir}")
     ctx.invoke(train, config="demo", overrides=tuple(overrides), out=run_dir)
+
+    _banner("4. Evaluate: R² per number of in-context examples against baselines")
+    ctx.invoke(
+        evaluate, run_dir=run_dir, suite="in-distribution", prompts=256, resamples=200,
+        mlp_prompts=32, mlp_width=64, mlp_epochs=50, gd_steps=5, gd_prompts=64,
+    )  # fmt: skip
+
+    _banner("5. Report: plots and markdown")
+    ctx.invoke(report, run_dirs=(run_dir,), out=out / "report", suites="in-distribution", evaluate="none")
