@@ -33,7 +33,11 @@ from icdl.cli._common import emit_json
 def train(
     config: str, overrides: tuple[str, ...], out: Path | None, quiet: bool, as_json: bool, print_config: bool
 ) -> None:
-    """Pretrain an ICL transformer (resumable; torchrun for data parallel)."""
+    """Pretrain an ICL transformer (resumable; torchrun for data parallel).
+
+    CONFIG is a preset name (tiny, cpu-small, paper-relu, paper-softmax) or a YAML path. Resumes from
+    --out when it holds a checkpoint of the same config.
+    """
     from icdl.config import dump_config, load_config
 
     cfg = load_config(config, overrides)
