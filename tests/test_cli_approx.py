@@ -56,7 +56,7 @@ def test_exact_relu_deriv_with_delta(capsys: pytest.CaptureFixture[str]) -> None
     code, out, _ = run_cli(capsys, "approx", "relu'", "--delta", "0.5", "--json")
     d = json.loads(out)
     assert code == 0 and d["exact"] is True and d["eps"] == 0.0
-    assert d["terms"] == [[1.0, 0.0, 2.0], [1.0, -0.5, -2.0]]
+    assert d["terms"] == [[2.0, 0.0, 1.0], [2.0, -1.0, -1.0]]  # relu(t/delta) - relu(t/delta - 1)
 
 
 def test_plot_written_atomically(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
