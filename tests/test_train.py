@@ -252,3 +252,17 @@ def test_curriculum_grows_dims_and_points(tmp_path: Path) -> None:
     # Logged at the end of steps 2, 4, 6, 8 (0-based steps 1, 3, 5, 7).
     assert [r["dims"] for r in recs] == [2, 3, 4, 5]
     assert [r["points"] for r in recs] == [4, 4, 7, 7]
+
+
+def test_cpu_small_preset_loss_falls_well_below_label_variance(tmp_path: Path) -> None:
+    """The cpu-small preset itself (model, task, optimiser; warm-up shortened so the budget fits):
+    within 120 steps the loss is far below Var(y), the loss of predicting the label mean."""
+    cfg = load_config(
+        "cpu-small",
+        ["train.steps=120", "train.warmup=40", "train.threads=1", "train.checkpoint_every=120"],
+    )
+    train(cfg, tmp_path / "cpu-small", quiet=True)
+    last = records(tmp_path / "cpu-small")[-3:]
+    loss = sum(r["loss"] for r in last) / 3
+    y_var = sum(r["y_var"] for r in last) / 3
+    assert loss < 0.4 * y_var
