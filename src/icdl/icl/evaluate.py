@@ -311,8 +311,8 @@ def paired_difference(
     skipped by the range means. Returns ``{"diff", "diff_low", "diff_high", "ranges": {"lo-hi":
     {"mean", "low", "high", "verdict", "k_evaluated", "k_beats", "k_matches", "k_trails"}}}``.
     """
-    a = metrics._check(preds_a, ys)[0]
-    b, y = metrics._check(preds_b, ys)
+    a = metrics.check_pair(preds_a, ys)[0]
+    b, y = metrics.check_pair(preds_b, ys)
     B, n, _ = y.shape
     g = torch.Generator().manual_seed(seed)
     if pooling == "pooled":
@@ -330,8 +330,8 @@ def paired_difference(
         point = metrics.r2_curve(a, y) - metrics.r2_curve(b, y)
     else:
         units = B // batch_size
-        ra = metrics._batch_r2(a, y, batch_size)
-        rb = metrics._batch_r2(b, y, batch_size)
+        ra = metrics.batch_r2(a, y, batch_size)
+        rb = metrics.batch_r2(b, y, batch_size)
         idx = torch.randint(units, (resamples, units), generator=g)
         C = (
             torch.zeros(resamples, units, dtype=torch.float64).scatter_add_(

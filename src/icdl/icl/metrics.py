@@ -41,7 +41,9 @@ from icdl.errors import InputError
 __all__ = [
     "Pooling",
     "R2Curve",
+    "batch_r2",
     "bootstrap_bands",
+    "check_pair",
     "evaluate",
     "mean_over_k",
     "mse_curve",
@@ -62,7 +64,7 @@ def _as_3d(name: str, t: Tensor) -> Tensor:
     return t
 
 
-def _check(preds: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
+def check_pair(preds: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
     """Validate and promote to float64 (sums over thousands of prompts)."""
     preds, ys = _as_3d("preds", preds), _as_3d("ys", ys)
     if preds.shape != ys.shape:
@@ -102,7 +104,7 @@ def _r2_from_sums(sse: Tensor, s1: Tensor, s2: Tensor, m: float | Tensor) -> Ten
     return torch.where(sst > 0, r2, torch.full_like(r2, math.nan))
 
 
-def _batch_r2(preds: Tensor, ys: Tensor, batch_size: int) -> Tensor:
+def batch_r2(preds: Tensor, ys: Tensor, batch_size: int) -> Tensor:
     """Pooled R² inside each consecutive batch: ``(B / batch_size, n)``."""
     B, n, d = ys.shape
     pb = preds.reshape(B // batch_size, batch_size, n, d)
@@ -125,10 +127,10 @@ def r2_curve(preds: Tensor, ys: Tensor, *, pooling: Pooling = "pooled", batch_si
     Returns:
         ``(n,)`` float64 tensor (NaN where the labels have no variation across prompts).
     """
-    preds, ys = _check(preds, ys)
+    preds, ys = check_pair(preds, ys)
     _check_pooling(pooling, batch_size, ys.shape[0])
     if pooling == "batch_mean":
-        return _batch_r2(preds, ys, batch_size).mean(0)
+        return batch_r2(preds, ys, batch_size).mean(0)
     sse, yc, _ = _unit_stats(preds, ys)
     sst = (yc**2).sum((0, 2))
     r2 = 1 - sse.sum(0) / sst
@@ -137,7 +139,7 @@ def r2_curve(preds: Tensor, ys: Tensor, *, pooling: Pooling = "pooled", batch_si
 
 def mse_curve(preds: Tensor, ys: Tensor) -> Tensor:
     """``MSE(k)``: mean over prompts and output coordinates of the squared error, ``(n,)`` float64."""
-    preds, ys = _check(preds, ys)
+    preds, ys = check_pair(preds, ys)
     return ((ys - preds) ** 2).mean((0, 2))
 
 
@@ -167,7 +169,7 @@ def bootstrap_bands(
     "mse_low", "mse_high"}``, each ``(n,)`` float64. Resamples with zero label variation give NaN R² and
     are ignored by the quantiles (``nanquantile``).
     """
-    preds, ys = _check(preds, ys)
+    preds, ys = check_pair(preds, ys)
     _check_pooling(pooling, batch_size, ys.shape[0])
     if not isinstance(resamples, int) or resamples < 1:
         raise InputError(f"resamples must be an integer >= 1, got {resamples!r}")
@@ -186,7 +188,7 @@ def bootstrap_bands(
     else:
         units = B // batch_size
         C = _counts(units, resamples, seed, ys.device) / units  # (R, U) weights summing to 1
-        r2 = C @ _batch_r2(preds, ys, batch_size)
+        r2 = C @ batch_r2(preds, ys, batch_size)
         mse_b = ((ys - preds) ** 2).mean(-1).reshape(units, batch_size, n).mean(1)
         mse = C @ mse_b
     r2_q = torch.nanquantile(r2, q, dim=0)
