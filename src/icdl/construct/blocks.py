@@ -117,6 +117,24 @@ def _attach(module: Any, info: SublayerInfo) -> Any:
     return module
 
 
+def _add_unit_sum_heads(heads: HeadTable, ctx: BuildContext, j: int, terms: Terms, slot: str) -> None:
+    """One head per (unit k of layer j, term m) scoring ``a_m v_jk . p(j-1) + b_m`` and writing
+    ``c_m ONE`` into ``slot[j][k]``: the Q/K pattern shared by Lemma 2 (r terms -> P_j) and Lemma 3
+    (r' terms -> R_j). ``v_jk`` is read from the key token's W slot, identical in every token."""
+    L = ctx.layout
+    one = L.index("ONE")
+    src = L.p(j - 1)
+    for k in range(ctx.spec.widths[j]):
+        row = L.w_row(j, k)
+        dst = L.index(slot, j, k)
+        for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
+            heads.add(
+                q=[(i, a) for i in src] + [(one, b)],
+                k=[(i, 1.0) for i in row] + [(one, 1.0)],
+                v=[(one, dst, c)],
+            )
+
+
 def forward_layer(ctx: BuildContext, j: int) -> ReLUAttention:
     """F_j (Lemma 2, (C.8)): one head per (unit k of layer j, term m of r):
     ``Q h = [a_m p(j-1); b_m ONE]``, ``K h = [v_jk; ONE]``, ``V h = c_m ONE -> P_j[k]``.
@@ -125,19 +143,8 @@ def forward_layer(ctx: BuildContext, j: int) -> ReLUAttention:
     key token and the 1/T normalisation cancels: the layer adds ``r̄(v_jk . p_i(j-1))`` to P_j[k].
     """
     L = ctx.layout
-    one = L.index("ONE")
-    terms = ctx.r[j - 1]
     heads = HeadTable()
-    src = L.p(j - 1)
-    for k in range(ctx.spec.widths[j]):
-        row = L.w_row(j, k)
-        dst = L.index("P", j, k)
-        for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
-            heads.add(
-                q=[(i, a) for i in src] + [(one, b)],
-                k=[(i, 1.0) for i in row] + [(one, 1.0)],
-                v=[(one, dst, c)],
-            )
+    _add_unit_sum_heads(heads, ctx, j, ctx.r[j - 1], "P")
     info = SublayerInfo(
         "relu_attention",
         "forward",
@@ -159,20 +166,9 @@ def derivative_layer(ctx: BuildContext) -> ReLUAttention:
     (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact (:mod:`icdl.construct.terms`).
     """
     L = ctx.layout
-    one = L.index("ONE")
     heads = HeadTable()
     for j in range(1, ctx.spec.depth + 1):
-        terms = ctx.r_prime[j - 1]
-        src = L.p(j - 1)
-        for k in range(ctx.spec.widths[j]):
-            row = L.w_row(j, k)
-            dst = L.index("R", j, k)
-            for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
-                heads.add(
-                    q=[(i, a) for i in src] + [(one, b)],
-                    k=[(i, 1.0) for i in row] + [(one, 1.0)],
-                    v=[(one, dst, c)],
-                )
+        _add_unit_sum_heads(heads, ctx, j, ctx.r_prime[j - 1], "R")
     exact_step = any(t.delta is not None for t in ctx.r_prime)
     reads = (*tuple(_p_label(j - 1) for j in range(1, ctx.spec.depth + 1)), "W", "ONE")
     writes = tuple(f"R_{j}" for j in range(1, ctx.spec.depth + 1))
