@@ -1,4 +1,4 @@
-"""icdl.construct: structure, per-layer semantics (paper-notes §9.9), end-to-end ReLU exactness."""
+"""icdl.construct: structure, per-layer semantics, end-to-end ReLU exactness."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from icdl.errors import InputError
 from icdl.nets import NetSpec, forward, gradient, lemma1_terms, project, reference_gd
 
 
-def _trace(model, H):  # (step, index) -> state after that sublayer
+def _trace(model, H):  # (step, index) -> state after that sublayer (step None: the readout)
     out = {}
-    model.run(H, trace=lambda s, i, info, X: out.__setitem__((s, i), X[0].clone()))
+    model.run(H, trace=lambda pt, X: out.__setitem__((pt.step, pt.index), X[0].clone()))
     return out
 
 
@@ -33,7 +33,7 @@ def _window_hits(spec, w_traj, x, delta=1e-9) -> int:
 # (N, K, d_x, d_y, n, L, box) — d_x != d_y throughout; fast tier
 CASES = [
     (2, 4, 3, 1, 10, 5, None),
-    (3, 5, 4, 2, 7, 3, 0.8),  # the numpy prototype's setting (paper-notes §9.7)
+    (3, 5, 4, 2, 7, 3, 0.8),  # the numpy prototype's setting
     (4, 6, 5, 3, 12, 4, 0.5),
     (6, 3, 2, 1, 8, 3, None),
 ]
@@ -92,8 +92,11 @@ def test_structure_matches_paper_and_theory(N: int, box) -> None:
     terms = theory.term_counts(spec, "squared")
     table = theory.block_table(spec, terms, "box" if box else "none")
     assert [(i.heads, i.hidden) for i in infos] == [(t.heads, t.hidden) for t in table]
+    # one SublayerInfo: every field the theory table fills is derived identically from the compiled tables
+    assert [i.sizes() for i in infos] == [t.sizes() for t in table]
     rt = theory.readout_table(spec, terms)
     assert [(m.info.heads, m.info.hidden) for m in model.readout] == [(t.heads, t.hidden) for t in rt]
+    assert [i.sizes() for i in model.readout_infos()] == [t.sizes() for t in rt]
     assert model.max_heads == theory.max_heads(spec, terms)
     assert model.readout_sublayers == theory.readout_sublayers(N)
 
@@ -110,7 +113,7 @@ def test_sizes_match_theory_for_fitted_sums() -> None:
 
 
 def test_each_sublayer_does_its_job() -> None:
-    """paper-notes §9.9: after F_j P_j = r(V_j p(j-1)); R_j = r'(pre); G = 2(p(N) - y) on examples and 0
+    """After F_j P_j = r(V_j p(j-1)); R_j = r'(pre); G = 2(p(N) - y) on examples and 0
     on the query; S_j = the backprop delta; W = w - eta ∇L_n(w); after the projection W = clip and
     scratch = 0."""
     N, n, lr, box = 3, 9, 0.2, 0.6
@@ -197,7 +200,7 @@ def test_batched_prompts_match_single_ones() -> None:
 
 
 def test_w0_zero_is_a_fixed_point_for_relu() -> None:
-    """The paper's w^(0) = 0 never moves for a bias-free ReLU network (paper-notes §10.14)."""
+    """The paper's w^(0) = 0 never moves for a bias-free ReLU network (docs/nets.md)."""
     spec = NetSpec(2, 4, 3, 1)
     x, y, xq, _, _ = sample_task(spec, 6, seed=8)
     model = compile_gd_transformer(spec, steps=3, n=6)

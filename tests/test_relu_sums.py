@@ -14,7 +14,6 @@ from icdl.errors import InputError
 from icdl.nets import LOSSES
 from icdl.relu_sums import (
     ReluSum,
-    ReluSum2,
     fit_relu_sum,
     fit_relu_sum2,
     loss_derivative_sum,
@@ -207,7 +206,7 @@ def _square_points(radius: float, n: int = 20_000, seed: int = 1) -> tuple[torch
 @pytest.mark.parametrize("loss", ["squared", "huber"])
 def test_loss_derivative_exact(loss: str) -> None:
     s = loss_derivative_sum(loss, radius=10.0)
-    assert isinstance(s, ReluSum2) and s.exact and s.eps == 0.0
+    assert isinstance(s, ReluSum) and s.num_args == 2 and s.exact and s.eps == 0.0
     assert s.num_terms == {"squared": 2, "huber": 3}[loss]
     t, y = _square_points(10.0)
     torch.testing.assert_close(s(t, y), LOSSES[loss].deriv(t, y), atol=1e-13, rtol=0)
