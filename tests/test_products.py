@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icdl.construct.layers import MLP, UnitTable
+from icdl.construct.layers import ReLUMLP, UnitTable
 from icdl.construct.layout import Layout
 from icdl.construct.products import (
     add_mask_in_place,
@@ -130,7 +130,7 @@ def test_mask_product_is_exact(C: float) -> None:
     one = L.index("ONE")
     for m, z, o in zip(L.indices("M"), L.indices("X"), L.indices("Z"), strict=True):
         add_mask_product(units, m, z, one, o, bound=C)
-    mlp = MLP(units.tensors(F64), L.dim)
+    mlp = ReLUMLP(units.tensors(F64), L.dim)
     H = _mask_state(L, C)
     out = mlp(H)
     assert torch.equal(out[..., L.indices("Z")], H[..., L.indices("M")] * H[..., L.indices("X")])
@@ -142,7 +142,7 @@ def test_mask_in_place_is_exact(C: float) -> None:
     units = UnitTable()
     for m, z in zip(L.indices("M"), L.indices("X"), strict=True):
         add_mask_in_place(units, m, z, bound=C)
-    mlp = MLP(units.tensors(F64), L.dim)
+    mlp = ReLUMLP(units.tensors(F64), L.dim)
     H = _mask_state(L, C)
     out = mlp(H)
     assert torch.equal(out[..., L.indices("X")], H[..., L.indices("M")] * H[..., L.indices("X")])

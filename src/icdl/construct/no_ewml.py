@@ -25,23 +25,35 @@ whenever every example's pre-activation is outside the relu' window ``(0, δ)`` 
 
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from torch import Tensor
 
 from icdl.construct import blocks
 from icdl.construct.blocks import BuildContext
-from icdl.construct.layers import MLP, HeadTable, ReLUAttention, UnitTable
+from icdl.construct.contract import Expect
+from icdl.construct.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
 from icdl.construct.layout import Layout, paper_layout
 from icdl.construct.products import add_mask_in_place, add_mask_product
+from icdl.construct.variants import Variant, register
 from icdl.errors import InputError
-from icdl.nets import NetSpec
+from icdl.nets import NetSpec, unflatten
+from icdl.sublayer import SublayerInfo
+
+if TYPE_CHECKING:
+    from icdl.construct.compile import GDConfig
+    from icdl.construct.verify import Reference
 
 __all__ = [
+    "VARIANT",
     "backward_mask",
     "backward_output",
     "backward_transpose",
     "build_block",
     "build_readout",
     "check",
+    "effects",
     "layout",
     "sublayers_per_step",
 ]
@@ -55,9 +67,10 @@ def layout(spec: NetSpec) -> Layout:
     return paper_layout(spec)
 
 
-def check(spec: NetSpec) -> None:
+def check(cfg: GDConfig) -> None:
     """The mask products are exact only when every layer's r' is 0/1: ReLU networks (optionally with a
     linear output layer)."""
+    spec = cfg.spec
     for j in range(1, spec.depth + 1):
         name = spec.layer_act(j).name
         if name not in MASK_ACTIVATIONS:
@@ -69,7 +82,7 @@ def sublayers_per_step(depth: int) -> int:
     return depth + 2 + (2 * depth - 1) + 2
 
 
-def backward_output(ctx: BuildContext) -> MLP:
+def backward_output(ctx: BuildContext) -> ReLUMLP:
     """Replaces E_N (Lemma 5, j = N): ``s(N)[k] = r'(N-1)[k] u[k]`` by the exact mask product, 2 units per
     output coordinate. On the query G is exactly 0, so S_N is exactly 0 there."""
     L = ctx.layout
@@ -78,7 +91,7 @@ def backward_output(ctx: BuildContext) -> MLP:
     units = UnitTable()
     for k in range(ctx.spec.out_dim):
         add_mask_product(units, L.index("R", N, k), L.index("G", None, k), one, L.index("S", N, k), ctx.gate)
-    return MLP(units.tensors(ctx.dtype), L.dim)
+    return ctx.mlp(units, Role("backward", "Lemma 5 mask product", N))
 
 
 def backward_transpose(ctx: BuildContext, j: int) -> ReLUAttention:
@@ -93,23 +106,22 @@ def backward_transpose(ctx: BuildContext, j: int) -> ReLUAttention:
         dst = L.index("S", j, k)
         for sigma in (1.0, -1.0):
             heads.add(q=[(i, sigma) for i in s_next], k=[(i, 1.0) for i in col], v=[(one, dst, sigma)])
-    return ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens")
+    return ctx.attention(heads, Role("backward_transpose", "Lemma 5 (C.15) score", j))
 
 
-def backward_mask(ctx: BuildContext, j: int) -> MLP:
+def backward_mask(ctx: BuildContext, j: int) -> ReLUMLP:
     """Second half of E_j (j < N): ``S_j <- R_j ⊙ S_j`` in place, exact for the 0/1 mask ``R_j = r'(j-1)``."""
     L = ctx.layout
     units = UnitTable()
     for k in range(ctx.spec.widths[j]):
         add_mask_in_place(units, L.index("R", j, k), L.index("S", j, k), ctx.gate)
-    return MLP(units.tensors(ctx.dtype), L.dim)
+    return ctx.mlp(units, Role("backward_mask", "Lemma 5 mask product", j))
 
 
-def build_block(ctx: BuildContext) -> list[nn.Module]:
+def build_block(ctx: BuildContext) -> list[Sublayer]:
     """One GD step: F_1..F_N, r', loss, the EWML-free backward E_N..E_1, update, project (``3N + 3``)."""
-    check(ctx.spec)
     N = ctx.spec.depth
-    out: list[nn.Module] = [blocks.forward_layer(ctx, j) for j in range(1, N + 1)]
+    out: list[Sublayer] = [blocks.forward_layer(ctx, j) for j in range(1, N + 1)]
     out.append(blocks.derivative_layer(ctx))
     out.append(blocks.loss_layer(ctx))
     out.append(backward_output(ctx))
@@ -120,8 +132,43 @@ def build_block(ctx: BuildContext) -> list[nn.Module]:
     return out
 
 
-def build_readout(ctx: BuildContext) -> list[nn.Module]:
+def build_readout(ctx: BuildContext) -> list[Sublayer]:
     """The paper variant's readout (F_1..F_N, then the readout MLP): no EWML there."""
-    out: list[nn.Module] = [blocks.forward_layer(ctx, j) for j in range(1, ctx.spec.depth + 1)]
+    out: list[Sublayer] = [blocks.forward_layer(ctx, j) for j in range(1, ctx.spec.depth + 1)]
     out.append(blocks.readout_layer(ctx))
     return out
+
+
+def _transposed_delta(spec: NetSpec, j: int) -> Callable[[Reference], Tensor]:
+    """``V_{j+1}^T s(j+1)`` per token (what the transpose attention writes into S_j), from the reference."""
+
+    def transposed_delta(ref: Reference) -> Tensor:
+        V_next = unflatten(spec, ref.w)[j]  # V_{j+1}, shape (n_{j+1}, n_j)
+        return ref.sur.s[j] @ V_next  # sur.s[j] is s(j+1), shape (T, n_{j+1})
+
+    transposed_delta.__name__ = f"V_{j + 1}^T s({j + 1})"
+    return transposed_delta
+
+
+def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
+    """The transpose attention leaves ``V_{j+1}^T s(j+1)`` in S_j, the mask MLP turns it into s(j); every
+    other role as in :func:`icdl.construct.blocks.effects` (E_N's replacement keeps the ``backward`` role)."""
+    j = info.layer
+    if info.role == "backward_transpose" and j is not None:
+        return [Expect(f"S_{j}", _transposed_delta(layout.spec, j))]
+    if info.role == "backward_mask" and j is not None:
+        return [Expect(f"S_{j}", "s", j)]
+    return blocks.effects(info, layout)
+
+
+VARIANT = register(
+    Variant(
+        name="no-ewml",
+        summary="EWML-free (ReLU nets): 3N+3 sublayers per step, ReLU attention + MLPs, exact mask products",
+        layout=layout,
+        block=build_block,
+        readout=build_readout,
+        effects=effects,
+        check=check,
+    )
+)

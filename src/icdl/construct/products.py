@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from icdl.construct.layers import MLP, UnitTable
+from icdl.construct.layers import ReLUMLP, Role, UnitTable
 from icdl.construct.layout import Layout
 from icdl.errors import InputError
 
@@ -216,7 +216,7 @@ def product_mlp(
     y_range: float,
     eps: float,
     dtype: torch.dtype = torch.float64,
-) -> tuple[MLP, ProductTerms]:
+) -> tuple[ReLUMLP, ProductTerms]:
     """A bias-free ReLU MLP (Definition 8) that adds ``x[k] * y[k]`` to ``out[k]`` for every entry k of three
     equally sized slots of the same token (slots named as ``(name, layer)``), with sup error
     ``<= eps`` while ``|x[k]| <= x_range`` and ``|y[k]| <= y_range``. Returns the MLP and its
@@ -229,4 +229,5 @@ def product_mlp(
     one = layout.index("ONE")
     for i, j, o in zip(xs, ys, os, strict=True):
         add_product(units, prod, i, j, one, o)
-    return MLP(units.tensors(dtype), layout.dim), prod
+    role = Role("product", "token-local product (docs/construction.md)")
+    return ReLUMLP(units.tensors(dtype), layout.dim, role=role, labels=layout.coordinate_labels()), prod
