@@ -232,3 +232,23 @@ def test_two_argument_errors() -> None:
         loss_derivative_sum("hinge")
     with pytest.raises(InputError):
         fit_relu_sum2(lambda t, y: t * y, radius=-1.0, eps=1e-2)
+
+
+def test_a_feature_between_the_probe_points_is_caught() -> None:
+    """A tent of half-width h/2 centred on a midpoint of the fitter's first grid (spacing h) is 0 at every
+    grid point: only the fitter's own check between grid points can see it. The returned sum must still meet
+    eps, measured independently on a dense grid around the tent."""
+    radius, eps = 1.0, 1e-2
+    g = torch.linspace(-radius, radius, 20_001, dtype=F64)  # the fitter's first grid (_MIN_GRID points)
+    k = 12_345
+    m, w = float((g[k] + g[k + 1]) / 2), float((g[k + 1] - g[k]) / 2)
+
+    def tent(t: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(1.0 - (t - m).abs() / w, min=0.0)
+
+    assert float(tent(g).max()) < 1e-6  # invisible on the grid itself
+    s = fit_relu_sum(tent, radius=radius, eps=eps, target="tent")
+    dense = torch.cat([torch.linspace(m - 4 * w, m + 4 * w, 80_001, dtype=F64), g])
+    err = float((s(dense) - tent(dense)).abs().max())
+    assert err <= eps
+    assert s.sup_error <= eps
