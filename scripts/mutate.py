@@ -60,7 +60,7 @@ MUTANTS = [
         V,
         "bad = ~torch.isfinite(got) & torch.isfinite(want)",
         "bad = torch.zeros_like(got, dtype=torch.bool)",
-        ("tests/test_verify_localise.py",),
+        ("tests/test_verify_localise.py::test_a_planted_value_is_named_with_its_sublayer_and_slot",),
         "slot comparison blind to NaN/inf",
     ),
     Mutant(
@@ -68,7 +68,7 @@ MUTANTS = [
         V,
         "ze = z[:n]",
         "ze = z",
-        ("tests/test_verify_localise.py",),
+        ("tests/test_verify_localise.py::test_query_inside_the_relu_window_is_not_counted",),
         "relu' window counter counts the query",
     ),
     Mutant(
@@ -76,7 +76,7 @@ MUTANTS = [
         S,
         "float(np.abs(evaluate(mid) - s(mid).numpy()).max()),",
         "0.0,",
-        ("tests/test_relu_sums.py",),
+        ("tests/test_relu_sums.py::test_a_feature_between_the_probe_points_is_caught",),
         "fitter's sup check skips the points between its grid",
     ),
     Mutant(
@@ -92,7 +92,7 @@ MUTANTS = [
         B,
         "units.add([(t, -ctx.gate), (p, -1.0)], [(y, -1.0)])",
         "units.add([(t, -ctx.gate), (p, -1.0)], [(y, 1.0)])",
-        ("tests/test_verify_localise.py",),
+        ("tests/test_verify_localise.py::test_readout_of_a_clearly_negative_prediction",),
         "readout's negative half has the wrong sign",
     ),
     # -- construction ---------------------------------------------------------------------------

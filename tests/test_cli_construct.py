@@ -116,3 +116,24 @@ def test_save_refuses_existing_directory(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["construct", "-N", "2", "-K", "2", "-L", "1", "--save", str(tmp_path / "m")])
     assert exc.value.code == 2 and "exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("variant", ["paper", "compact"])
+def test_variant_json_has_the_same_keys(variant: str) -> None:
+    r = _run(
+        "--json", "--variant", variant, "-N", "2", "-K", "3", "--in-dim", "3", "--out-dim", "2", "-L", "2"
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) >= KEYS | {"max_abs_err_weights", "max_abs_err_prediction", "seconds_reference", "per_step"}
+    assert d["variant"] == variant and d["passed"] is True and d["max_abs_err_weights"] <= 1e-12
+    assert d["sublayers_per_step"] == {"paper": 8, "compact": 7}[variant] and d["steps"] == 2
+
+
+def test_explain_lists_sublayers_before_the_verification() -> None:
+    r = _run("--explain", "-N", "2", "-K", "3", "-L", "1", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.index("forward_1") < out.index("readout (docs/construction.md)") < out.index("step ")
+    assert out.index("reads -> writes") < out.index("legend:") < out.index("verdict")
+    assert "outside [-R, R] = —" in out and "None" not in out  # a check that does not apply shows "—"
