@@ -84,3 +84,32 @@ def test_no_ewml_structure(N: int) -> None:
 def test_no_ewml_needs_a_relu_network() -> None:
     with pytest.raises(InputError, match="no-ewml"):
         _compile(2, 3, 2, 1, 4, 1, None, activation="sigmoid")
+
+
+@pytest.mark.parametrize("role", ["backward", "backward_transpose", "backward_mask"])
+def test_a_wrong_weight_in_a_replaced_ewml_is_named(role: str) -> None:
+    """Perturb one coefficient of a sublayer that replaces an EWML: verify() names exactly that sublayer."""
+    spec, model = _compile(3, 4, 3, 2, 7, 2, None)
+    x, y, xq, w0, _ = sample_task(spec, 7, seed=0)
+    H = model.build_prompt(x, y, xq, w0)
+    index = next(i for i, m in enumerate(model.block_layers) if m.info.role == role)
+    m = model.block_layers[index]
+    for before_m in model.block_layers[:index]:
+        H = before_m(H)
+    before = m(H)
+    changed = False
+    for table in m.coefficient_tables():
+        flat = table.view(-1)
+        for k in torch.nonzero(flat).flatten().tolist():
+            old = float(flat[k])
+            flat[k] = old * 1.5 + 0.25
+            if not torch.equal(m(H), before):
+                changed = True
+                break
+            flat[k] = old
+        if changed:
+            break
+    assert changed
+    div = verify(model, x, y, xq, w0, lipschitz_iters=0).first_divergence
+    assert div is not None
+    assert (div.step, div.index, div.name) == (0, index, m.info.name)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
 from icdl.construct.layers import ReLUMLP, SoftmaxAttention
-from icdl.construct.softmax import sublayers_per_step
+from icdl.construct.softmax import products, range_ratios, sublayers_per_step, surrogate
 from icdl.nets import NetSpec, forward, reference_gd
 
 RADIUS = 4.0  # the products' range assumption |p|, |s|, |w| <= R holds on these prompts
@@ -32,10 +32,19 @@ def _compile(spec, n, L, eps, box=None):
 
 def _errors(spec, n, L, eps, box=None, seed=0) -> tuple[float, float]:
     x, y, xq, w0, _ = sample_task(spec, n, seed=seed)
+    if box is not None:
+        w0 = w0.clamp(-box, box)  # w0 in W: the products assume |w| <= B with a box
     model = _compile(spec, n, L, eps, box)
     out = model(model.build_prompt(x, y, xq, w0))
     ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=L, box=box)
     assert float((ref[-1] - ref[0]).abs().max()) > 1e-3  # GD moves: the comparison is not trivial
+    # the products' range assumption holds along the trajectory (the bound below assumes it)
+    prods = products(spec, eps=eps, radius=RADIUS, box=box, gate=model.config.gate)
+    x_all, y_all = torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, spec.out_dim, dtype=y.dtype)])
+    t = torch.cat([torch.ones(n, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
+    for w in ref:
+        sur = surrogate(spec, prods, model.terms.r, model.terms.r_prime, model.terms.u, w, x_all, y_all, t)
+        assert max(range_ratios(prods, sur, w).values()) <= 1.0
     W = out[0][:, model.layout.indices("W")]
     assert torch.equal(W, W[:1].expand_as(W))  # every token holds the same w
     pred = model.read_prediction(out)[0]

@@ -28,8 +28,9 @@ so ``4N + 3`` sublayers per step (the paper's existence proof: 4), one of them a
 the ``r'`` products are exact mask products (r' is a 0/1 step) and only the ``v * p``, ``v * s`` and ``p * s``
 products are approximate; for smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant and
 the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
-in their assumed ranges: weights ``|w| <= B`` (the box) or ``R`` (the config's ``radius``) without a box,
-derivatives ``|r'| <= 1``, every other slot ``<= R``.
+in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
+``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``; :func:`range_ratios`
+checks them.
 
 :func:`surrogate` evaluates the same approximate recursion directly, so the verifier can check every
 sublayer to round-off; the distance to exact GD is the approximation error, which shrinks with eps.
@@ -72,6 +73,7 @@ __all__ = [
     "effects",
     "layout",
     "products",
+    "range_ratios",
     "sublayers_per_step",
     "surrogate",
 ]
@@ -305,6 +307,28 @@ class Surrogate:
     s: list[Tensor]
     A: Tensor
     grad: Tensor
+
+
+def range_ratios(prods: Products, sur: Surrogate, w: Tensor) -> dict[str, float]:
+    """For each kind of product, ``max(|x| / R_x, |y| / R_y)`` over all its uses at weights ``w``: at most 1
+    when the range assumption holds (then each product is within eps); above 1 its error grows like the
+    squared excess. Mask products report ``|z| / C``."""
+
+    def peak(ts: list[Tensor]) -> float:
+        return max((float(t.abs().max()) for t in ts if t.numel()), default=0.0)
+
+    wmax, p_in, s_all = float(w.abs().max()), peak(sur.p[:-1]), peak(sur.s)
+    out = {
+        "forward": max(wmax / prods.forward.x_range, p_in / prods.forward.y_range),
+        "transpose": max(wmax / prods.transpose.x_range, peak(sur.s[1:]) / prods.transpose.y_range),
+        "gradient": max(p_in / prods.gradient.x_range, s_all / prods.gradient.y_range),
+    }
+    if prods.derivative is None:
+        out["mask"] = peak(sur.back) / prods.gate
+    else:
+        d = prods.derivative
+        out["derivative"] = max(peak(sur.r_prime) / d.x_range, peak(sur.back) / d.y_range)
+    return out
 
 
 def _sum_products(prod: ProductTerms, X: Tensor, Y: Tensor) -> Tensor:
