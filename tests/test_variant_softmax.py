@@ -93,7 +93,8 @@ def test_softmax_model_has_only_softmax_attention_and_relu_mlps(activation) -> N
     mods = [*model.block, *model.readout]
     assert all(type(m) in (SoftmaxAttention, ReLUMLP) for m in mods)
     assert {m.info.kind for m in mods} == {"softmax_attention", "mlp"}
-    assert model.sublayers_per_step == sublayers_per_step(3) == 4 * 3 + 3
+    mask = activation == "relu"  # r' is a 0/1 mask: one gated-product MLP per backward layer
+    assert model.sublayers_per_step == sublayers_per_step(3, mask) == (3 * 3 + 4 if mask else 4 * 3 + 3)
     # the softmax sublayers are standard scaled_dot_product_attention heads (uniform: all scores 0)
     x, y, xq, w0, _ = sample_task(spec, 4, seed=0)
     H = model.build_prompt(x, y, xq, w0)

@@ -19,15 +19,17 @@ sublayer (name)           kind     computes (in the token's own slots)
 ``backward_N``            MLP      S_N += r'(N-1) ⊙ G (Lemma 5, j = N)
 ``backward_transpose_j``  MLP      S_j += V_{j+1}^T s(j+1) (products ``v * s``), j = N-1..1
 ``backward_mask_j``       MLP      S_j <- r'(j-1) ⊙ S_j (Lemma 5, eq. (3.6))
+``backward_j`` (ReLU)     MLP      both at once: the ``v * s`` products gated by the 0/1 mask r'(j-1)
 ``gradient``              MLP      A += s(j) p(j-1)^T for all j (products ``p * s``; 0 on the query)
 ``update``                softmax  W += -eta (n+1)/(2n) mean_t A_t = -eta ∇L_n(w) (one head per layer)
 ``project``               MLP      Proj_W (box) and clean-up of the scratch slots (incl. A)
 ========================  =======  =============================================================
 
 so ``4N + 3`` sublayers per step (the paper's existence proof: 4), one of them attention. For ReLU networks
-the ``r'`` products are exact mask products (r' is a 0/1 step) and only the ``v * p``, ``v * s`` and ``p * s``
-products are approximate; for smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant and
-the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
+the ``r'`` products are exact mask products (r' is a 0/1 step), each backward layer is one MLP
+(``3N + 4`` per step), and only the ``v * p``, ``v * s`` and ``p * s`` products are approximate; for
+smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant and the ``r' ⊙ z`` products
+are approximate too. Each product has sup error ``<= eps`` while its factors stay
 in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
 ``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``; :func:`range_ratios`
 checks them.
@@ -92,9 +94,11 @@ def layout(spec: NetSpec) -> Layout:
     return Layout(spec, groups, token_type="token", scratch=(*SCRATCH, "A"))
 
 
-def sublayers_per_step(depth: int) -> int:
-    """``2N`` forward + loss + ``2N - 1`` backward + gradient + update + project = ``4N + 3``."""
-    return 2 * depth + 1 + (2 * depth - 1) + 3
+def sublayers_per_step(depth: int, mask: bool = False) -> int:
+    """``2N`` forward + loss + backward + gradient + update + project: ``4N + 3``, or ``3N + 4`` when every r'
+    is a 0/1 mask (ReLU networks: each backward layer is one gated-product MLP)."""
+    backward = depth if mask else 2 * depth - 1
+    return 2 * depth + 1 + backward + 3
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,23 @@ def backward_transpose(ctx: BuildContext, j: int) -> ReLUMLP:
     return ctx.mlp(units, Role("backward_transpose", "Lemma 5 (C.15) products", j))
 
 
+def backward_gated(ctx: BuildContext, j: int) -> ReLUMLP:
+    """ReLU networks (j < N): ``S_j[k] += r'(j-1)[k] sum_l V_{j+1}[l, k] s(j+1)[l]`` in ONE MLP (eq. (3.6)):
+    every unit of the ``v * s`` products gets the gate ``-C ONE + C R_j[k]`` first, which is exactly 0 where
+    the mask is 1 (the product is unchanged) and switches all its units off where it is 0."""
+    L = ctx.layout
+    prods = _products(ctx)
+    one = L.index("ONE")
+    s_next = L.indices("S", j + 1)
+    units = UnitTable()
+    for k in range(ctx.spec.widths[j]):
+        dst = L.index("S", j, k)
+        gate = [(one, -prods.gate), (L.index("R", j, k), prods.gate)]
+        for v, s in zip(L.w_col(j + 1, k), s_next, strict=True):
+            add_product(units, prods.transpose, v, s, one, dst, gate=gate)
+    return ctx.mlp(units, Role("backward", "Lemma 5 gated products", j))
+
+
 def backward_derivative(ctx: BuildContext, j: int) -> ReLUMLP:
     """``S_j <- r'(j-1) ⊙ S_j`` in place (eq. (3.6)): the exact mask for ReLU, else
     ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)``."""
@@ -263,15 +284,19 @@ def update_layer(ctx: BuildContext) -> SoftmaxAttention:
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:
-    """One GD step, ``4N + 3`` sublayers (see the module docstring)."""
+    """One GD step, ``4N + 3`` sublayers (``3N + 4`` for ReLU networks; see the module docstring)."""
     N = ctx.spec.depth
+    mask = _products(ctx).derivative is None
     out: list[Sublayer] = []
     for j in range(1, N + 1):
         out += [forward_products(ctx, j), forward_activation(ctx, j)]
     out.append(blocks.loss_layer(ctx))
     out.append(backward_output(ctx))
     for j in range(N - 1, 0, -1):
-        out += [backward_transpose(ctx, j), backward_derivative(ctx, j)]
+        if mask:
+            out.append(backward_gated(ctx, j))
+        else:
+            out += [backward_transpose(ctx, j), backward_derivative(ctx, j)]
     out.append(gradient_terms(ctx))
     out.append(update_layer(ctx))
     out.append(blocks.project_layer(ctx))
