@@ -59,6 +59,8 @@ class Expect:
         layer: the network layer j for ``p``, ``r_prime``, ``s``, ``A``.
         tokens: ``"all"`` or ``"query"`` (only the last token changes).
         rtol: relative tolerance for this slot (None: the verifier's ``tol``).
+        applied_step: the slot holds ``w - eta g`` for the gradient ``g`` the transformer applies (implied by
+            ``w_step``); the verifier measures the gradient error there (before any projection).
     """
 
     slot: str
@@ -66,6 +68,7 @@ class Expect:
     layer: int | None = None
     tokens: Literal["all", "query"] = "all"
     rtol: float | None = None
+    applied_step: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.quantity, str) and self.quantity not in QUANTITIES:
