@@ -464,7 +464,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     if info.role in table:
         return table[info.role]
     if info.role == "update":
-        return [Expect("W", _named("w - eta grad", lambda ref: stepped(ref, None)))]
+        return [Expect("W", _named("w - eta grad", lambda ref: stepped(ref, None)), applied_step=True)]
     if info.role == "project":
         scratch = [Expect(s.label, "zero") for s in layout.scratch_slots()]
         return [Expect("W", _named("Proj(w - eta grad)", lambda ref: stepped(ref, ref.box))), *scratch]
