@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct import compile_gd_transformer, load, sample_task, verify
 from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
 from icdl.construct.no_ewml import sublayers_per_step
 from icdl.errors import InputError
@@ -113,3 +118,34 @@ def test_a_wrong_weight_in_a_replaced_ewml_is_named(role: str) -> None:
     div = verify(model, x, y, xq, w0, lipschitz_iters=0).first_divergence
     assert div is not None
     assert (div.step, div.index, div.name) == (0, index, m.info.name)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's code, not an installed copy
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
+    return subprocess.run(
+        [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
+    )
+
+
+def test_cli_no_ewml_json_has_the_paper_keys_and_save_load_is_bit_exact(tmp_path: Path) -> None:
+    args = ("--json", "-N", "3", "-K", "3", "--in-dim", "3", "--out-dim", "2", "-L", "2", "-n", "5")
+    runs = {v: _cli(*args, "--variant", v, "--save", str(tmp_path / v)) for v in ("paper", "no-ewml")}
+    for r in runs.values():
+        assert r.returncode == 0, r.stderr
+    d, ref = json.loads(runs["no-ewml"].stdout), json.loads(runs["paper"].stdout)
+    assert set(d) == set(ref)
+    assert d["variant"] == "no-ewml" and d["passed"] is True and d["max_abs_err_weights"] <= 1e-12
+    assert d["sublayers_per_step"] == 12 and d["embedding_dim"] == ref["embedding_dim"]
+    model = load(tmp_path / "no-ewml")
+    spec = model.spec
+    x, y, xq, w0, _ = sample_task(spec, 5, seed=0)
+    H = model.build_prompt(x, y, xq, w0)
+    again = compile_gd_transformer(spec, steps=2, n=5, variant="no-ewml")
+    assert torch.equal(model(H), again(H))
+
+
+def test_cli_no_ewml_rejects_smooth_activations_in_one_line() -> None:
+    r = _cli("--variant", "no-ewml", "--activation", "tanh", "-N", "2", "-K", "2", "-L", "1")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "no-ewml" in r.stderr and "Traceback" not in r.stderr

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -116,3 +121,24 @@ def test_query_adds_nothing_to_the_gradient() -> None:
         if m.info.role == "gradient":
             assert torch.equal(H[0, -1, A], torch.zeros(len(A), dtype=H.dtype))
             assert float(H[0, :-1, A].abs().max()) > 0
+
+
+def test_cli_softmax_json_has_the_paper_keys() -> None:
+    src = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's code, not an installed copy
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
+    args = ["--json", "-N", "2", "-K", "3", "--in-dim", "2", "--out-dim", "1", "-L", "2", "-n", "6"]
+    out = {}
+    for v, extra in (("paper", []), ("softmax", ["--range", "4", "--eps", "1e-2"])):
+        r = subprocess.run(
+            [sys.executable, "-m", "icdl", "construct", *args, "--variant", v, *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        out[v] = json.loads(r.stdout)
+    d = out["softmax"]
+    assert set(d) == set(out["paper"])
+    assert d["variant"] == "softmax" and d["passed"] is True
+    assert d["sublayers_per_step"] == sublayers_per_step(2, mask=True) == 10
+    assert 0 < d["max_abs_err_weights"] <= BOUND_PER_STEP * 1e-2 * 2
