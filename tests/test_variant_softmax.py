@@ -98,8 +98,8 @@ def test_softmax_model_has_only_softmax_attention_and_relu_mlps(activation) -> N
     mods = [*model.block, *model.readout]
     assert all(type(m) in (SoftmaxAttention, ReLUMLP) for m in mods)
     assert {m.info.kind for m in mods} == {"softmax_attention", "mlp"}
-    mask = activation == "relu"  # r' is a 0/1 mask: one gated-product MLP per backward layer
-    assert model.sublayers_per_step == sublayers_per_step(3, mask) == (3 * 3 + 4 if mask else 4 * 3 + 3)
+    mask = activation == "relu"  # r' is a 0/1 mask: s(N) with the loss, one gated MLP per backward layer
+    assert model.sublayers_per_step == sublayers_per_step(3, mask) == (3 * 3 + 3 if mask else 4 * 3 + 3)
     # the softmax sublayers are standard scaled_dot_product_attention heads (uniform: all scores 0)
     x, y, xq, w0, _ = sample_task(spec, 4, seed=0)
     H = model.build_prompt(x, y, xq, w0)
@@ -140,5 +140,5 @@ def test_cli_softmax_json_has_the_paper_keys() -> None:
     d = out["softmax"]
     assert set(d) == set(out["paper"])
     assert d["variant"] == "softmax" and d["passed"] is True
-    assert d["sublayers_per_step"] == sublayers_per_step(2, mask=True) == 10
+    assert d["sublayers_per_step"] == sublayers_per_step(2, mask=True) == 9
     assert 0 < d["max_abs_err_weights"] <= BOUND_PER_STEP * 1e-2 * 2

@@ -4,9 +4,11 @@ The paper needs the element-wise multiplication layer (Definition 6) for the bac
 ``s(N) = r'(N-1) ⊙ u`` and ``s(j) = r'(j-1) ⊙ (V_{j+1}^T s(j+1))`` (eq. (3.6), (3.20)), because attention
 cannot multiply two quantities of the same token (Remark 3). For ReLU networks ``r'`` is a 0/1 mask (the
 exact relu' step of Lemma 3), and a mask product is exact in a ReLU MLP
-(:func:`icdl.construct.products.add_mask_product`), so every EWML E_j is replaced by at most two sublayers:
+(:mod:`icdl.construct.products`), so every EWML E_j is replaced by at most two sublayers:
 
-* E_N -> one MLP: ``S_N += relu(G - C(1 - R_N)) - relu(-G - C(1 - R_N))`` = ``r'(N-1) ⊙ u``;
+* E_N -> no sublayer: the loss MLP (Lemma 4) also writes ``s(N) = r'(N-1) ⊙ u`` into S_N, with a copy of each
+  loss unit whose gate ``-2C ONE + C T + C R_N[k]`` is exactly 0 on examples where the mask is 1 and
+  ``<= -C`` (unit off) elsewhere (:func:`loss_delta_layer`);
 * E_j, j < N -> a ReLU attention (Definition 7) and an MLP:
 
   1. heads ``(k, σ = ±1)`` with ``Q h_i = σ s_i(j+1)``, ``K h_t = column k of V_{j+1}`` (from the key's
@@ -18,7 +20,7 @@ exact relu' step of Lemma 3), and a mask product is exact in a ReLU MLP
      ``S_j = r'(j-1) ⊙ z``.
 
 Everything else is the paper's block (Lemmas 2-4, (C.16), Proj_W) and layout, so a step has
-``N + 4 + (2N - 1) = 3N + 3`` sublayers (the paper: ``2N + 4``), none of them an EWML. Exact to round-off
+``N + 4 + 2(N - 1) = 3N + 2`` sublayers (the paper: ``2N + 4``), none of them an EWML. Exact to round-off
 whenever every example's pre-activation is outside the relu' window ``(0, δ)`` and ``|u|, |V^T s| <= C``
 (the gate constant).
 """
@@ -35,7 +37,7 @@ from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
 from icdl.construct.layout import Layout, paper_layout
-from icdl.construct.products import add_mask_in_place, add_mask_product
+from icdl.construct.products import add_mask_in_place
 from icdl.construct.variants import Variant, register
 from icdl.errors import InputError
 from icdl.nets import NetSpec, unflatten
@@ -48,13 +50,13 @@ if TYPE_CHECKING:
 __all__ = [
     "VARIANT",
     "backward_mask",
-    "backward_output",
     "backward_transpose",
     "build_block",
     "build_readout",
     "check",
     "effects",
     "layout",
+    "loss_delta_layer",
     "sublayers_per_step",
 ]
 
@@ -78,20 +80,29 @@ def check(cfg: GDConfig) -> None:
 
 
 def sublayers_per_step(depth: int) -> int:
-    """``N`` forward + derivative + loss + ``1 + 2(N-1)`` backward + update + project = ``3N + 3``."""
-    return depth + 2 + (2 * depth - 1) + 2
+    """``N`` forward + derivative + loss (with s(N)) + ``2(N-1)`` backward + update + project = ``3N + 2``."""
+    return depth + 2 + 2 * (depth - 1) + 2
 
 
-def backward_output(ctx: BuildContext) -> ReLUMLP:
-    """Replaces E_N (Lemma 5, j = N): ``s(N)[k] = r'(N-1)[k] u[k]`` by the exact mask product, 2 units per
-    output coordinate. On the query G is exactly 0, so S_N is exactly 0 there."""
+def loss_delta_layer(ctx: BuildContext) -> ReLUMLP:
+    """The loss MLP of Lemma 4 (G = u(p(N), y), 0 on the query) that also does E_N (Lemma 5, j = N) for a 0/1
+    mask: ``s(N)[k] = r'(N-1)[k] u[k]``. Per term of u, a second unit reads the same ``a0 P_N[k] + a1 Y[k] +
+    b`` after the gate ``-2C ONE + C T + C R_N[k]``, accumulated first: it is exactly 0 on an example whose
+    mask is 1 (the unit then equals the G unit bit for bit) and ``<= -C`` on the query or where the mask is
+    0 (off, as long as the argument stays below C)."""
     L = ctx.layout
+    one, t = L.index("ONE"), L.index("T")
+    C = ctx.gate
     N = ctx.spec.depth
-    one = L.index("ONE")
     units = UnitTable()
     for k in range(ctx.spec.out_dim):
-        add_mask_product(units, L.index("R", N, k), L.index("G", None, k), one, L.index("S", N, k), ctx.gate)
-    return ctx.mlp(units, Role("backward", "Lemma 5 mask product", N))
+        p, y, g = L.index("P", N, k), L.index("Y", None, k), L.index("G", None, k)
+        mask, s = L.index("R", N, k), L.index("S", N, k)
+        for (a0, a1), b, c in zip(ctx.u.a, ctx.u.b, ctx.u.c, strict=True):
+            arg = [(i, v) for i, v in ((p, a0), (y, a1), (one, b)) if v != 0.0]
+            units.add([(one, -C), (t, C), *arg], [(g, c)])
+            units.add([(one, -2.0 * C), (t, C), (mask, C), *arg], [(s, c)])
+    return ctx.mlp(units, Role("loss_delta", "Lemmas 4-5 (gated)"))
 
 
 def backward_transpose(ctx: BuildContext, j: int) -> ReLUAttention:
@@ -119,12 +130,12 @@ def backward_mask(ctx: BuildContext, j: int) -> ReLUMLP:
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:
-    """One GD step: F_1..F_N, r', loss, the EWML-free backward E_N..E_1, update, project (``3N + 3``)."""
+    """One GD step: F_1..F_N, r', loss with s(N), the EWML-free backward E_{N-1}..E_1, update, project
+    (``3N + 2``)."""
     N = ctx.spec.depth
     out: list[Sublayer] = [blocks.forward_layer(ctx, j) for j in range(1, N + 1)]
     out.append(blocks.derivative_layer(ctx))
-    out.append(blocks.loss_layer(ctx))
-    out.append(backward_output(ctx))
+    out.append(loss_delta_layer(ctx))
     for j in range(N - 1, 0, -1):
         out += [backward_transpose(ctx, j), backward_mask(ctx, j)]
     out.append(blocks.update_layer(ctx))
@@ -152,8 +163,10 @@ def _transposed_delta(spec: NetSpec, j: int) -> Callable[[Reference], Tensor]:
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     """The transpose attention leaves ``V_{j+1}^T s(j+1)`` in S_j, the mask MLP turns it into s(j); every
-    other role as in :func:`icdl.construct.blocks.effects` (E_N's replacement keeps the ``backward`` role)."""
+    other role as in :func:`icdl.construct.blocks.effects`; the loss MLP also leaves s(N) in S_N."""
     j = info.layer
+    if info.role == "loss_delta":
+        return [Expect("G", "u"), Expect(f"S_{layout.spec.depth}", "s", layout.spec.depth)]
     if info.role == "backward_transpose" and j is not None:
         return [Expect(f"S_{j}", _transposed_delta(layout.spec, j))]
     if info.role == "backward_mask" and j is not None:
@@ -164,7 +177,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
 VARIANT = register(
     Variant(
         name="no-ewml",
-        summary="EWML-free (ReLU nets): 3N+3 sublayers per step, ReLU attention + MLPs, exact mask products",
+        summary="EWML-free (ReLU nets): 3N+2 sublayers per step, ReLU attention + MLPs, exact mask products",
         layout=layout,
         block=build_block,
         readout=build_readout,
