@@ -52,7 +52,7 @@ from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
 from icdl.construct.layout import SCRATCH, Layout, paper_layout
-from icdl.construct.no_ewml import loss_delta_layer
+from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
 from icdl.construct.products import ProductTerms, add_product, product_terms
 from icdl.construct.terms import Terms
 from icdl.construct.variants import Variant, register
@@ -75,8 +75,6 @@ __all__ = [
     "surrogate",
 ]
 
-# Activations whose compiled r' is an exact 0/1 mask (relu: the delta-step; identity: the constant 1).
-MASK_ACTIVATIONS = ("relu", "identity")
 DERIVATIVE_RANGE = 1.0  # |r'| <= 1 for relu, sigmoid (1/4), tanh, softplus, identity
 
 
@@ -114,14 +112,6 @@ class Products:
     gradient: ProductTerms
     derivative: ProductTerms | None
     gate: float
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "forward": self.forward.to_dict(),
-            "transpose": self.transpose.to_dict(),
-            "gradient": self.gradient.to_dict(),
-            "derivative": None if self.derivative is None else self.derivative.to_dict(),
-        }
 
 
 def products(spec: NetSpec, *, eps: float, radius: float, box: float | None, gate: float) -> Products:
