@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
 from icdl.construct.layers import ReLUMLP, SoftmaxAttention
 from icdl.construct.softmax import products, range_ratios, sublayers_per_step, surrogate
 from icdl.nets import NetSpec, forward, reference_gd
@@ -142,3 +142,14 @@ def test_cli_softmax_json_has_the_paper_keys() -> None:
     assert d["variant"] == "softmax" and d["passed"] is True
     assert d["sublayers_per_step"] == sublayers_per_step(2, mask=True) == 9
     assert 0 < d["max_abs_err_weights"] <= BOUND_PER_STEP * 1e-2 * 2
+
+
+def test_softmax_save_load_is_bit_exact(tmp_path: Path) -> None:
+    spec = NetSpec(2, 3, 2, 1, activation="sigmoid")
+    model = _compile(spec, 4, 2, 1e-2)
+    save(model, tmp_path / "m")
+    again = load(tmp_path / "m")
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=0)
+    H = model.build_prompt(x, y, xq, w0)
+    assert torch.equal(model(H), again(H))
+    assert [m.info for m in again.block_layers] == [m.info for m in model.block_layers]
