@@ -297,6 +297,33 @@ MUTANTS = [
 ]
 
 
+WHY = {
+    "update-factor": "update scaled by n/(2n) instead of (n+1)/(2n)",
+    "update-sign": "update moves w up the gradient",
+    "forward-bias-sign": "forward heads' bias negated",
+    "loss-gate-sign": "query gate opens on the examples",
+    "backward-value-sign": "E_j (j < N) writes -s(j)",
+    "cleanup-half": "scratch cleared to h/2 instead of 0",
+    "box-bias-sign": "box clip at -B instead of B",
+    "compact-not-exact": "compact's relu' heads summed over keys first",
+    "prompt-query-t": "the query gets t = 1",
+    "w-column-major": "W addressed column-major",
+    "attention-norm": "ReLU attention divides by T + 1",
+    "mlp-no-relu": "MLP without its ReLU",
+    "ewml-sign": "EWML subtracts its output",
+    "verify-prediction-layer": "prediction read from p(N-1)",
+    "verify-gate-margin": "gate margin C + |arg| instead of C - |arg|",
+    "sums-step-coef": "relu' step's second coefficient halved",
+    "sums-2arg-sign": "two-argument sums subtract the second argument",
+    "sums-identity": "identity's second term has the wrong sign",
+    "sums-huber": "Huber derivative's constant term halved",
+    "sums-coef-mass": "coef_mass sums signed coefficients",
+}
+MUTANTS = [
+    m if m.why else Mutant(m.name, m.path, m.old, m.new, m.tests, WHY.get(m.name, "")) for m in MUTANTS
+]
+
+
 def run(m: Mutant, timeout: float) -> tuple[str, float]:
     path = ROOT / m.path
     original = path.read_text()
