@@ -107,10 +107,21 @@ def test_row_attention_equals_dense_relu_attention() -> None:
     g = torch.Generator().manual_seed(0)
     attn = [m for m in model.block_layers if isinstance(m, RowAttention)]
     assert len(attn) == 3 + 2 + 1
+    L = model.layout
+    assert isinstance(L, RowsLayout)
+    a = L.prefix_tokens
+    # random values where the layout allows them: a row of layer j holds V_j, ID_j, ROW_j; data tokens the
+    # data slots
+    allowed = torch.zeros(a + 7, L.dim, dtype=torch.bool)
+    allowed[a:] = True
+    for s in L.slots:
+        if s.name in ("V", "ID", "ROW"):
+            assert s.layer is not None
+            allowed[a:, list(s.indices)] = False
+            o = L.row_offset(s.layer)
+            allowed[o : o + spec.widths[s.layer], list(s.indices)] = True
     for m in attn:
-        H = torch.randn(
-            2, model.layout.prefix_tokens + 7, model.embedding_dim, generator=g, dtype=torch.float64
-        )
+        H = torch.randn(2, a + 7, L.dim, generator=g, dtype=torch.float64) * allowed
         Q, K, V = m.dense()
         want, scale = H.clone(), H.abs()
         for h in range(Q.shape[0]):

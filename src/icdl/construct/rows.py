@@ -53,8 +53,6 @@ from icdl.construct.layers import (
     ReLUMLP,
     Role,
     Sublayer,
-    _features,
-    _gather,
 )
 from icdl.construct.layout import SCRATCH, Layout
 from icdl.construct.variants import Variant, register
@@ -144,15 +142,18 @@ def rows_layout(spec: NetSpec) -> RowsLayout:
 
 
 class RowAttention(ReLUAttention):
-    """ReLU attention without the 1/T factor, computed with matmuls over the tokens that take part:
+    """ReLU attention without the 1/T factor between two token ranges, computed with matmuls:
     ``out_i = h_i + sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` (Definition 7 with 1/T folded into V).
 
-    A head's Q/K pairs are split into consecutive **parts** of fixed widths (``parts``); each part's score
-    is one matmul (an exact sum wherever the key side is one-hot), and the parts are added in order, so a
-    part of gate terms ``C r' - C`` cancels exactly before the part with the signal is added, and a bias
-    part comes last. Heads with identical parts get bit-identical partial scores (computed once), which
-    keeps the relu' step ``relu(X) - relu(X - 1)`` exact. Query tokens whose Q reads are all 0, and key
-    tokens whose K or V reads are all 0, add exactly 0 and are skipped.
+    * ``queries`` / ``keys``: ``(start, stop)`` token ranges (``stop`` None: to the end). The builder picks
+      them from the layout: every other token holds 0 in the slots the heads read there (row slots on data
+      tokens, data slots on row tokens; the verifier checks after every sublayer that no sublayer writes
+      elsewhere), so its score or value is exactly 0 and skipping it changes nothing.
+    * ``parts``: a head's Q/K pairs are split into consecutive parts of fixed widths; each part's score is
+      one matmul (an exact sum wherever the key side is one-hot), and the parts are added in order, so a
+      part of gate terms ``C r' - C`` cancels exactly before the part with the signal is added, and a bias
+      part comes last. Heads with identical parts get bit-identical partial scores (computed once), which
+      keeps the relu' step ``relu(X) - relu(X - 1)`` exact.
     """
 
     KIND: ClassVar[SublayerKind] = "relu_attention"
@@ -162,6 +163,8 @@ class RowAttention(ReLUAttention):
         tables: dict[str, Tensor],
         dim: int,
         parts: Sequence[int] = (),
+        queries: Sequence[int | None] = (0, None),
+        keys: Sequence[int | None] = (0, None),
         accumulate: str = "tokens",
         *,
         role: Role | None = None,
@@ -173,28 +176,36 @@ class RowAttention(ReLUAttention):
             raise ValueError(
                 f"RowAttention: parts {self.parts} do not add up to the head width {self.head_dim}"
             )
-        # Per part: the distinct heads (their Q/K rows) and, per head, which distinct row it is.
-        self._unique: list[tuple[Tensor, Tensor]] = []
+        self.queries = slice(*queries)
+        self.keys = slice(*keys)
+        # Per part: the distinct heads (first head with that Q/K row) and, per head, which one it is
+        # (None when all heads differ).
+        self._parts: list[tuple[slice, Tensor, Tensor | None]] = []
         off = 0
         for p in self.parts:
             cols = slice(off, off + p)
             key = torch.cat(
                 [
-                    self.q_idx[:, cols].to(self.q_coef.dtype),
-                    self.q_coef[:, cols],
-                    self.k_idx[:, cols].to(self.q_coef.dtype),
-                    self.k_coef[:, cols],
+                    self.q_idx[:, cols].to(torch.float64),
+                    self.q_coef[:, cols].to(torch.float64),
+                    self.k_idx[:, cols].to(torch.float64),
+                    self.k_coef[:, cols].to(torch.float64),
                 ],
                 dim=1,
             )
             uniq, inv = torch.unique(key, dim=0, return_inverse=True)
-            first = torch.full((uniq.shape[0],), -1, dtype=torch.long)
-            first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin", include_self=False)
-            self._unique.append((first, inv))
+            first = torch.full((uniq.shape[0],), self.num_heads, dtype=torch.long)
+            first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
+            self._parts.append((cols, first, None if uniq.shape[0] == self.num_heads else inv))
             off += p
+        self._v_dst = self.v_dst.reshape(-1)
 
     def store_kwargs(self) -> dict[str, Any]:
-        return {"parts": list(self.parts)}
+        return {
+            "parts": list(self.parts),
+            "queries": [self.queries.start, self.queries.stop],
+            "keys": [self.keys.start, self.keys.stop],
+        }
 
     def _score_dim(self) -> int:
         pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
@@ -202,31 +213,26 @@ class RowAttention(ReLUAttention):
 
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
-        B, T, D = H.shape
-        F = _features(H)  # (D, B*T)
-        M, E = self.num_heads, self.v_src.shape[1]
-        q = _gather(F, self.q_idx, self.q_coef).view(M, -1, B, T)
-        k = _gather(F, self.k_idx, self.k_coef).view(M, -1, B, T)
-        v = _gather(F, self.v_src, self.v_coef).view(M, E, B, T)
-        qi = (q != 0).any(0).any(0).any(0).nonzero().squeeze(1)
-        ki = ((k != 0).any(0).any(0).any(0) & (v != 0).any(0).any(0).any(0)).nonzero().squeeze(1)
-        if qi.numel() == 0 or ki.numel() == 0:
-            return H.clone()
-        q, k, v = q[..., qi], k[..., ki], v[..., ki]
+        dt = H.dtype
+        Hq, Hk = H[:, self.queries], H[:, self.keys]
+        B, Tq, _ = Hq.shape
+        # (B, M, T, width): heads as a batch dimension of the matmuls
+        q = (Hq[..., self.q_idx] * self.q_coef.to(dt)).permute(0, 2, 1, 3)
+        k = (Hk[..., self.k_idx] * self.k_coef.to(dt)).permute(0, 2, 3, 1)  # (B, M, width, Tk)
+        v = (Hk[..., self.v_src] * self.v_coef.to(dt)).permute(0, 2, 1, 3)  # (B, M, Tk, E)
         S: Tensor | None = None
-        off = 0
-        for p, (first, inv) in zip(self.parts, self._unique, strict=True):
-            qp, kp = q[first, off : off + p], k[first, off : off + p]  # distinct heads only
-            part = torch.einsum("mrbs,mrbt->mbst", kp, qp)[inv]  # (M, B, Tk, Tq)
-            S = part if S is None else S + part
-            off += p
+        for cols, first, inv in self._parts:
+            if inv is None:
+                part = torch.matmul(q[..., cols], k[:, :, cols])
+            else:
+                part = torch.matmul(q[:, first, :, cols], k[:, first, cols])[:, inv]
+            S = part if S is None else S + part  # (B, M, Tq, Tk), parts added in order
         assert S is not None
-        A = torch.relu(S)
-        Z = torch.einsum("mebs,mbst->mebt", v, A)  # (M, E, B, Tq)
-        acc = torch.zeros(D, B * qi.numel(), dtype=H.dtype, device=H.device)
-        acc.index_add_(0, self.v_dst.reshape(-1), Z.reshape(M * E, -1))
+        Z = torch.matmul(torch.relu(S), v)  # (B, M, Tq, E)
+        acc = torch.zeros(B, Tq, self.dim, dtype=dt, device=H.device)
+        acc.index_add_(2, self._v_dst, Z.permute(0, 2, 1, 3).reshape(B, Tq, -1))
         out = H.clone()
-        out[:, qi, :] += acc.view(D, B, -1).permute(1, 2, 0)
+        out[:, self.queries] += acc
         return out
 
 
@@ -283,9 +289,27 @@ def _p_idx(L: Layout, j: int) -> Tensor:
     return _idx(L, "X") if j == 0 else _idx(L, "P", j)
 
 
-def _attention(ctx: BuildContext, heads: list[Any], role: Role) -> RowAttention:
+def _attention(
+    ctx: BuildContext,
+    heads: list[Any],
+    role: Role,
+    queries: tuple[int, int | None],
+    keys: tuple[int, int | None],
+) -> RowAttention:
     tables, parts = _pack(heads, ctx.dtype)
-    return RowAttention(tables, ctx.layout.dim, parts, role=role, labels=ctx.labels)
+    return RowAttention(tables, ctx.layout.dim, parts, queries, keys, role=role, labels=ctx.labels)
+
+
+def _data(ctx: BuildContext) -> tuple[int, None]:
+    """Token range of the n + 1 data tokens."""
+    return (ctx.layout.prefix_tokens, None)
+
+
+def _rows_of(ctx: BuildContext, j: int) -> tuple[int, int]:
+    """Token range of the row tokens of layer j."""
+    L = ctx.layout
+    assert isinstance(L, RowsLayout)
+    return (L.row_offset(j), L.row_offset(j) + ctx.spec.widths[j])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -312,16 +336,18 @@ def forward_layer(ctx: BuildContext, j: int, *, derivative: bool) -> RowAttentio
     heads = _unit_heads(ctx, j, ctx.r[j - 1], "P")
     if derivative:
         heads += _unit_heads(ctx, j, ctx.r_prime[j - 1], "R")
-        return _attention(ctx, heads, Role("forward_derivative", "Lemmas 2-3 (row tokens)", j))
-    return _attention(ctx, heads, Role("forward", "Lemma 2 (row tokens)", j))
+        role = Role("forward_derivative", "Lemmas 2-3 (row tokens)", j)
+    else:
+        role = Role("forward", "Lemma 2 (row tokens)", j)
+    return _attention(ctx, heads, role, _data(ctx), _rows_of(ctx, j))
 
 
 def _delta_score(ctx: BuildContext, j: int, sigma: float, *, data_queries: bool) -> list[Any]:
     """Score parts giving ``σ s_i(j)[k]`` between data token i and row token (j, k).
 
-    Gated (0/1 r'): ``[C r'_i; -C ONE_i; σ z_i]`` against ``[ID_j; ROW_j; ID_j]`` (z = G for j = N, else
-    Z_j); otherwise ``σ S_j`` against ``ID_j``. ``data_queries`` puts the data side in Q (backward layers),
-    else in K (the update).
+    Gated (0/1 r'): parts ``[C r'_i, -C ONE_i]`` against ``[ID_j, ROW_j]``, then ``σ z_i`` against ``ID_j``
+    (z = G for j = N, else Z_j); otherwise ``σ S_j`` against ``ID_j``. ``data_queries`` puts the data side
+    in Q (backward layers), else in K (the update).
     """
     L = ctx.layout
     ident = _idx(L, "ID", j)
@@ -329,12 +355,12 @@ def _delta_score(ctx: BuildContext, j: int, sigma: float, *, data_queries: bool)
     if gated(ctx.spec, j):
         C = ctx.gate
         z = _idx(L, *L.z_source(j))
-        data = [
-            (_idx(L, "R", j), _full(ident.numel(), C)),
-            _const(L.index("ONE"), -C),
-            (z, _full(ident.numel(), sigma)),
-        ]
-        rows = [(ident, ones), _const(L.index("ROW", j), 1.0), (ident, ones)]
+        # The gate part sums {C or 0, -C, exact zeros}: exact in any order, so it is one matmul.
+        gate_q = torch.cat([_idx(L, "R", j), torch.tensor([L.index("ONE")])])
+        gate_k = torch.cat([ident, torch.tensor([L.index("ROW", j)])])
+        gate_c = torch.cat([_full(ident.numel(), C), _full(1, -C)])
+        data = [(gate_q, gate_c), (z, _full(ident.numel(), sigma))]
+        rows = [(gate_k, _full(ident.numel() + 1, 1.0)), (ident, ones)]
     else:
         data = [(_idx(L, "S", j), _full(ident.numel(), sigma))]
         rows = [(ident, ones)]
@@ -354,7 +380,9 @@ def backward_layer(ctx: BuildContext, j: int) -> RowAttention:
         (_delta_score(ctx, j + 1, sigma, data_queries=True), (src, dst, _full(dst.numel(), sigma)))
         for sigma in (1.0, -1.0)
     ]
-    return _attention(ctx, heads, Role("backward", "Lemma 5 (row tokens)", j))
+    return _attention(
+        ctx, heads, Role("backward", "Lemma 5 (row tokens)", j), _data(ctx), _rows_of(ctx, j + 1)
+    )
 
 
 def product_layer(ctx: BuildContext, j: int) -> Sublayer:
@@ -384,7 +412,8 @@ def update_layer(ctx: BuildContext) -> RowAttention:
         for sigma in (1.0, -1.0):
             score = _delta_score(ctx, j, sigma, data_queries=False)
             heads.append((score, (src, dst, _full(dst.numel(), -sigma * scale))))
-    return _attention(ctx, heads, Role("update", "eq. (C.16) (row tokens)"))
+    rows = (0, ctx.layout.prefix_tokens)
+    return _attention(ctx, heads, Role("update", "eq. (C.16) (row tokens)"), rows, _data(ctx))
 
 
 def project_layer(ctx: BuildContext) -> ReLUMLP:
