@@ -213,13 +213,12 @@ class RowAttention(ReLUAttention):
 
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
-        dt = H.dtype
         Hq, Hk = H[:, self.queries], H[:, self.keys]
         B, Tq, _ = Hq.shape
         # (B, M, T, width): heads as a batch dimension of the matmuls
-        q = (Hq[..., self.q_idx] * self.q_coef.to(dt)).permute(0, 2, 1, 3)
-        k = (Hk[..., self.k_idx] * self.k_coef.to(dt)).permute(0, 2, 3, 1)  # (B, M, width, Tk)
-        v = (Hk[..., self.v_src] * self.v_coef.to(dt)).permute(0, 2, 1, 3)  # (B, M, Tk, E)
+        q = (Hq[..., self.q_idx] * self.q_coef).permute(0, 2, 1, 3)
+        k = (Hk[..., self.k_idx] * self.k_coef).permute(0, 2, 3, 1)  # (B, M, width, Tk)
+        v = (Hk[..., self.v_src] * self.v_coef).permute(0, 2, 1, 3)  # (B, M, Tk, E)
         S: Tensor | None = None
         for cols, first, inv in self._parts:
             if inv is None:
@@ -229,10 +228,9 @@ class RowAttention(ReLUAttention):
             S = part if S is None else S + part  # (B, M, Tq, Tk), parts added in order
         assert S is not None
         Z = torch.matmul(torch.relu(S), v)  # (B, M, Tq, E)
-        acc = torch.zeros(B, Tq, self.dim, dtype=dt, device=H.device)
-        acc.index_add_(2, self._v_dst, Z.permute(0, 2, 1, 3).reshape(B, Tq, -1))
         out = H.clone()
-        out[:, self.queries] += acc
+        # entries are added in index order (heads in order), the same for every token
+        out[:, self.queries].index_add_(2, self._v_dst, Z.transpose(1, 2).reshape(B, Tq, -1))
         return out
 
 
