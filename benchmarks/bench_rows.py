@@ -4,8 +4,8 @@ Three modes (float64, one thread unless --threads; the machine may be shared, so
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rows.py --ratio          # forward / lean GD, every variant
     OMP_NUM_THREADS=1 python benchmarks/bench_rows.py --scale          # N=6 K=64 d_x=16 n=256 L=50, rows
-    OMP_NUM_THREADS=1 python benchmarks/bench_rows.py --grid --json docs/results/rows_grid.json
-                                                                       # paper vs rows over a small grid
+    OMP_NUM_THREADS=1 python benchmarks/bench_rows.py --grid --json docs/results/rows_grid.json \
+        --plot docs/results/rows_vs_paper.png                          # paper vs rows over a small grid
 
 Reported per run: embedding dimension D, tokens, max heads, stored parameters, non-zero parameters (dense
 form), peak RSS (ru_maxrss of a fresh subprocess, torch itself included), compile and forward seconds
@@ -28,15 +28,8 @@ from typing import Any
 
 RATIO_POINT = (3, 16, 8, 1, 64, 10)  # N, K, d_x, d_y, n, L
 SCALE_POINT = (6, 64, 16, 1, 256, 50)
-GRID = [
-    (2, 8, 8, 1, 32, 10),
-    (3, 8, 8, 1, 64, 10),
-    (3, 16, 8, 1, 64, 10),
-    (3, 32, 8, 1, 64, 10),
-    (3, 64, 8, 1, 64, 10),
-    (4, 32, 16, 2, 128, 10),
-    (6, 32, 16, 1, 128, 10),
-]
+K_SWEEP = [(3, K, 8, 1, 64, 10) for K in (4, 8, 16, 32, 64)]  # the plot's x axis
+GRID = [*K_SWEEP, (2, 16, 8, 1, 32, 10), (4, 16, 4, 3, 64, 10), (6, 32, 16, 1, 128, 10)]
 
 
 def performed_flops(model: Any, batch: int = 1) -> int:
@@ -46,19 +39,29 @@ def performed_flops(model: Any, batch: int = 1) -> int:
     token; MLPs ``2 T`` per stored non-zero read and write (they gather, they do not multiply dense
     matrices)."""
     from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
-    from icdl.construct.rows import RowAttention
+    from icdl.construct.rows import RowAttention, RowMLP
 
     T = model.layout.prefix_tokens + model.n + 1
 
     def count(m: Any) -> int:
         if isinstance(m, RowAttention):
-            tq = len(range(T)[m.queries])
-            tk = len(range(T)[m.keys])
-            score = sum(int(first.numel()) * (cols.stop - cols.start) for cols, first, _ in m._parts)
-            value = m.num_heads * int(m.v_src.shape[1])
-            return 2 * batch * tq * tk * (score + value)
+            total = 0
+            for hs, queries, keys, parts in m._groups:
+                tq, tk = len(range(T)[queries]), len(range(T)[keys])
+                score = sum(int(first.numel()) * (cols.stop - cols.start) for cols, first, _ in parts)
+                value = (hs.stop - hs.start) * int(m.v_src.shape[1])
+                total += 2 * batch * tq * tk * (score + value)
+            return total
         if isinstance(m, (ReLUAttention, EWML)):
             return batch * m.info.flops(T, model.embedding_dim)
+        if isinstance(m, RowMLP):
+            return sum(
+                2
+                * batch
+                * len(range(T)[toks])
+                * (int((m.w1_coef[us] != 0).sum()) + int((m.w2_coef[us] != 0).sum()))
+                for us, toks in m._groups
+            )
         if isinstance(m, ReLUMLP):
             return 2 * batch * T * (int((m.w1_coef != 0).sum()) + int((m.w2_coef != 0).sum()))
         raise TypeError(type(m).__name__)
@@ -209,6 +212,54 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Embedding dimension (theory formulas, measured points) and forward time against K for both
+    layouts, on the K sweep of the grid (N=3, d_x=8, d_y=1, n=64, L=10)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from icdl import theory
+    from icdl.nets import NetSpec
+
+    N, _, dx, dy, n, L = K_SWEEP[0]
+    ks = list(range(2, 129))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.plot(ks, [theory.embedding_dim(NetSpec(N, k, dx, dy)) for k in ks], label="paper layout (formula)")
+    a.plot(ks, [theory.rows_embedding_dim(NetSpec(N, k, dx, dy)) for k in ks], label="row tokens (formula)")
+    for v, mk in (("paper", "o"), ("rows", "s")):
+        pts = [
+            (r["K"], r)
+            for r in rows
+            if r["variant"] == v and (r["N"], r["d_x"], r["n"], r["L"]) == (N, dx, n, L)
+        ]
+        a.plot([k for k, _ in pts], [r["embedding_dim"] for _, r in pts], mk, color="k", ms=4)
+        b.plot([k for k, _ in pts], [r["seconds_forward"] for _, r in pts], mk + "-", label=f"{v}")
+    lean = [
+        (r["K"], r["seconds_lean_gd"]) for r in rows if r["variant"] == "rows" and r["N"] == N and r["n"] == n
+    ]
+    b.plot([k for k, _ in lean], [t for _, t in lean], "x:", label="lean GD loop")
+    a.set(
+        xlabel="K",
+        ylabel="embedding dimension D",
+        xscale="log",
+        yscale="log",
+        title=f"N={N}, d_x={dx}, d_y={dy}",
+    )
+    b.set(
+        xlabel="K",
+        ylabel="forward seconds (float64, 1 thread)",
+        xscale="log",
+        yscale="log",
+        title=f"n={n}, L={L} GD steps",
+    )
+    a.legend()
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ratio", action="store_true", help="forward / lean GD at N=3 K=16 d_x=8 n=64 L=10")
@@ -220,6 +271,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="also write the rows to this JSON file")
+    ap.add_argument("--plot", help="with --grid: write the D / forward-time plot (PNG) here")
+    ap.add_argument("--from-json", help="re-plot and re-print a --json file instead of measuring")
     args = ap.parse_args()
 
     if args.point:
@@ -230,6 +283,9 @@ def main() -> None:
         print(json.dumps(run_point(args.variant, N, K, dx, dy, n, L, args.repeats, args.check)))
         return
     rows: list[dict[str, Any]] = []
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)
     if args.ratio:
         for v in ("paper", "compact", "no-ewml", "rows"):
             rows.append(_subprocess(v, RATIO_POINT, args.repeats, args.threads, False))
@@ -247,6 +303,8 @@ def main() -> None:
             f"verify() on 2 steps passed: {r['verify_2_steps_passed']} "
             f"(max sublayer err {r['verify_2_steps_max_sublayer_err']:.1e})"
         )
+    if args.plot:
+        plot(rows, args.plot)
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:

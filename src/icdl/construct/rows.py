@@ -59,7 +59,16 @@ from icdl.construct.variants import Variant, register
 from icdl.nets import NetSpec, unflatten
 from icdl.sublayer import SublayerInfo, SublayerKind
 
-__all__ = ["VARIANT", "RowAttention", "RowsLayout", "build_block", "build_readout", "effects", "rows_layout"]
+__all__ = [
+    "VARIANT",
+    "RowAttention",
+    "RowMLP",
+    "RowsLayout",
+    "build_block",
+    "build_readout",
+    "effects",
+    "rows_layout",
+]
 
 ROWS_SCRATCH = (*SCRATCH, "Z")
 
@@ -142,13 +151,16 @@ def rows_layout(spec: NetSpec) -> RowsLayout:
 
 
 class RowAttention(ReLUAttention):
-    """ReLU attention without the 1/T factor between two token ranges, computed with matmuls:
+    """ReLU attention without the 1/T factor, between token ranges, computed with matmuls:
     ``out_i = h_i + sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` (Definition 7 with 1/T folded into V).
 
-    * ``queries`` / ``keys``: ``(start, stop)`` token ranges (``stop`` None: to the end). The builder picks
-      them from the layout: every other token holds 0 in the slots the heads read there (row slots on data
-      tokens, data slots on row tokens; the verifier checks after every sublayer that no sublayer writes
-      elsewhere), so its score or value is exactly 0 and skipping it changes nothing.
+    * ``groups``: ``(first head, end head, query start, query stop, key start, key stop)`` — heads
+      ``[first, end)`` are evaluated for the query tokens ``[query start, query stop)`` against the key
+      tokens ``[key start, key stop)`` (stop -1: to the end). The builder picks the ranges from the layout:
+      every other token holds 0 in the slots those heads read there (row slots on data tokens, data slots
+      on row tokens, another layer's row slots on a row token; the verifier checks after every sublayer
+      that nothing is written elsewhere), so its score or value is exactly 0 and skipping it changes
+      nothing.
     * ``parts``: a head's Q/K pairs are split into consecutive parts of fixed widths; each part's score is
       one matmul (an exact sum wherever the key side is one-hot), and the parts are added in order, so a
       part of gate terms ``C r' - C`` cancels exactly before the part with the signal is added, and a bias
@@ -163,8 +175,7 @@ class RowAttention(ReLUAttention):
         tables: dict[str, Tensor],
         dim: int,
         parts: Sequence[int] = (),
-        queries: Sequence[int | None] = (0, None),
-        keys: Sequence[int | None] = (0, None),
+        groups: Sequence[Sequence[int]] = (),
         accumulate: str = "tokens",
         *,
         role: Role | None = None,
@@ -176,36 +187,37 @@ class RowAttention(ReLUAttention):
             raise ValueError(
                 f"RowAttention: parts {self.parts} do not add up to the head width {self.head_dim}"
             )
-        self.queries = slice(*queries)
-        self.keys = slice(*keys)
-        # Per part: the distinct heads (first head with that Q/K row) and, per head, which one it is
-        # (None when all heads differ).
-        self._parts: list[tuple[slice, Tensor, Tensor | None]] = []
-        off = 0
-        for p in self.parts:
-            cols = slice(off, off + p)
-            key = torch.cat(
-                [
-                    self.q_idx[:, cols].to(torch.float64),
-                    self.q_coef[:, cols].to(torch.float64),
-                    self.k_idx[:, cols].to(torch.float64),
-                    self.k_coef[:, cols].to(torch.float64),
-                ],
-                dim=1,
-            )
-            uniq, inv = torch.unique(key, dim=0, return_inverse=True)
-            first = torch.full((uniq.shape[0],), self.num_heads, dtype=torch.long)
-            first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
-            self._parts.append((cols, first, None if uniq.shape[0] == self.num_heads else inv))
-            off += p
-        self._v_dst = self.v_dst.reshape(-1)
+        self.groups = tuple(tuple(int(v) for v in g) for g in groups) or ((0, self.num_heads, 0, -1, 0, -1),)
+        if sorted(h for g in self.groups for h in range(g[0], g[1])) != list(range(self.num_heads)):
+            raise ValueError("RowAttention: the groups must cover every head exactly once")
+
+        def rng(a: int, b: int) -> slice:
+            return slice(a, None if b < 0 else b)
+
+        # Per group: heads, query and key ranges, and per part the distinct heads (the first head with that
+        # Q/K row; relative to the group) and, per head, which one it is (None when all heads differ).
+        self._groups: list[tuple[slice, slice, slice, list[tuple[slice, Tensor, Tensor | None]]]] = []
+        for h0, h1, q0, q1, k0, k1 in self.groups:
+            parts_info = []
+            off = 0
+            for p in self.parts:
+                cols = slice(off, off + p)
+                key = torch.cat(
+                    [
+                        t[h0:h1, cols].to(torch.float64)
+                        for t in (self.q_idx, self.q_coef, self.k_idx, self.k_coef)
+                    ],
+                    dim=1,
+                )
+                uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+                first = torch.full((uniq.shape[0],), h1 - h0, dtype=torch.long)
+                first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
+                parts_info.append((cols, first, None if uniq.shape[0] == h1 - h0 else inv))
+                off += p
+            self._groups.append((slice(h0, h1), rng(q0, q1), rng(k0, k1), parts_info))
 
     def store_kwargs(self) -> dict[str, Any]:
-        return {
-            "parts": list(self.parts),
-            "queries": [self.queries.start, self.queries.stop],
-            "keys": [self.keys.start, self.keys.stop],
-        }
+        return {"parts": list(self.parts), "groups": [list(g) for g in self.groups]}
 
     def _score_dim(self) -> int:
         pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
@@ -213,25 +225,70 @@ class RowAttention(ReLUAttention):
 
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
-        Hq, Hk = H[:, self.queries], H[:, self.keys]
-        B, Tq, _ = Hq.shape
-        # (B, M, T, width): heads as a batch dimension of the matmuls
-        q = (Hq[..., self.q_idx] * self.q_coef).permute(0, 2, 1, 3)
-        k = (Hk[..., self.k_idx] * self.k_coef).permute(0, 2, 3, 1)  # (B, M, width, Tk)
-        v = (Hk[..., self.v_src] * self.v_coef).permute(0, 2, 1, 3)  # (B, M, Tk, E)
-        S: Tensor | None = None
-        for cols, first, inv in self._parts:
-            if inv is None:
-                part = torch.matmul(q[..., cols], k[:, :, cols])
-            else:
-                part = torch.matmul(q[:, first, :, cols], k[:, first, cols])[:, inv]
-            S = part if S is None else S + part  # (B, M, Tq, Tk), parts added in order
-        assert S is not None
-        Z = torch.matmul(torch.relu(S), v)  # (B, M, Tq, E)
         out = H.clone()
-        # entries are added in index order (heads in order), the same for every token
-        out[:, self.queries].index_add_(2, self._v_dst, Z.transpose(1, 2).reshape(B, Tq, -1))
+        for hs, queries, keys, parts in self._groups:
+            Hq, Hk = H[:, queries], H[:, keys]
+            B, Tq, _ = Hq.shape
+            # (B, heads, T, width): heads as a batch dimension of the matmuls
+            q = (Hq[..., self.q_idx[hs]] * self.q_coef[hs]).permute(0, 2, 1, 3)
+            k = (Hk[..., self.k_idx[hs]] * self.k_coef[hs]).permute(0, 2, 3, 1)  # (B, heads, width, Tk)
+            v = (Hk[..., self.v_src[hs]] * self.v_coef[hs]).permute(0, 2, 1, 3)  # (B, heads, Tk, E)
+            S: Tensor | None = None
+            for cols, first, inv in parts:
+                if inv is None:
+                    part = torch.matmul(q[..., cols], k[:, :, cols])
+                else:
+                    part = torch.matmul(q[:, first, :, cols], k[:, first, cols])[:, inv]
+                S = part if S is None else S + part  # (B, heads, Tq, Tk), parts added in order
+            assert S is not None
+            Z = torch.matmul(torch.relu(S), v)  # (B, heads, Tq, E)
+            # entries are added in index order (heads in order), the same for every token
+            dst = self.v_dst[hs].reshape(-1)
+            out[:, queries].index_add_(2, dst, Z.transpose(1, 2).reshape(B, Tq, -1))
         return out
+
+
+class RowMLP(ReLUMLP):
+    """The token-wise ReLU MLP of Definition 8 (``out = H + W_2 relu(W_1 H)``, reads accumulated in stored
+    order, as :class:`~icdl.construct.layers.ReLUMLP`) evaluated only where its units can be non-zero:
+    ``groups`` are ``(first unit, end unit, token start, token stop)`` (stop -1: to the end). On other
+    tokens every read of those units is 0 (layout invariant, checked by the verifier), ``relu(0) = 0``."""
+
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        groups: Sequence[Sequence[int]] = (),
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(tables, dim, role=role, labels=labels)
+        self.groups = tuple(tuple(int(v) for v in g) for g in groups) or ((0, self.hidden, 0, -1),)
+        if sorted(u for g in self.groups for u in range(g[0], g[1])) != list(range(self.hidden)):
+            raise ValueError("RowMLP: the groups must cover every unit exactly once")
+        self._groups = [(slice(u0, u1), slice(t0, None if t1 < 0 else t1)) for u0, u1, t0, t1 in self.groups]
+
+    def store_kwargs(self) -> dict[str, Any]:
+        return {"groups": [list(g) for g in self.groups]}
+
+    def forward(self, H: Tensor) -> Tensor:
+        self._check(H)
+        out = H.clone()
+        for us, tokens in self._groups:
+            g = H[:, tokens][..., self.w1_idx[us]] * self.w1_coef[us]  # (B, T, U, r)
+            pre = g[..., 0]
+            for c in range(1, g.shape[-1]):
+                pre = pre + g[..., c]
+            hid = torch.relu(pre)[..., None] * self.w2_coef[us]  # (B, T, U, o)
+            out[:, tokens].index_add_(2, self.w2_dst[us].reshape(-1), hid.flatten(2))
+        return out
+
+
+def _on(ctx: BuildContext, m: ReLUMLP, tokens: tuple[int, int]) -> RowMLP:
+    """The same MLP (tables, role) evaluated on one token range."""
+    tables = {n: getattr(m, n) for n in m.TABLES}
+    return RowMLP(tables, m.dim, [(0, m.hidden, *tokens)], role=m.role, labels=ctx.labels)
 
 
 def _pack(
@@ -291,16 +348,19 @@ def _attention(
     ctx: BuildContext,
     heads: list[Any],
     role: Role,
-    queries: tuple[int, int | None],
-    keys: tuple[int, int | None],
+    queries: tuple[int, int],
+    keys: tuple[int, int],
+    groups: list[tuple[int, int, int, int, int, int]] | None = None,
 ) -> RowAttention:
+    """A :class:`RowAttention` from per-head parts; one group (queries x keys) unless ``groups``."""
     tables, parts = _pack(heads, ctx.dtype)
-    return RowAttention(tables, ctx.layout.dim, parts, queries, keys, role=role, labels=ctx.labels)
+    groups = groups or [(0, len(heads), *queries, *keys)]
+    return RowAttention(tables, ctx.layout.dim, parts, groups, role=role, labels=ctx.labels)
 
 
-def _data(ctx: BuildContext) -> tuple[int, None]:
-    """Token range of the n + 1 data tokens."""
-    return (ctx.layout.prefix_tokens, None)
+def _data(ctx: BuildContext) -> tuple[int, int]:
+    """Token range of the n + 1 data tokens (-1: to the end)."""
+    return (ctx.layout.prefix_tokens, -1)
 
 
 def _rows_of(ctx: BuildContext, j: int) -> tuple[int, int]:
@@ -404,47 +464,59 @@ def update_layer(ctx: BuildContext) -> RowAttention:
     The query's s is 0 (its u is gated off), so it adds nothing."""
     L = ctx.layout
     scale = ctx.lr / (2 * ctx.n)
-    heads = []
+    heads: list[Any] = []
+    groups = []
     for j in range(1, ctx.spec.depth + 1):
         src, dst = _p_idx(L, j - 1), _idx(L, "V", j)
+        first = len(heads)
         for sigma in (1.0, -1.0):
             score = _delta_score(ctx, j, sigma, data_queries=False)
             heads.append((score, (src, dst, _full(dst.numel(), -sigma * scale))))
-    rows = (0, ctx.layout.prefix_tokens)
-    return _attention(ctx, heads, Role("update", "eq. (C.16) (row tokens)"), rows, _data(ctx))
+        groups.append((first, len(heads), *_rows_of(ctx, j), *_data(ctx)))  # layer j's rows query
+    role = Role("update", "eq. (C.16) (row tokens)")
+    return _attention(ctx, heads, role, (0, L.prefix_tokens), _data(ctx), groups)
 
 
-def project_layer(ctx: BuildContext) -> ReLUMLP:
-    """Box clip ``z - relu(z - B) + relu(-z - B)`` of every V_j coordinate (0 stays 0 on other tokens), and
-    ``relu(h)``/``relu(-h)`` with weights -1/+1 for every scratch coordinate (exactly 0 afterwards)."""
+def project_layer(ctx: BuildContext) -> RowMLP:
+    """Box clip ``z - relu(z - B) + relu(-z - B)`` of every V_j coordinate on the row tokens (whose ONE is
+    0: the threshold comes from their ROW_j flag), and ``relu(h)``/``relu(-h)`` with weights -1/+1 for
+    every scratch coordinate on the data tokens (exactly 0 afterwards)."""
     L = ctx.layout
-    one = L.index("ONE")
-    reads, writes = [], []
-    scratch = torch.tensor(L.scratch_indices(), dtype=torch.long)
-    if ctx.box is not None:
-        # ONE is 0 on row tokens: the clip's threshold must come from their ROW flag there.
-        for j in range(1, ctx.spec.depth + 1):
-            v = _idx(L, "V", j)
-            flag = torch.full_like(v, L.index("ROW", j))
-            for sgn in (1.0, -1.0):
-                coef = torch.tensor([sgn, -ctx.box], dtype=torch.float64).expand(v.numel(), 2)
-                reads.append((torch.stack([v, flag], 1), coef))
-                writes.append((v[:, None], torch.full((v.numel(), 1), -sgn, dtype=torch.float64)))
-    for sgn in (1.0, -1.0):
+    width = 1 if ctx.box is None else 2
+    reads: list[tuple[Tensor, Tensor]] = []
+    writes: list[tuple[Tensor, Tensor]] = []
+
+    def units(src: Tensor, coef: Tensor, dst: Tensor, out: float) -> None:
+        pad = width - src.shape[1]  # trailing (index 0, coefficient 0) reads add an exact 0
         reads.append(
             (
-                torch.stack([scratch, torch.full_like(scratch, one)], 1),
-                torch.tensor([sgn, 0.0], dtype=torch.float64).expand(scratch.numel(), 2),
+                torch.cat([src, torch.zeros(src.shape[0], pad, dtype=torch.long)], 1),
+                torch.cat([coef, torch.zeros(src.shape[0], pad, dtype=torch.float64)], 1),
             )
         )
-        writes.append((scratch[:, None], torch.full((scratch.numel(), 1), -sgn, dtype=torch.float64)))
+        writes.append((dst[:, None], torch.full((dst.numel(), 1), out, dtype=torch.float64)))
+
+    scratch = torch.tensor(L.scratch_indices(), dtype=torch.long)
+    for sgn in (1.0, -1.0):
+        units(scratch[:, None], torch.full((scratch.numel(), 1), sgn, dtype=torch.float64), scratch, -sgn)
+    groups = [(0, 2 * scratch.numel(), *_data(ctx))]
+    if ctx.box is not None:
+        for j in range(1, ctx.spec.depth + 1):
+            v = _idx(L, "V", j)
+            first = sum(r[0].shape[0] for r in reads)
+            for sgn in (1.0, -1.0):
+                src = torch.stack([v, torch.full_like(v, L.index("ROW", j))], 1)
+                coef = torch.tensor([sgn, -ctx.box], dtype=torch.float64).expand(v.numel(), 2)
+                units(src, coef, v, -sgn)
+            groups.append((first, first + 2 * v.numel(), *_rows_of(ctx, j)))
     tables = {
         "w1_idx": torch.cat([r[0] for r in reads]),
         "w1_coef": torch.cat([r[1] for r in reads]).to(ctx.dtype),
         "w2_dst": torch.cat([w[0] for w in writes]),
         "w2_coef": torch.cat([w[1] for w in writes]).to(ctx.dtype),
     }
-    return ReLUMLP(tables, L.dim, role=Role("project", "Theorem 1 (Proj_W)"), labels=ctx.labels)
+    role = Role("project", "Theorem 1 (Proj_W)")
+    return RowMLP(tables, L.dim, groups, role=role, labels=ctx.labels)
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:
@@ -452,7 +524,7 @@ def build_block(ctx: BuildContext) -> list[Sublayer]:
     for ReLU networks (M_j only where r' is not the 0/1 step)."""
     N = ctx.spec.depth
     out: list[Sublayer] = [forward_layer(ctx, j, derivative=True) for j in range(1, N + 1)]
-    out.append(blocks.loss_layer(ctx))
+    out.append(_on(ctx, blocks.loss_layer(ctx), _data(ctx)))
     for j in range(N, 0, -1):
         if not gated(ctx.spec, j):
             out.append(product_layer(ctx, j))
@@ -466,7 +538,7 @@ def build_block(ctx: BuildContext) -> list[Sublayer]:
 def build_readout(ctx: BuildContext) -> list[Sublayer]:
     """F_1..F_N (r only), then the paper's readout MLP (query's p(N) -> Y)."""
     out: list[Sublayer] = [forward_layer(ctx, j, derivative=False) for j in range(1, ctx.spec.depth + 1)]
-    out.append(blocks.readout_layer(ctx))
+    out.append(_on(ctx, blocks.readout_layer(ctx), _data(ctx)))
     return out
 
 

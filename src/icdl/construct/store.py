@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from icdl import __version__
 from icdl.construct.compile import CompiledModel, GDConfig, SumTerms
 from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
-from icdl.construct.rows import RowAttention
+from icdl.construct.rows import RowAttention, RowMLP
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError
 from icdl.sublayer import SublayerInfo
@@ -30,7 +30,7 @@ FORMAT = "icdl-compiled-model/1"
 WEIGHTS = "weights.safetensors"
 META = "model.json"
 _CLASSES: dict[str, type[Sublayer]] = {
-    c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, ReLUMLP, RowAttention)
+    c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, ReLUMLP, RowAttention, RowMLP)
 }
 
 
