@@ -216,6 +216,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     """Embedding dimension (theory formulas, measured points) and forward time against K for both
     layouts, on the K sweep of the grid (N=3, d_x=8, d_y=1, n=64, L=10)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -254,6 +255,10 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
         yscale="log",
         title=f"n={n}, L={L} GD steps",
     )
+    ticks = sorted({p[1] for p in K_SWEEP})
+    for ax in (a, b):
+        ax.set_xticks(ticks, labels=[str(k) for k in ticks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     a.legend()
     b.legend()
     fig.tight_layout()
