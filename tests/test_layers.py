@@ -121,6 +121,9 @@ def test_mlp_matches_definition_8() -> None:
     H = torch.randn(3, 4, D, generator=g, dtype=torch.float64)
     W1, W2 = layer.dense()
     torch.testing.assert_close(layer(H), H + torch.relu(H @ W1.t()) @ W2.t(), rtol=1e-12, atol=1e-12)
+    # processing the units in chunks (memory bound) gives the same bits as one pass
+    small = ReLUMLP(units.tensors(), D, max_chunk_elems=1)
+    assert torch.equal(small(H), layer(H))
 
 
 def test_mlp_accumulates_reads_in_order() -> None:

@@ -151,3 +151,21 @@ def test_mask_in_place_is_exact(C: float) -> None:
     H2[..., L.indices("X")] = 3 * C
     H2[..., L.indices("M")] = 1.0
     assert torch.equal(mlp(H2)[..., L.indices("X")], torch.full_like(H2[..., L.indices("X")], C))
+
+
+@given(
+    z=st.floats(-1e6, 1e6, allow_nan=False),
+    m=st.sampled_from([0.0, 1.0]),
+)
+def test_mask_product_exact_hypothesis(z: float, m: float) -> None:
+    L = _toy_layout()
+    units = UnitTable()
+    add_mask_product(units, L.index("M"), L.index("X"), L.index("ONE"), L.index("Z"), bound=1e6)
+    add_mask_in_place(units, L.index("M", None, 1), L.index("X", None, 1), bound=1e6)
+    H = torch.zeros(1, 1, L.dim, dtype=F64)
+    H[0, 0, [L.index("X"), L.index("X", None, 1)]] = z
+    H[0, 0, [L.index("M"), L.index("M", None, 1)]] = m
+    H[0, 0, L.index("ONE")] = 1.0
+    out = ReLUMLP(units.tensors(F64), L.dim)(H)[0, 0]
+    assert float(out[L.index("Z")]) == m * z
+    assert float(out[L.index("X", None, 1)]) == m * z

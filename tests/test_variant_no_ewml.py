@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct import compile_gd_transformer, load, sample_task, verify
 from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
 from icdl.construct.no_ewml import sublayers_per_step
 from icdl.errors import InputError
@@ -73,10 +78,10 @@ def test_no_ewml_structure(N: int) -> None:
     assert not any(isinstance(m, EWML) for m in mods)
     assert all(isinstance(m, (ReLUAttention, ReLUMLP)) for m in mods)
     assert {m.info.kind for m in mods} <= {"relu_attention", "mlp"}
-    assert model.sublayers_per_step == sublayers_per_step(N) == 3 * N + 3
-    # each of the paper's N EWMLs is replaced by at most 2 sublayers; everything else is the paper's
+    assert model.sublayers_per_step == sublayers_per_step(N) == 2 * N + 3
+    # the paper's N EWMLs are replaced by N - 1 sublayers (at most 2 each; E_N joins the loss MLP)
     replaced = model.sublayers_per_step - (paper.sublayers_per_step - N)
-    assert replaced <= 2 * N
+    assert replaced == N - 1 <= 2 * N
     assert model.embedding_dim == paper.embedding_dim  # same prompt format
     assert model.layout.to_dict() == paper.layout.to_dict()
 
@@ -86,7 +91,7 @@ def test_no_ewml_needs_a_relu_network() -> None:
         _compile(2, 3, 2, 1, 4, 1, None, activation="sigmoid")
 
 
-@pytest.mark.parametrize("role", ["backward", "backward_transpose", "backward_mask"])
+@pytest.mark.parametrize("role", ["loss_delta", "backward"])
 def test_a_wrong_weight_in_a_replaced_ewml_is_named(role: str) -> None:
     """Perturb one coefficient of a sublayer that replaces an EWML: verify() names exactly that sublayer."""
     spec, model = _compile(3, 4, 3, 2, 7, 2, None)
@@ -113,3 +118,48 @@ def test_a_wrong_weight_in_a_replaced_ewml_is_named(role: str) -> None:
     div = verify(model, x, y, xq, w0, lipschitz_iters=0).first_divergence
     assert div is not None
     assert (div.step, div.index, div.name) == (0, index, m.info.name)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's code, not an installed copy
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
+    return subprocess.run(
+        [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
+    )
+
+
+def test_cli_no_ewml_json_has_the_paper_keys_and_save_load_is_bit_exact(tmp_path: Path) -> None:
+    args = ("--json", "-N", "3", "-K", "3", "--in-dim", "3", "--out-dim", "2", "-L", "2", "-n", "5")
+    runs = {v: _cli(*args, "--variant", v, "--save", str(tmp_path / v)) for v in ("paper", "no-ewml")}
+    for r in runs.values():
+        assert r.returncode == 0, r.stderr
+    d, ref = json.loads(runs["no-ewml"].stdout), json.loads(runs["paper"].stdout)
+    assert set(d) == set(ref)
+    assert d["variant"] == "no-ewml" and d["passed"] is True and d["max_abs_err_weights"] <= 1e-12
+    assert d["sublayers_per_step"] == 9 and d["embedding_dim"] == ref["embedding_dim"]
+    model = load(tmp_path / "no-ewml")
+    spec = model.spec
+    x, y, xq, w0, _ = sample_task(spec, 5, seed=0)
+    H = model.build_prompt(x, y, xq, w0)
+    again = compile_gd_transformer(spec, steps=2, n=5, variant="no-ewml")
+    assert torch.equal(model(H), again(H))
+
+
+def test_cli_no_ewml_rejects_smooth_activations_in_one_line() -> None:
+    r = _cli("--variant", "no-ewml", "--activation", "tanh", "-N", "2", "-K", "2", "-L", "1")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "no-ewml" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[5]])
+def test_no_ewml_equals_the_paper_variant_bit_for_bit(case) -> None:
+    """The gates replace the EWML's multiplication by r' in {0, 1} exactly, and the gate pairs are added
+    before the products in the EWML's order: every state after a block is bit-identical."""
+    *_, n, L, box = case
+    spec, model = _compile(*case)
+    paper = compile_gd_transformer(
+        spec, lr=0.1, steps=L, n=n, projection="box" if box else "none", box=box, variant="paper"
+    )
+    x, y, xq, w0, _ = sample_task(spec, n, seed=3)
+    H = model.build_prompt(x, y, xq, w0)
+    assert torch.equal(model(H), paper(H))

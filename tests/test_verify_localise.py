@@ -139,3 +139,57 @@ def test_readout_of_a_clearly_negative_prediction() -> None:
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
     rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
     assert rep.passed and rep.max_abs_err_prediction <= 1e-12
+
+
+# -- tests added for survivors of the mutation run (docs/testing.md) ------------------------------------
+
+
+def test_a_small_error_is_caught_at_the_default_tolerance() -> None:
+    """A 1e-7 relative change of one head's output weight is 100x above tol = 1e-9: it must be named."""
+    model, prompt = _setup()
+    fwd = model.block[0]
+    fwd.v_coef.view(-1)[0] *= 1 + 1e-7
+    rep = verify(model, *prompt, lipschitz_iters=0)
+    div = rep.first_divergence
+    assert div is not None and (div.step, div.name, div.slot) == (0, "forward_1", "P_1")
+    assert 1e-9 < div.error < 1e-5
+
+
+def test_a_write_into_a_slot_no_effect_names_is_caught() -> None:
+    """Slots a sublayer's expected effects do not name must keep their value: an extra head of F_1 that adds
+    1 to Y[0] of every token is named at F_1 and slot Y (not later, at the readout)."""
+    from icdl.construct.layers import HeadTable, ReLUAttention
+
+    model, prompt = _setup()
+    lay = model.layout
+    f1 = model.block[0]
+    heads = HeadTable()
+    for m in range(f1.num_heads):  # copy F_1's heads ...
+        q = [(int(i), float(c)) for i, c in zip(f1.q_idx[m], f1.q_coef[m], strict=True)]
+        k = [(int(i), float(c)) for i, c in zip(f1.k_idx[m], f1.k_coef[m], strict=True)]
+        v = [
+            (int(s), int(d), float(c)) for s, d, c in zip(f1.v_src[m], f1.v_dst[m], f1.v_coef[m], strict=True)
+        ]
+        heads.add(q, k, [e for e in v if e[2] != 0.0])
+    one = lay.index("ONE")
+    heads.add([(one, 1.0)], [(one, 1.0)], [(one, lay.index("Y"), 1.0)])  # ... plus one stray write
+    extra = ReLUAttention(heads.tensors(), lay.dim, role=f1.role, labels=lay.coordinate_labels())
+    model.block[0] = extra
+    model.block_layers = (extra, *model.block_layers[1:])
+    assert "Y" in extra.info.writes
+    rep = verify(model, *prompt, lipschitz_iters=0)
+    div = rep.first_divergence
+    assert div is not None and (div.step, div.name, div.slot) == (0, "forward_1", "Y")
+
+
+def test_gate_margin_is_measured_independently() -> None:
+    """gate_margin = C - max |a0 p(N) + a1 y + b| over the loss units, every token and every w the verifier
+    evaluates (each step's start and the final w); for squared loss the arguments are ±2 (p(N) - y)."""
+    model, (x, y, xq, w0) = _setup()
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    spec = model.spec
+    traj = reference_gd(spec, "squared", w0, x, y, lr=0.2, steps=model.steps, box=0.5)
+    x_all = torch.cat([x, xq[None]])
+    y_all = torch.cat([y, torch.zeros(1, spec.out_dim, dtype=y.dtype)])
+    worst = max(float((2 * (forward(spec, w, x_all) - y_all)).abs().max()) for w in traj)
+    assert rep.gate_margin == pytest.approx(model.config.gate - worst, rel=0, abs=1e-9)

@@ -583,8 +583,10 @@ class ReLUMLP(Sublayer):
         *,
         role: Role | None = None,
         labels: Sequence[str] | None = None,
+        max_chunk_elems: int = DEFAULT_CHUNK_ELEMS,
     ) -> None:
         super().__init__(tables, dim, role=role, labels=labels)
+        self.max_chunk_elems = int(max_chunk_elems)
         if self.w1_idx.shape[0] != self.w2_dst.shape[0]:
             raise ValueError("ReLUMLP: reads and writes describe different numbers of hidden units")
 
@@ -604,13 +606,22 @@ class ReLUMLP(Sublayer):
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
         B, T, _ = H.shape
-        g = _gather(_features(H), self.w1_idx, self.w1_coef)  # (U, r, B*T)
-        pre = g[:, 0]
-        for c in range(1, g.shape[1]):
-            pre = pre + g[:, c]
-        hid = torch.relu(pre)
-        out = (hid[:, None] * self.w2_coef.to(H.dtype)[..., None]).reshape(-1, B * T)
-        return H + _tokens(_scatter(self.dim, self.w2_dst.reshape(-1), out), B, T)
+        F = _features(H)
+        U, r = self.w1_idx.shape
+        # Units in chunks (no (U, r, B*T) gather larger than max_chunk_elems); the chunks add into one output
+        # in unit order, as a single scatter would.
+        per = max(1, self.max_chunk_elems // max(1, r * B * T))
+        acc = torch.zeros(self.dim, B * T, dtype=H.dtype, device=H.device)
+        for a in range(0, U, per):
+            u = slice(a, min(a + per, U))
+            g = _gather(F, self.w1_idx[u], self.w1_coef[u])  # (units, r, B*T)
+            pre = g[:, 0]
+            for c in range(1, r):
+                pre = pre + g[:, c]
+            hid = torch.relu(pre)
+            out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
+            acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
+        return H + _tokens(acc, B, T)
 
     def dense(self) -> tuple[Tensor, Tensor]:
         """Dense ``W_1 (U, D)`` and ``W_2 (D, U)`` (tests, small D only)."""

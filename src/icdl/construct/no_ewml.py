@@ -3,58 +3,53 @@
 The paper needs the element-wise multiplication layer (Definition 6) for the backward recursion of Lemma 5,
 ``s(N) = r'(N-1) ⊙ u`` and ``s(j) = r'(j-1) ⊙ (V_{j+1}^T s(j+1))`` (eq. (3.6), (3.20)), because attention
 cannot multiply two quantities of the same token (Remark 3). For ReLU networks ``r'`` is a 0/1 mask (the
-exact relu' step of Lemma 3), and a mask product is exact in a ReLU MLP
-(:func:`icdl.construct.products.add_mask_product`), so every EWML E_j is replaced by at most two sublayers:
+exact relu' step of Lemma 3), and multiplying by a mask is a *gate*: ``m z = relu(z - C(1-m)) -
+relu(-z - C(1-m))`` for ``|z| <= C`` (:mod:`icdl.construct.products`). A gate can sit inside a ReLU unit or a
+ReLU attention score, so each EWML is replaced by at most one standard sublayer:
 
-* E_N -> one MLP: ``S_N += relu(G - C(1 - R_N)) - relu(-G - C(1 - R_N))`` = ``r'(N-1) ⊙ u``;
-* E_j, j < N -> a ReLU attention (Definition 7) and an MLP:
+* E_N -> no sublayer: the loss MLP (Lemma 4) also writes ``s(N) = r'(N-1) ⊙ u`` into S_N, with a copy of
+  each loss unit whose gate ``-2C ONE + C T + C R_N[k]`` is exactly 0 on examples where the mask is 1 and
+  ``<= -C`` (unit off) elsewhere (:func:`loss_delta_layer`);
+* E_j, j < N -> one ReLU attention (Definition 7, :func:`backward_layer`) with heads ``(k, σ = ±1)``:
+  ``Q h_i = [-C ONE; C R_j[k]; σ s_i(j+1)]``, ``K h_t = [ONE; ONE; column k of V_{j+1}]`` (from the key's
+  W slot, identical in every token), ``V h_t = σ ONE -> S_j[k]``. The score
+  ``-C(1 - r'_i(j-1)[k]) + σ (V_{j+1}^T s_i(j+1))[k]`` does not depend on the key, so the 1/T cancels, and
+  the two heads add ``relu(z - C(1-m)) - relu(-z - C(1-m)) = m z`` — the EWML head (C.15) with its diagonal
+  score moved across tokens and its value factor r' turned into a gate.
 
-  1. heads ``(k, σ = ±1)`` with ``Q h_i = σ s_i(j+1)``, ``K h_t = column k of V_{j+1}`` (from the key's
-     W slot, identical in every token), ``V h_t = σ ONE -> S_j[k]``: the score
-     ``σ (V_{j+1}^T s_i(j+1))[k]`` does not depend on the key, so the 1/T cancels and
-     ``relu(z) - relu(-z) = z`` puts ``z_i = V_{j+1}^T s_i(j+1)`` into S_j (the cross-token form of the
-     EWML's diagonal score, in the pattern of the update layer (C.16));
-  2. an MLP that multiplies S_j by the mask in place: ``S_j += -relu(z - C R_j) + relu(-z - C R_j)``, i.e.
-     ``S_j = r'(j-1) ⊙ z``.
-
-Everything else is the paper's block (Lemmas 2-4, (C.16), Proj_W) and layout, so a step has
-``N + 4 + (2N - 1) = 3N + 3`` sublayers (the paper: ``2N + 4``), none of them an EWML. Exact to round-off
-whenever every example's pre-activation is outside the relu' window ``(0, δ)`` and ``|u|, |V^T s| <= C``
-(the gate constant).
+The gate pairs come first in every score, so ``-C + C * 1`` is an exact 0 before the products are added in
+the EWML's order: s(j) equals the paper's value bit for bit. Everything else is the paper's block
+(Lemmas 2-4, (C.16), Proj_W) and layout, so a step has ``N + 1 + 1 + (N - 1) + 2 = 2N + 3`` sublayers (the
+paper: ``2N + 4``), none of them an EWML. Exact to round-off whenever every example's pre-activation is
+outside the relu' window ``(0, δ)`` and ``|u|, |V^T s| < C`` (the gate constant).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-from torch import Tensor
 
 from icdl.construct import blocks
 from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
 from icdl.construct.layout import Layout, paper_layout
-from icdl.construct.products import add_mask_in_place, add_mask_product
 from icdl.construct.variants import Variant, register
 from icdl.errors import InputError
-from icdl.nets import NetSpec, unflatten
+from icdl.nets import NetSpec
 from icdl.sublayer import SublayerInfo
 
 if TYPE_CHECKING:
     from icdl.construct.compile import GDConfig
-    from icdl.construct.verify import Reference
 
 __all__ = [
     "VARIANT",
-    "backward_mask",
-    "backward_output",
-    "backward_transpose",
+    "backward_layer",
     "build_block",
     "build_readout",
     "check",
     "effects",
     "layout",
+    "loss_delta_layer",
     "sublayers_per_step",
 ]
 
@@ -63,13 +58,13 @@ MASK_ACTIVATIONS = ("relu", "identity")
 
 
 def layout(spec: NetSpec) -> Layout:
-    """The paper's layout: the backward products reuse the S slots in place, so nothing is added."""
+    """The paper's layout (the gates read the R and S slots the paper already has)."""
     return paper_layout(spec)
 
 
 def check(cfg: GDConfig) -> None:
-    """The mask products are exact only when every layer's r' is 0/1: ReLU networks (optionally with a
-    linear output layer)."""
+    """The gates are exact only when every layer's r' is 0/1: ReLU networks (optionally with a linear
+    output layer)."""
     spec = cfg.spec
     for j in range(1, spec.depth + 1):
         name = spec.layer_act(j).name
@@ -78,55 +73,60 @@ def check(cfg: GDConfig) -> None:
 
 
 def sublayers_per_step(depth: int) -> int:
-    """``N`` forward + derivative + loss + ``1 + 2(N-1)`` backward + update + project = ``3N + 3``."""
-    return depth + 2 + (2 * depth - 1) + 2
+    """``N`` forward + derivative + loss (with s(N)) + ``N - 1`` backward + update + project = ``2N + 3``."""
+    return depth + 2 + (depth - 1) + 2
 
 
-def backward_output(ctx: BuildContext) -> ReLUMLP:
-    """Replaces E_N (Lemma 5, j = N): ``s(N)[k] = r'(N-1)[k] u[k]`` by the exact mask product, 2 units per
-    output coordinate. On the query G is exactly 0, so S_N is exactly 0 there."""
+def loss_delta_layer(ctx: BuildContext) -> ReLUMLP:
+    """The loss MLP of Lemma 4 (G = u(p(N), y), 0 on the query) that also does E_N (Lemma 5, j = N) for a 0/1
+    mask: ``s(N)[k] = r'(N-1)[k] u[k]``. Per term of u, a second unit reads the same ``a0 P_N[k] + a1 Y[k] +
+    b`` after the gate ``-2C ONE + C T + C R_N[k]``, accumulated first: it is exactly 0 on an example whose
+    mask is 1 (the unit then equals the G unit bit for bit) and ``<= -C`` on the query or where the mask is
+    0 (off, as long as the argument stays below C)."""
     L = ctx.layout
+    one, t = L.index("ONE"), L.index("T")
+    C = ctx.gate
     N = ctx.spec.depth
-    one = L.index("ONE")
     units = UnitTable()
     for k in range(ctx.spec.out_dim):
-        add_mask_product(units, L.index("R", N, k), L.index("G", None, k), one, L.index("S", N, k), ctx.gate)
-    return ctx.mlp(units, Role("backward", "Lemma 5 mask product", N))
+        p, y, g = L.index("P", N, k), L.index("Y", None, k), L.index("G", None, k)
+        mask, s = L.index("R", N, k), L.index("S", N, k)
+        for (a0, a1), b, c in zip(ctx.u.a, ctx.u.b, ctx.u.c, strict=True):
+            arg = [(i, v) for i, v in ((p, a0), (y, a1), (one, b)) if v != 0.0]
+            units.add([(one, -C), (t, C), *arg], [(g, c)])
+            units.add([(one, -2.0 * C), (t, C), (mask, C), *arg], [(s, c)])
+    return ctx.mlp(units, Role("loss_delta", "Lemmas 4-5 (gated)"))
 
 
-def backward_transpose(ctx: BuildContext, j: int) -> ReLUAttention:
-    """First half of E_j (j < N): ReLU attention writing ``V_{j+1}^T s(j+1)`` into S_j, two heads per unit k
-    of layer j (``σ = ±1``; ``relu(z) - relu(-z) = z``)."""
+def backward_layer(ctx: BuildContext, j: int) -> ReLUAttention:
+    """E_j for j < N as one ReLU attention (see the module docstring): ``S_j += r'(j-1) ⊙ V_{j+1}^T s(j+1)``,
+    two heads per unit k of layer j."""
     L = ctx.layout
     one = L.index("ONE")
+    C = ctx.gate
     s_next = L.indices("S", j + 1)
     heads = HeadTable()
     for k in range(ctx.spec.widths[j]):
         col = L.w_col(j + 1, k)
         dst = L.index("S", j, k)
+        gate_q, gate_k = [(one, -C), (L.index("R", j, k), C)], [(one, 1.0), (one, 1.0)]
         for sigma in (1.0, -1.0):
-            heads.add(q=[(i, sigma) for i in s_next], k=[(i, 1.0) for i in col], v=[(one, dst, sigma)])
-    return ctx.attention(heads, Role("backward_transpose", "Lemma 5 (C.15) score", j))
-
-
-def backward_mask(ctx: BuildContext, j: int) -> ReLUMLP:
-    """Second half of E_j (j < N): ``S_j <- R_j ⊙ S_j`` in place, exact for the 0/1 mask ``R_j = r'(j-1)``."""
-    L = ctx.layout
-    units = UnitTable()
-    for k in range(ctx.spec.widths[j]):
-        add_mask_in_place(units, L.index("R", j, k), L.index("S", j, k), ctx.gate)
-    return ctx.mlp(units, Role("backward_mask", "Lemma 5 mask product", j))
+            heads.add(
+                q=gate_q + [(i, sigma) for i in s_next],
+                k=gate_k + [(i, 1.0) for i in col],
+                v=[(one, dst, sigma)],
+            )
+    return ctx.attention(heads, Role("backward", "Lemma 5 (gated attention)", j))
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:
-    """One GD step: F_1..F_N, r', loss, the EWML-free backward E_N..E_1, update, project (``3N + 3``)."""
+    """One GD step: F_1..F_N, r', loss with s(N), the EWML-free backward E_{N-1}..E_1, update, project
+    (``2N + 3``)."""
     N = ctx.spec.depth
     out: list[Sublayer] = [blocks.forward_layer(ctx, j) for j in range(1, N + 1)]
     out.append(blocks.derivative_layer(ctx))
-    out.append(blocks.loss_layer(ctx))
-    out.append(backward_output(ctx))
-    for j in range(N - 1, 0, -1):
-        out += [backward_transpose(ctx, j), backward_mask(ctx, j)]
+    out.append(loss_delta_layer(ctx))
+    out += [backward_layer(ctx, j) for j in range(N - 1, 0, -1)]
     out.append(blocks.update_layer(ctx))
     out.append(blocks.project_layer(ctx))
     return out
@@ -139,32 +139,19 @@ def build_readout(ctx: BuildContext) -> list[Sublayer]:
     return out
 
 
-def _transposed_delta(spec: NetSpec, j: int) -> Callable[[Reference], Tensor]:
-    """``V_{j+1}^T s(j+1)`` per token (what the transpose attention writes into S_j), from the reference."""
-
-    def transposed_delta(ref: Reference) -> Tensor:
-        V_next = unflatten(spec, ref.w)[j]  # V_{j+1}, shape (n_{j+1}, n_j)
-        return ref.sur.s[j] @ V_next  # sur.s[j] is s(j+1), shape (T, n_{j+1})
-
-    transposed_delta.__name__ = f"V_{j + 1}^T s({j + 1})"
-    return transposed_delta
-
-
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
-    """The transpose attention leaves ``V_{j+1}^T s(j+1)`` in S_j, the mask MLP turns it into s(j); every
-    other role as in :func:`icdl.construct.blocks.effects` (E_N's replacement keeps the ``backward`` role)."""
-    j = info.layer
-    if info.role == "backward_transpose" and j is not None:
-        return [Expect(f"S_{j}", _transposed_delta(layout.spec, j))]
-    if info.role == "backward_mask" and j is not None:
-        return [Expect(f"S_{j}", "s", j)]
+    """The loss MLP also leaves s(N) in S_N; every other role (the gated backward attention included) as in
+    :func:`icdl.construct.blocks.effects`."""
+    if info.role == "loss_delta":
+        N = layout.spec.depth
+        return [Expect("G", "u"), Expect(f"S_{N}", "s", N)]
     return blocks.effects(info, layout)
 
 
 VARIANT = register(
     Variant(
         name="no-ewml",
-        summary="EWML-free (ReLU nets): 3N+3 sublayers per step, ReLU attention + MLPs, exact mask products",
+        summary="EWML-free (ReLU nets): 2N+3 sublayers per step, ReLU attention + MLPs, r' as exact gates",
         layout=layout,
         block=build_block,
         readout=build_readout,

@@ -16,7 +16,7 @@ sublayer (name)           kind     computes (in the token's own slots)
 ``forward_products_j``    MLP      P_j += V_j p(j-1) (``n_j n_{j-1}`` products ``v * p``)
 ``activation_j``          MLP      P_j <- r(P_j), R_j += r'(P_j) (the sums of Lemmas 2-3)
 ``loss``                  MLP      G = u(p(N), y), exactly 0 on the query (Lemma 4)
-``backward_N``            MLP      S_N += r'(N-1) ⊙ G (Lemma 5, j = N)
+``backward_N``            MLP      S_N += r'(N-1) ⊙ G (Lemma 5, j = N; ReLU: done by the loss MLP)
 ``backward_transpose_j``  MLP      S_j += V_{j+1}^T s(j+1) (products ``v * s``), j = N-1..1
 ``backward_mask_j``       MLP      S_j <- r'(j-1) ⊙ S_j (Lemma 5, eq. (3.6))
 ``backward_j`` (ReLU)     MLP      both at once: the ``v * s`` products gated by the 0/1 mask r'(j-1)
@@ -26,10 +26,10 @@ sublayer (name)           kind     computes (in the token's own slots)
 ========================  =======  =============================================================
 
 so ``4N + 3`` sublayers per step (the paper's existence proof: 4), one of them attention. For ReLU networks
-the ``r'`` products are exact mask products (r' is a 0/1 step), each backward layer is one MLP
-(``3N + 4`` per step), and only the ``v * p``, ``v * s`` and ``p * s`` products are approximate; for
-smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant and the ``r' ⊙ z`` products
-are approximate too. Each product has sup error ``<= eps`` while its factors stay
+the ``r'`` products are exact mask products (r' is a 0/1 step), the loss MLP also writes s(N) and each
+other backward layer is one MLP (``3N + 3`` per step), and only the ``v * p``, ``v * s`` and ``p * s``
+products are approximate; for smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant
+and the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
 in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
 ``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``; :func:`range_ratios`
 checks them.
@@ -52,13 +52,8 @@ from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
 from icdl.construct.layout import SCRATCH, Layout, paper_layout
-from icdl.construct.products import (
-    ProductTerms,
-    add_mask_in_place,
-    add_mask_product,
-    add_product,
-    product_terms,
-)
+from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
+from icdl.construct.products import ProductTerms, add_product, product_terms
 from icdl.construct.terms import Terms
 from icdl.construct.variants import Variant, register
 from icdl.nets import NetSpec, project, unflatten
@@ -80,8 +75,6 @@ __all__ = [
     "surrogate",
 ]
 
-# Activations whose compiled r' is an exact 0/1 mask (relu: the delta-step; identity: the constant 1).
-MASK_ACTIVATIONS = ("relu", "identity")
 DERIVATIVE_RANGE = 1.0  # |r'| <= 1 for relu, sigmoid (1/4), tanh, softplus, identity
 
 
@@ -95,9 +88,10 @@ def layout(spec: NetSpec) -> Layout:
 
 
 def sublayers_per_step(depth: int, mask: bool = False) -> int:
-    """``2N`` forward + loss + backward + gradient + update + project: ``4N + 3``, or ``3N + 4`` when every r'
-    is a 0/1 mask (ReLU networks: each backward layer is one gated-product MLP)."""
-    backward = depth if mask else 2 * depth - 1
+    """``2N`` forward + loss + backward + gradient + update + project: ``4N + 3``, or ``3N + 3`` when every r'
+    is a 0/1 mask (ReLU networks: s(N) comes with the loss MLP and each other backward layer is one
+    gated-product MLP)."""
+    backward = depth - 1 if mask else 2 * depth - 1
     return 2 * depth + 1 + backward + 3
 
 
@@ -118,14 +112,6 @@ class Products:
     gradient: ProductTerms
     derivative: ProductTerms | None
     gate: float
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "forward": self.forward.to_dict(),
-            "transpose": self.transpose.to_dict(),
-            "gradient": self.gradient.to_dict(),
-            "derivative": None if self.derivative is None else self.derivative.to_dict(),
-        }
 
 
 def products(spec: NetSpec, *, eps: float, radius: float, box: float | None, gate: float) -> Products:
@@ -187,18 +173,17 @@ def forward_activation(ctx: BuildContext, j: int) -> ReLUMLP:
 
 
 def backward_output(ctx: BuildContext) -> ReLUMLP:
-    """``S_N += r'(N-1) ⊙ G`` (Lemma 5, j = N): exact mask product for ReLU, else an approximate product."""
+    """``S_N += r'(N-1) ⊙ G`` (Lemma 5, j = N) by approximate products (smooth activations; for 0/1 masks
+    the loss MLP writes s(N) itself, :func:`icdl.construct.no_ewml.loss_delta_layer`)."""
     L = ctx.layout
     N = ctx.spec.depth
-    prods = _products(ctx)
+    prod = _products(ctx).derivative
+    assert prod is not None
     one = L.index("ONE")
     units = UnitTable()
     for k in range(ctx.spec.out_dim):
         m, g, dst = L.index("R", N, k), L.index("G", None, k), L.index("S", N, k)
-        if prods.derivative is None:
-            add_mask_product(units, m, g, one, dst, prods.gate)
-        else:
-            add_product(units, prods.derivative, m, g, one, dst)
+        add_product(units, prod, m, g, one, dst)
     return ctx.mlp(units, Role("backward", "Lemma 5 product", N))
 
 
@@ -234,20 +219,18 @@ def backward_gated(ctx: BuildContext, j: int) -> ReLUMLP:
 
 
 def backward_derivative(ctx: BuildContext, j: int) -> ReLUMLP:
-    """``S_j <- r'(j-1) ⊙ S_j`` in place (eq. (3.6)): the exact mask for ReLU, else
-    ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)``."""
+    """``S_j <- r'(j-1) ⊙ S_j`` in place (eq. (3.6)) for smooth activations:
+    ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)`` (ReLU networks use :func:`backward_gated`)."""
     L = ctx.layout
-    prods = _products(ctx)
+    prod = _products(ctx).derivative
+    assert prod is not None
     one = L.index("ONE")
     units = UnitTable()
     for k in range(ctx.spec.widths[j]):
         m, z = L.index("R", j, k), L.index("S", j, k)
-        if prods.derivative is None:
-            add_mask_in_place(units, m, z, prods.gate)
-        else:
-            units.add([(z, 1.0)], [(z, -1.0)])
-            units.add([(z, -1.0)], [(z, 1.0)])
-            add_product(units, prods.derivative, m, z, one, z)
+        units.add([(z, 1.0)], [(z, -1.0)])
+        units.add([(z, -1.0)], [(z, 1.0)])
+        add_product(units, prod, m, z, one, z)
     return ctx.mlp(units, Role("backward_mask", "Lemma 5 eq. (3.6)", j))
 
 
@@ -284,18 +267,18 @@ def update_layer(ctx: BuildContext) -> SoftmaxAttention:
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:
-    """One GD step, ``4N + 3`` sublayers (``3N + 4`` for ReLU networks; see the module docstring)."""
+    """One GD step, ``4N + 3`` sublayers (``3N + 3`` for ReLU networks; see the module docstring)."""
     N = ctx.spec.depth
     mask = _products(ctx).derivative is None
     out: list[Sublayer] = []
     for j in range(1, N + 1):
         out += [forward_products(ctx, j), forward_activation(ctx, j)]
-    out.append(blocks.loss_layer(ctx))
-    out.append(backward_output(ctx))
-    for j in range(N - 1, 0, -1):
-        if mask:
-            out.append(backward_gated(ctx, j))
-        else:
+    if mask:
+        out.append(loss_delta_layer(ctx))
+        out += [backward_gated(ctx, j) for j in range(N - 1, 0, -1)]
+    else:
+        out += [blocks.loss_layer(ctx), backward_output(ctx)]
+        for j in range(N - 1, 0, -1):
             out += [backward_transpose(ctx, j), backward_derivative(ctx, j)]
     out.append(gradient_terms(ctx))
     out.append(update_layer(ctx))
@@ -456,6 +439,10 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
             Expect(f"R_{j}", q(f"r'({j - 1})", lambda s: s.r_prime[j - 1])),
         ],
         "loss": [Expect("G", q("u", lambda s: s.u))],
+        "loss_delta": [
+            Expect("G", q("u", lambda s: s.u)),
+            Expect(f"S_{spec.depth}", q(f"s({spec.depth})", lambda s: s.s[-1])),
+        ],
         "backward": [Expect(f"S_{j}", q(f"s({j})", lambda s: s.s[j - 1]))],
         "backward_transpose": [Expect(f"S_{j}", q(f"~V_{j + 1}^T s({j + 1})", lambda s: s.back[j - 1]))],
         "backward_mask": [Expect(f"S_{j}", q(f"s({j})", lambda s: s.s[j - 1]))],
@@ -464,7 +451,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     if info.role in table:
         return table[info.role]
     if info.role == "update":
-        return [Expect("W", _named("w - eta grad", lambda ref: stepped(ref, None)))]
+        return [Expect("W", _named("w - eta grad", lambda ref: stepped(ref, None)), applied_step=True)]
     if info.role == "project":
         scratch = [Expect(s.label, "zero") for s in layout.scratch_slots()]
         return [Expect("W", _named("Proj(w - eta grad)", lambda ref: stepped(ref, ref.box))), *scratch]
