@@ -74,6 +74,9 @@ __all__ = [
     "paper_direct_flops",
     "readout_sublayers",
     "readout_table",
+    "rows_embedding_dim",
+    "rows_sublayers_per_step",
+    "rows_tokens",
     "sublayers",
     "sublayers_per_step",
     "term_counts",
@@ -153,6 +156,32 @@ def embedding_dim_leading_terms(spec: NetSpec) -> int:
     """``N K^2 + 3 N K``: the leading terms in N and K of the exact count
     ``NK^2 + 3NK + 2dK - 2K^2 - 3K + 6d + 2`` (paper-notes §6.2, §11; the seed's "O(NK^2 + 3NK + 3K)")."""
     return spec.depth * spec.width**2 + 3 * spec.depth * spec.width
+
+
+def rows_embedding_dim(spec: NetSpec) -> int:
+    """Token width of the row-token construction (``--variant rows``, docs/construction.md, "Weights in
+    their own tokens"), linear in K:
+
+    ``D = d_x + d_y + 2 U + d_y + (U - d_y) + sum_{j: r != relu} n_j + 2 + (d_x + U - d_y) + U + N``
+    with ``U = sum_j n_j = (N-1)K + d_y``: data slots X, Y, P_j, R_j, G, Z_j (j < N), S_j (only where r'
+    is not the exact relu' step), ONE, T; row slots V_j (``n_{j-1}``), ID_j (``n_j``), ROW_j (1). For ReLU
+    networks ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2``.
+    """
+    U, N, dx, dy = spec.num_units, spec.depth, spec.in_dim, spec.out_dim
+    s_slots = sum(spec.widths[j] for j in range(1, N + 1) if spec.layer_act(j).name != "relu")
+    return dx + dy + 2 * U + dy + (U - dy) + s_slots + 2 + (dx + U - dy) + U + N
+
+
+def rows_tokens(spec: NetSpec, examples: int) -> int:
+    """Tokens of the row-token construction: ``(N-1)K + d_y`` row tokens plus ``n + 1`` data tokens."""
+    return spec.num_units + _check_int("examples", examples, 1) + 1
+
+
+def rows_sublayers_per_step(spec: NetSpec) -> int:
+    """Sublayers per GD step of the row-token construction: ``2N + 2`` (F_1..F_N, loss, B_{N-1}..B_1,
+    update, projection), plus one EWML product per layer whose activation is not ReLU."""
+    N = spec.depth
+    return 2 * N + 2 + sum(1 for j in range(1, N + 1) if spec.layer_act(j).name != "relu")
 
 
 # --------------------------------------------------------------------------------------------------

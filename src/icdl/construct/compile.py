@@ -335,19 +335,20 @@ class CompiledModel(nn.Module):
     def check_prompt(self, H: Tensor) -> None:
         """Raise :class:`InputError` unless ``H`` is ``(B, n+1, D)`` for this model."""
         if H.dim() != 3 or H.shape[-1] != self.layout.dim:
+            T = self.layout.prefix_tokens + self.n + 1
+            raise InputError(f"expected a prompt of shape (B, {T}, {self.layout.dim}), got {tuple(H.shape)}")
+        if H.shape[1] != self.layout.prefix_tokens + self.n + 1:
             raise InputError(
-                f"expected a prompt of shape (B, {self.n + 1}, {self.layout.dim}), got {tuple(H.shape)}"
-            )
-        if H.shape[1] != self.n + 1:
-            raise InputError(
-                f"the model was compiled for n={self.n} examples ({self.n + 1} tokens): "
+                f"the model was compiled for n={self.n} examples "
+                f"({self.layout.prefix_tokens + self.n + 1} tokens): "
                 "its update weights carry "
                 f"the factor (n+1)/(2n); the prompt has {H.shape[1]} tokens"
             )
 
     def read_weights(self, H: Tensor, token: int = -1) -> Tensor:
-        """The W slot of one token (default: the query), shape ``(B, P)``."""
-        return H[:, token, self.layout.indices("W")]
+        """The weights w, shape ``(B, P)``: the W slot of one token (default: the query) in the paper's
+        layout, the row tokens in a layout that keeps w there (:meth:`Layout.read_weights`)."""
+        return self.layout.read_weights(H, token)
 
     def read_prediction(self, H: Tensor) -> Tensor:
         """The query token's Y slot, shape ``(B, d_y)``: ``f(w^(L), x_query)`` after the readout."""
@@ -440,7 +441,8 @@ def build_prompt(
             w^(0) = 0 is a fixed point for bias-free ReLU networks, docs/nets.md).
 
     Returns:
-        ``(B, n+1, D)``: the n examples (t = 1) then the query (t = 0, y = 0).
+        ``(B, a+n+1, D)``: the layout's ``a = prefix_tokens`` tokens of other types (0 in the paper's
+        layout), the n examples (t = 1), then the query (t = 0, y = 0).
     """
     spec = layout.spec
     if x.dim() == 2:
@@ -455,14 +457,14 @@ def build_prompt(
         )
     if w0.shape != (B, spec.num_params):
         raise InputError(f"w0 must have {spec.num_params} entries per prompt, got shape {tuple(w0.shape)}")
-    T = n + 1
-    H = torch.zeros(B, T, layout.dim, dtype=dtype)
-    H[:, :n, layout.indices("X")] = x.to(dtype)
-    H[:, n, layout.indices("X")] = x_query.to(dtype)
-    H[:, :n, layout.indices("Y")] = y.to(dtype)
-    H[:, :, layout.indices("W")] = w0.to(dtype)[:, None, :]
-    H[:, :, layout.index("ONE")] = 1.0
-    H[:, :n, layout.index("T")] = 1.0
+    a = layout.prefix_tokens  # tokens of other types (e.g. weight rows) come first
+    H = torch.zeros(B, a + n + 1, layout.dim, dtype=dtype)
+    H[:, a : a + n, layout.indices("X")] = x.to(dtype)
+    H[:, a + n, layout.indices("X")] = x_query.to(dtype)
+    H[:, a : a + n, layout.indices("Y")] = y.to(dtype)
+    layout.write_weights(H, w0)
+    H[:, a:, layout.index("ONE")] = 1.0
+    H[:, a : a + n, layout.index("T")] = 1.0
     return H
 
 

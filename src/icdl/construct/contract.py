@@ -57,7 +57,10 @@ class Expect:
         slot: a slot label of the layout (``"P_2"``, ``"W"``, ``"G"`` ...).
         quantity: a name from :data:`QUANTITIES`, or a function ``Reference -> Tensor (T, slot size)``.
         layer: the network layer j for ``p``, ``r_prime``, ``s``, ``A``.
-        tokens: ``"all"`` or ``"query"`` (only the last token changes).
+        tokens: ``"all"``, ``"query"`` (only the last token changes), ``"data"`` (the n + 1 data tokens)
+            or ``"prefix"`` (the tokens a layout puts before them, e.g. weight rows); the quantity has
+            one row per token of that selection, or one per data token (built-in quantities), or one per
+            token of the prompt.
         rtol: relative tolerance for this slot (None: the verifier's ``tol``).
         applied_step: the slot holds ``w - eta g`` for the gradient ``g`` the transformer applies (implied by
             ``w_step``); the verifier measures the gradient error there (before any projection).
@@ -66,15 +69,15 @@ class Expect:
     slot: str
     quantity: str | Callable[[Reference], Tensor]
     layer: int | None = None
-    tokens: Literal["all", "query"] = "all"
+    tokens: Literal["all", "query", "data", "prefix"] = "all"
     rtol: float | None = None
     applied_step: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.quantity, str) and self.quantity not in QUANTITIES:
             raise ValueError(f"unknown reference quantity {self.quantity!r}; choose one of {QUANTITIES}")
-        if self.tokens not in ("all", "query"):
-            raise ValueError(f"tokens must be 'all' or 'query', got {self.tokens!r}")
+        if self.tokens not in ("all", "query", "data", "prefix"):
+            raise ValueError(f"tokens must be 'all', 'query', 'data' or 'prefix', got {self.tokens!r}")
 
     @property
     def label(self) -> str:

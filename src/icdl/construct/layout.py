@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torch import Tensor
+
 from icdl.nets import NetSpec
 
 __all__ = ["SCRATCH", "Layout", "Slot", "paper_layout"]
@@ -86,6 +88,28 @@ class Layout:
         self._by_key = {(s.name, s.layer): s for s in slots}
         if len(self._by_key) != len(slots):
             raise ValueError("duplicate slot names in layout")
+
+    # -- tokens and where the weights live ------------------------------------------------------------
+    # A layout may put tokens of other types *before* the n + 1 data tokens (e.g. one token per weight
+    # row); the data tokens (examples, then the query last) always come last. The paper's layout has
+    # none and keeps w in the W slot of every token; a layout with prefix tokens overrides the three
+    # methods below.
+    @property
+    def prefix_tokens(self) -> int:
+        """Number of tokens before the n + 1 data tokens (0 for the paper's layout)."""
+        return 0
+
+    def write_weights(self, H: Tensor, w: Tensor) -> None:
+        """Write the weights ``w`` (B, P) into the prompt ``H`` (B, T, D) in place (every token's W slot)."""
+        H[:, :, self.indices("W")] = w.to(H.dtype)[:, None, :]
+
+    def read_weights(self, H: Tensor, token: int = -1) -> Tensor:
+        """The weights held by ``H`` (..., T, D) -> (..., P): the W slot of token ``token``."""
+        return H[..., token, self.indices("W")]
+
+    def weight_copies(self, H: Tensor) -> Tensor:
+        """Every copy of w in one state ``H`` (T, D) -> (copies, P) (the verifier checks they agree)."""
+        return H[:, self.indices("W")]
 
     # -- generic addressing -------------------------------------------------------------------------
     def has(self, name: str, layer: int | None = None) -> bool:

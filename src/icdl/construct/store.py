@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 from icdl import __version__
 from icdl.construct.compile import CompiledModel, GDConfig, SumTerms
 from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
-from icdl.construct.layout import Layout
+from icdl.construct.rows import RowAttention, RowMLP
+from icdl.construct.variants import get_variant
 from icdl.errors import InputError
 from icdl.sublayer import SublayerInfo
 
@@ -29,7 +30,7 @@ FORMAT = "icdl-compiled-model/1"
 WEIGHTS = "weights.safetensors"
 META = "model.json"
 _CLASSES: dict[str, type[Sublayer]] = {
-    c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, ReLUMLP)
+    c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, ReLUMLP, RowAttention, RowMLP)
 }
 
 
@@ -37,6 +38,9 @@ def _module_meta(m: Sublayer) -> dict[str, Any]:
     d: dict[str, Any] = {"class": type(m).__name__, "info": m.info.to_dict()}
     if isinstance(m, ReLUAttention):
         d["accumulate"] = m.accumulate
+    extra = getattr(m, "store_kwargs", None)  # constructor options of a variant's own sublayer class
+    if extra is not None:
+        d["kwargs"] = extra()
     return d
 
 
@@ -84,7 +88,9 @@ def load(directory: str | os.PathLike[str]) -> CompiledModel:
         raise InputError(f"{src}: unsupported format {meta.get('format')!r} (expected {FORMAT})")
     tensors = load_file(str(src / WEIGHTS))
     cfg = GDConfig.from_dict(meta["config"])
-    layout = Layout.from_dict(cfg.spec, meta["layout"])
+    layout = get_variant(cfg.variant).layout(cfg.spec)  # a variant's layout may be a Layout subclass
+    if layout.to_dict() != meta["layout"]:
+        raise InputError(f"{src}: the stored layout does not match variant {cfg.variant!r}")
 
     labels = layout.coordinate_labels()
 
@@ -97,6 +103,7 @@ def load(directory: str | os.PathLike[str]) -> CompiledModel:
             stored = d["info"]
             role = Role(stored["role"], stored["lemma"], stored["layer"], stored.get("name", ""))
             kwargs: dict[str, Any] = {"accumulate": d["accumulate"]} if "accumulate" in d else {}
+            kwargs.update(d.get("kwargs", {}))
             m = cls(tables, layout.dim, role=role, labels=labels, **kwargs)
             # The tables must describe the sublayer the file says they do (files written before sublayers
             # described themselves carry no name and no score/value sizes: nothing to compare).

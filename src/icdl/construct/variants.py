@@ -79,4 +79,4 @@ def get_variant(name: str) -> Variant:
 
 
 # The built-in variants register themselves on import.
-from icdl.construct import compact, no_ewml, paper, softmax  # noqa: E402, F401
+from icdl.construct import compact, no_ewml, paper, rows, softmax  # noqa: E402, F401

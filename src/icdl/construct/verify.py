@@ -309,8 +309,29 @@ def compare(
     tmask = torch.cat([torch.ones(n, dtype=dt), torch.zeros(1, dtype=dt)])
     lr, box, loss = model.config.lr, model.config.box, model.config.loss
     slots = {s.label: s for s in layout.slots}
-    W_idx = layout.indices("W")
     scratch_idx = layout.scratch_indices()
+    T_all, a = tr.H0.shape[1], layout.prefix_tokens
+    token_rows = {
+        "all": slice(None),
+        "query": slice(T_all - 1, None),
+        "data": slice(a, None),
+        "prefix": slice(0, a),
+    }
+
+    def place(e: Expect, val: Tensor) -> Tensor:
+        """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
+        per data token (built-in quantities) or per selected token."""
+        if val.dim() == 1:
+            return val
+        rows = token_rows[e.tokens]
+        if val.shape[0] == T_all:
+            return val[rows]
+        if val.shape[0] == n + 1 and e.tokens in ("data", "query"):
+            return val if e.tokens == "data" else val[-1:]
+        if val.shape[0] == len(range(T_all)[rows]):
+            return val
+        raise ValueError(f"expected value for slot {e.slot} has {val.shape[0]} rows ({e.tokens} tokens)")
+
     effects_of = {m.info.name: variant.effects(m.info, layout) for m in model.block_layers}
     readout_effects = {m.info.name: variant.effects(m.info, layout) for m in model.readout_layers}
 
@@ -353,18 +374,18 @@ def compare(
         tols: dict[str, float] = {}
         for e in expects:
             idx = list(slots[e.slot].indices)
-            rows = slice(None) if e.tokens == "all" else slice(-1, None)
+            rows = token_rows[e.tokens]
             val = torch.zeros(len(idx), dtype=dt) if e.quantity == "zero" else ref.value(e)
-            exp[rows, idx] = val[rows] if val.dim() == 2 else val
+            exp[rows, idx] = place(e, val)
             if e.rtol is not None:
                 tols[e.slot] = e.rtol
             if isinstance(e.quantity, str) and e.quantity in _EXACT_KEYS and pt.step is not None:
                 key = _EXACT_KEYS[e.quantity]
-                want = ref.value(e, ref.exact)[rows]
+                want = place(e, ref.value(e, ref.exact))
                 err = float((H[rows][:, idx] - want).abs().max())
                 acc[key] = err if math.isnan(acc[key]) else max(acc[key], err)
             if e.applied_step or e.quantity == "w_step":
-                applied = H[-1, idx]
+                applied = layout.read_weights(H)
         errs = [_slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in layout.slots]
         for se in errs:
             if se.kind == "finite":
@@ -375,12 +396,12 @@ def compare(
             first = Divergence(pt.step, pt.index, pt.name, pt.info.role, bad.slot, bad.abs, bad.kind)
         cur = H  # continue from the transformer's own state: later checks localise their own errors
         if pt.step is not None and pt.index == last:
-            W = H[:, W_idx]
+            W = layout.weight_copies(H)
             spread = max(spread, float((W - W[0]).abs().max()))
             scratch_max = max(scratch_max, float(H[:, scratch_idx].abs().max()))
             # The gradient the transformer applied: read before the projection when a sublayer is expected
             # to write w - eta grad, else from the step's end (exact without projection).
-            w_new = W[-1].clone()
+            w_new = layout.read_weights(H).clone()
             g_tf = (step_w - (applied if applied is not None else w_new)) / lr
             grad_err.append(float((g_tf - gradient(spec, loss, step_w, x, y)).norm()))
             applied = None

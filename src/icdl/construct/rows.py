@@ -1,0 +1,608 @@
+"""Weights in their own tokens (``--variant rows``): an embedding dimension linear in K instead of NK^2.
+
+The paper copies the whole parameter vector w into every token (slot W, ``P ~ (N-2)K^2`` wide). Here, as in
+TinT (Panigrahi et al., ICML 2024), every weight row ``v_jk`` (row k of ``V_j``) lives in its own **row
+token**, placed before the n + 1 data tokens. The prompt is
+
+* ``(N-1)K + d_y`` row tokens: slot ``V_j`` holds ``v_jk`` (width ``n_{j-1}``), ``ID_j`` is the one-hot
+  identity ``e_k`` (width ``n_j``), the flag ``ROW_j`` = 1 says "a row of layer j" (the token type);
+  everything else is 0, in particular ``ONE`` and ``T``;
+* n example tokens and the query (last), as in the paper's layout but without W: X, Y, the scratch slots
+  P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), S_j (s(j), only for
+  layers whose r' is not the exact relu' step), ONE = 1 and T.
+
+so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for ReLU networks (:func:`icdl.theory.rows_embedding_dim`).
+
+One GD step, re-routed through cross-token attention (:class:`RowAttention`, unnormalised: Definition 7
+with the 1/T factor folded into the value weights):
+
+1. ``F_j`` (Lemmas 2-3): one head per term m of r (and of r'): data token i queries with
+   ``[a_m p_i(j-1); b_m ONE]``, the row token (j, k) answers with ``[v_jk; ROW_j]``, so the score is
+   ``a_m v_jk . p_i(j-1) + b_m``; the value ``c_m ID_j`` lands in ``P_j[k]`` (``R_j[k]``): the slot the
+   row's identity names. Other tokens score exactly 0.
+2. the loss MLP (Lemma 4) with the query gate, as in the paper: G = u.
+3. ``B_j`` (Lemma 5 re-routed), j = N-1..1: ``z_j = V_{j+1}^T s(j+1)`` as attention from the data tokens
+   to the row tokens of layer j+1, two heads ``σ = ±1`` with score ``σ s_i(j+1)[k]`` and value
+   ``σ v_{j+1,k} -> Z_j``. The product ``s(j+1) = r'(j+1) ⊙ z_{j+1}`` (``z_N = u``) is taken *inside the
+   score* when r' is the exact 0/1 relu' step: ``σ z[k] + C r'[k] - C`` (the gate terms are summed first,
+   so they cancel exactly when r' = 1 and switch the head off when r' = 0). For other activations an EWML
+   sublayer ``M_j`` (Definition 6) first writes ``s(j) = r'(j) ⊙ z_j`` into S_j.
+4. the update ``U``: every row token (j, k) gathers ``-η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)`` from the data
+   tokens (two heads per layer, the same gated score) into its ``V_j`` — once per row, not once per token.
+5. the projection / clean-up MLP (box clip of every V_j coordinate, scratch zeroed).
+
+``F_1..F_N``, loss, ``B_{N-1}..B_1``, U, project: **2N + 2** sublayers per step for ReLU networks (plus one
+EWML per layer whose derivative is not the 0/1 step: 3N + 2 for sigmoid networks). The readout is the
+paper's: ``F_1..F_N`` (r only) and the readout MLP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from icdl.construct import blocks
+from icdl.construct.blocks import BuildContext
+from icdl.construct.contract import Expect
+from icdl.construct.layers import (
+    HeadTable,
+    ReLUAttention,
+    ReLUMLP,
+    Role,
+    Sublayer,
+)
+from icdl.construct.layout import SCRATCH, Layout
+from icdl.construct.variants import Variant, register
+from icdl.nets import NetSpec, unflatten
+from icdl.sublayer import SublayerInfo, SublayerKind
+
+__all__ = [
+    "VARIANT",
+    "RowAttention",
+    "RowMLP",
+    "RowsLayout",
+    "build_block",
+    "build_readout",
+    "effects",
+    "rows_layout",
+]
+
+ROWS_SCRATCH = (*SCRATCH, "Z")
+
+
+def gated(spec: NetSpec, j: int) -> bool:
+    """Whether layer j's r' is the exact 0/1 relu' step, so that ``r' ⊙ z`` can be taken inside a score."""
+    return spec.layer_act(j).name == "relu"
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout
+# --------------------------------------------------------------------------------------------------
+
+
+class RowsLayout(Layout):
+    """Data slots plus row-token slots; the ``(N-1)K + d_y`` row tokens come first (layer 1's rows, then
+    layer 2's ...), then the n examples and the query."""
+
+    @property
+    def prefix_tokens(self) -> int:
+        return self.spec.num_units
+
+    def row_offset(self, j: int) -> int:
+        """Token index of row (j, 0)."""
+        return sum(self.spec.widths[1:j])
+
+    def write_weights(self, H: Tensor, w: Tensor) -> None:
+        """Row token (j, k): ``V_j = v_jk``, ``ID_j[k] = 1``, ``ROW_j = 1``."""
+        for j, V in enumerate(unflatten(self.spec, w.to(H.dtype)), start=1):
+            o, rows = self.row_offset(j), V.shape[-2]
+            t = torch.arange(o, o + rows)
+            H[:, o : o + rows, self.indices("V", j)] = V
+            H[:, t, self.slot("ID", j).offset + torch.arange(rows)] = 1.0
+            H[:, o : o + rows, self.index("ROW", j)] = 1.0
+
+    def read_weights(self, H: Tensor, token: int = -1) -> Tensor:
+        """w (row-major ``V_1 .. V_N``) gathered from the row tokens; ``token`` is ignored (one copy)."""
+        parts = []
+        for j in range(1, self.spec.depth + 1):
+            o, rows = self.row_offset(j), self.spec.widths[j]
+            V = H[..., o : o + rows, :][..., self.indices("V", j)]
+            parts.append(V.reshape(*V.shape[:-2], -1))
+        return torch.cat(parts, dim=-1)
+
+    def weight_copies(self, H: Tensor) -> Tensor:
+        return self.read_weights(H)[None]
+
+    def row_values(self, w: Tensor, j: int, dtype: torch.dtype) -> Tensor:
+        """The V_j slot of every prefix token for weights w (P,): ``v_jk`` on row (j, k), 0 elsewhere."""
+        out = torch.zeros(self.prefix_tokens, self.spec.widths[j - 1], dtype=dtype)
+        o, rows = self.row_offset(j), self.spec.widths[j]
+        out[o : o + rows] = unflatten(self.spec, w)[j - 1]
+        return out
+
+    def z_source(self, j: int) -> tuple[str, int | None]:
+        """The slot holding ``z_j`` (whose product with r'(j) is s(j)): G for j = N, else Z_j."""
+        return ("G", None) if j == self.spec.depth else ("Z", j)
+
+
+def rows_layout(spec: NetSpec) -> RowsLayout:
+    """Slots X, Y, P_1..P_N, R_1..R_N, G, Z_1..Z_{N-1}, S_j (non-0/1 r' only), ONE, T (data tokens) and
+    V_1..V_N, ID_1..ID_N, ROW_1..ROW_N (row tokens)."""
+    n, N = spec.widths, spec.depth
+    groups: list[tuple[str, int | None, int]] = [("X", None, spec.in_dim), ("Y", None, spec.out_dim)]
+    groups += [("P", j, n[j]) for j in range(1, N + 1)]
+    groups += [("R", j, n[j]) for j in range(1, N + 1)]
+    groups.append(("G", None, spec.out_dim))
+    groups += [("Z", j, n[j]) for j in range(1, N)]
+    groups += [("S", j, n[j]) for j in range(1, N + 1) if not gated(spec, j)]
+    groups += [("ONE", None, 1), ("T", None, 1)]
+    groups += [("V", j, n[j - 1]) for j in range(1, N + 1)]
+    groups += [("ID", j, n[j]) for j in range(1, N + 1)]
+    groups += [("ROW", j, 1) for j in range(1, N + 1)]
+    return RowsLayout(spec, groups, token_type="data+rows", scratch=ROWS_SCRATCH)
+
+
+# --------------------------------------------------------------------------------------------------
+# The cross-token attention sublayer
+# --------------------------------------------------------------------------------------------------
+
+
+class RowAttention(ReLUAttention):
+    """ReLU attention without the 1/T factor, between token ranges, computed with matmuls:
+    ``out_i = h_i + sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` (Definition 7 with 1/T folded into V).
+
+    * ``groups``: ``(first head, end head, query start, query stop, key start, key stop)`` — heads
+      ``[first, end)`` are evaluated for the query tokens ``[query start, query stop)`` against the key
+      tokens ``[key start, key stop)`` (stop -1: to the end). The builder picks the ranges from the layout:
+      every other token holds 0 in the slots those heads read there (row slots on data tokens, data slots
+      on row tokens, another layer's row slots on a row token; the verifier checks after every sublayer
+      that nothing is written elsewhere), so its score or value is exactly 0 and skipping it changes
+      nothing.
+    * ``parts``: a head's Q/K pairs are split into consecutive parts of fixed widths; each part's score is
+      one matmul (an exact sum wherever the key side is one-hot), and the parts are added in order, so a
+      part of gate terms ``C r' - C`` cancels exactly before the part with the signal is added, and a bias
+      part comes last. Heads with identical parts get bit-identical partial scores (computed once), which
+      keeps the relu' step ``relu(X) - relu(X - 1)`` exact.
+    """
+
+    KIND: ClassVar[SublayerKind] = "relu_attention"
+
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        parts: Sequence[int] = (),
+        groups: Sequence[Sequence[int]] = (),
+        accumulate: str = "tokens",
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(tables, dim, role=role, labels=labels)
+        self.parts = tuple(int(p) for p in parts) or (self.head_dim,)
+        if sum(self.parts) != self.head_dim:
+            raise ValueError(
+                f"RowAttention: parts {self.parts} do not add up to the head width {self.head_dim}"
+            )
+        self.groups = tuple(tuple(int(v) for v in g) for g in groups) or ((0, self.num_heads, 0, -1, 0, -1),)
+        if sorted(h for g in self.groups for h in range(g[0], g[1])) != list(range(self.num_heads)):
+            raise ValueError("RowAttention: the groups must cover every head exactly once")
+
+        def rng(a: int, b: int) -> slice:
+            return slice(a, None if b < 0 else b)
+
+        # Per group: heads, query and key ranges, and per part the distinct heads (the first head with that
+        # Q/K row; relative to the group) and, per head, which one it is (None when all heads differ).
+        self._groups: list[tuple[slice, slice, slice, list[tuple[slice, Tensor, Tensor | None]]]] = []
+        for h0, h1, q0, q1, k0, k1 in self.groups:
+            parts_info = []
+            off = 0
+            for p in self.parts:
+                cols = slice(off, off + p)
+                key = torch.cat(
+                    [
+                        t[h0:h1, cols].to(torch.float64)
+                        for t in (self.q_idx, self.q_coef, self.k_idx, self.k_coef)
+                    ],
+                    dim=1,
+                )
+                uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+                first = torch.full((uniq.shape[0],), h1 - h0, dtype=torch.long)
+                first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
+                parts_info.append((cols, first, None if uniq.shape[0] == h1 - h0 else inv))
+                off += p
+            self._groups.append((slice(h0, h1), rng(q0, q1), rng(k0, k1), parts_info))
+
+    def store_kwargs(self) -> dict[str, Any]:
+        return {"parts": list(self.parts), "groups": [list(g) for g in self.groups]}
+
+    def _score_dim(self) -> int:
+        pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
+        return int((~pad).sum())
+
+    def forward(self, H: Tensor) -> Tensor:
+        self._check(H)
+        out = H.clone()
+        for hs, queries, keys, parts in self._groups:
+            Hq, Hk = H[:, queries], H[:, keys]
+            B, Tq, _ = Hq.shape
+            # (B, heads, T, width): heads as a batch dimension of the matmuls
+            q = (Hq[..., self.q_idx[hs]] * self.q_coef[hs]).permute(0, 2, 1, 3)
+            k = (Hk[..., self.k_idx[hs]] * self.k_coef[hs]).permute(0, 2, 3, 1)  # (B, heads, width, Tk)
+            v = (Hk[..., self.v_src[hs]] * self.v_coef[hs]).permute(0, 2, 1, 3)  # (B, heads, Tk, E)
+            S: Tensor | None = None
+            for cols, first, inv in parts:
+                if inv is None:
+                    part = torch.matmul(q[..., cols], k[:, :, cols])
+                else:
+                    part = torch.matmul(q[:, first, :, cols], k[:, first, cols])[:, inv]
+                S = part if S is None else S + part  # (B, heads, Tq, Tk), parts added in order
+            assert S is not None
+            Z = torch.matmul(torch.relu(S), v)  # (B, heads, Tq, E)
+            # entries are added in index order (heads in order), the same for every token
+            dst = self.v_dst[hs].reshape(-1)
+            out[:, queries].index_add_(2, dst, Z.transpose(1, 2).reshape(B, Tq, -1))
+        return out
+
+
+class RowMLP(ReLUMLP):
+    """The token-wise ReLU MLP of Definition 8 (``out = H + W_2 relu(W_1 H)``, reads accumulated in stored
+    order, as :class:`~icdl.construct.layers.ReLUMLP`) evaluated only where its units can be non-zero:
+    ``groups`` are ``(first unit, end unit, token start, token stop)`` (stop -1: to the end). On other
+    tokens every read of those units is 0 (layout invariant, checked by the verifier), ``relu(0) = 0``."""
+
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        groups: Sequence[Sequence[int]] = (),
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(tables, dim, role=role, labels=labels)
+        self.groups = tuple(tuple(int(v) for v in g) for g in groups) or ((0, self.hidden, 0, -1),)
+        if sorted(u for g in self.groups for u in range(g[0], g[1])) != list(range(self.hidden)):
+            raise ValueError("RowMLP: the groups must cover every unit exactly once")
+        self._groups = [(slice(u0, u1), slice(t0, None if t1 < 0 else t1)) for u0, u1, t0, t1 in self.groups]
+
+    def store_kwargs(self) -> dict[str, Any]:
+        return {"groups": [list(g) for g in self.groups]}
+
+    def forward(self, H: Tensor) -> Tensor:
+        self._check(H)
+        out = H.clone()
+        for us, tokens in self._groups:
+            g = H[:, tokens][..., self.w1_idx[us]] * self.w1_coef[us]  # (B, T, U, r)
+            pre = g[..., 0]
+            for c in range(1, g.shape[-1]):
+                pre = pre + g[..., c]
+            hid = torch.relu(pre)[..., None] * self.w2_coef[us]  # (B, T, U, o)
+            out[:, tokens].index_add_(2, self.w2_dst[us].reshape(-1), hid.flatten(2))
+        return out
+
+
+def _on(ctx: BuildContext, m: ReLUMLP, tokens: tuple[int, int]) -> RowMLP:
+    """The same MLP (tables, role) evaluated on one token range."""
+    tables = {n: getattr(m, n) for n in m.TABLES}
+    return RowMLP(tables, m.dim, [(0, m.hidden, *tokens)], role=m.role, labels=ctx.labels)
+
+
+def _pack(
+    heads: list[tuple[list[tuple[Tensor, Tensor, Tensor, Tensor]], tuple[Tensor, Tensor, Tensor]]],
+    dtype: torch.dtype,
+) -> tuple[dict[str, Tensor], tuple[int, ...]]:
+    """Padded head tables from per-head parts ``(q_idx, q_coef, k_idx, k_coef)`` and values
+    ``(src, dst, coef)``; each part is front-padded to the widest head's part (pads read index 0 with
+    coefficient 0: an exact 0)."""
+    nparts = len(heads[0][0])
+    widths = tuple(max(int(h[0][g][0].numel()) for h in heads) for g in range(nparts))
+    ne = max(int(h[1][0].numel()) for h in heads)
+
+    def front(t: Tensor, w: int, dt: torch.dtype) -> Tensor:
+        return torch.cat([torch.zeros(w - t.numel(), dtype=dt), t.to(dt)])
+
+    def back(t: Tensor, w: int, dt: torch.dtype) -> Tensor:
+        return torch.cat([t.to(dt), torch.zeros(w - t.numel(), dtype=dt)])
+
+    out: dict[str, list[Tensor]] = {
+        n: [] for n in ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
+    }
+    for qk, (src, dst, coef) in heads:
+        for name, pos, dt in (
+            ("q_idx", 0, torch.long),
+            ("q_coef", 1, dtype),
+            ("k_idx", 2, torch.long),
+            ("k_coef", 3, dtype),
+        ):
+            out[name].append(torch.cat([front(part[pos], w, dt) for part, w in zip(qk, widths, strict=True)]))
+        out["v_src"].append(back(src, ne, torch.long))
+        out["v_dst"].append(back(dst, ne, torch.long))
+        out["v_coef"].append(back(coef, ne, dtype))
+    return {n: torch.stack(ts) for n, ts in out.items()}, widths
+
+
+def _idx(L: Layout, name: str, layer: int | None = None) -> Tensor:
+    return torch.arange(L.slot(name, layer).offset, L.slot(name, layer).offset + L.slot(name, layer).size)
+
+
+def _full(size: int, c: float) -> Tensor:
+    """A float64 vector of ``size`` copies of ``c`` (coefficients are exact doubles before the cast to the
+    model's dtype)."""
+    return torch.full((size,), float(c), dtype=torch.float64)
+
+
+def _const(i: int, c: float, size: int = 1) -> tuple[Tensor, Tensor]:
+    return torch.full((size,), i, dtype=torch.long), _full(size, c)
+
+
+def _p_idx(L: Layout, j: int) -> Tensor:
+    """Coordinates of p(j): X for j = 0, else P_j."""
+    return _idx(L, "X") if j == 0 else _idx(L, "P", j)
+
+
+def _attention(
+    ctx: BuildContext,
+    heads: list[Any],
+    role: Role,
+    queries: tuple[int, int],
+    keys: tuple[int, int],
+    groups: list[tuple[int, int, int, int, int, int]] | None = None,
+) -> RowAttention:
+    """A :class:`RowAttention` from per-head parts; one group (queries x keys) unless ``groups``."""
+    tables, parts = _pack(heads, ctx.dtype)
+    groups = groups or [(0, len(heads), *queries, *keys)]
+    return RowAttention(tables, ctx.layout.dim, parts, groups, role=role, labels=ctx.labels)
+
+
+def _data(ctx: BuildContext) -> tuple[int, int]:
+    """Token range of the n + 1 data tokens (-1: to the end)."""
+    return (ctx.layout.prefix_tokens, -1)
+
+
+def _rows_of(ctx: BuildContext, j: int) -> tuple[int, int]:
+    """Token range of the row tokens of layer j."""
+    L = ctx.layout
+    assert isinstance(L, RowsLayout)
+    return (L.row_offset(j), L.row_offset(j) + ctx.spec.widths[j])
+
+
+# --------------------------------------------------------------------------------------------------
+# Builders
+# --------------------------------------------------------------------------------------------------
+
+
+def _unit_heads(ctx: BuildContext, j: int, terms: Any, slot: str) -> list[Any]:
+    """One head per term m: score ``a_m v_jk . p_i(j-1) + b_m ROW_j``, value ``c_m ID_j -> slot_j``."""
+    L = ctx.layout
+    src, row, one, flag = _p_idx(L, j - 1), _idx(L, "V", j), L.index("ONE"), L.index("ROW", j)
+    ident, dst = _idx(L, "ID", j), _idx(L, slot, j)
+    heads = []
+    for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
+        lead = (src, _full(src.numel(), a[0]), row, _full(row.numel(), 1.0))
+        bias = (*_const(one, b), *_const(flag, 1.0))
+        heads.append(([lead, bias], (ident, dst, _full(dst.numel(), c))))
+    return heads
+
+
+def forward_layer(ctx: BuildContext, j: int, *, derivative: bool) -> RowAttention:
+    """F_j (Lemma 2, with the r' heads of Lemma 3 when ``derivative``): data tokens against the row tokens
+    of layer j, written into the slots their identities name."""
+    heads = _unit_heads(ctx, j, ctx.r[j - 1], "P")
+    if derivative:
+        heads += _unit_heads(ctx, j, ctx.r_prime[j - 1], "R")
+        role = Role("forward_derivative", "Lemmas 2-3 (row tokens)", j)
+    else:
+        role = Role("forward", "Lemma 2 (row tokens)", j)
+    return _attention(ctx, heads, role, _data(ctx), _rows_of(ctx, j))
+
+
+def _delta_score(ctx: BuildContext, j: int, sigma: float, *, data_queries: bool) -> list[Any]:
+    """Score parts giving ``σ s_i(j)[k]`` between data token i and row token (j, k).
+
+    Gated (0/1 r'): parts ``[C r'_i, -C ONE_i]`` against ``[ID_j, ROW_j]``, then ``σ z_i`` against ``ID_j``
+    (z = G for j = N, else Z_j); otherwise ``σ S_j`` against ``ID_j``. ``data_queries`` puts the data side
+    in Q (backward layers), else in K (the update).
+    """
+    L = ctx.layout
+    ident = _idx(L, "ID", j)
+    ones = _full(ident.numel(), 1.0)
+    if gated(ctx.spec, j):
+        C = ctx.gate
+        z = _idx(L, *L.z_source(j))
+        # The gate part sums {C or 0, -C, exact zeros}: exact in any order, so it is one matmul.
+        gate_q = torch.cat([_idx(L, "R", j), torch.tensor([L.index("ONE")])])
+        gate_k = torch.cat([ident, torch.tensor([L.index("ROW", j)])])
+        gate_c = torch.cat([_full(ident.numel(), C), _full(1, -C)])
+        data = [(gate_q, gate_c), (z, _full(ident.numel(), sigma))]
+        rows = [(gate_k, _full(ident.numel() + 1, 1.0)), (ident, ones)]
+    else:
+        data = [(_idx(L, "S", j), _full(ident.numel(), sigma))]
+        rows = [(ident, ones)]
+    if data_queries:
+        return [(*d, *r) for d, r in zip(data, rows, strict=True)]
+    # Row tokens query: move the coefficients to the row side (the score is the same product).
+    return [(r[0], d[1], d[0], r[1]) for d, r in zip(data, rows, strict=True)]
+
+
+def backward_layer(ctx: BuildContext, j: int) -> RowAttention:
+    """B_j (Lemma 5, (C.15) re-routed), j < N: ``z_j = V_{j+1}^T s(j+1)`` as attention from the data
+    tokens to the row tokens of layer j+1: heads ``σ = ±1``, score ``σ s_i(j+1)[k]``, value
+    ``σ v_{j+1,k} -> Z_j``."""
+    L = ctx.layout
+    src, dst = _idx(L, "V", j + 1), _idx(L, "Z", j)
+    heads = [
+        (_delta_score(ctx, j + 1, sigma, data_queries=True), (src, dst, _full(dst.numel(), sigma)))
+        for sigma in (1.0, -1.0)
+    ]
+    return _attention(
+        ctx, heads, Role("backward", "Lemma 5 (row tokens)", j), _data(ctx), _rows_of(ctx, j + 1)
+    )
+
+
+def product_layer(ctx: BuildContext, j: int) -> Sublayer:
+    """M_j (Definition 6): ``S_j[k] = R_j[k] z_j[k]`` (z = G for j = N, else Z_j), for layers whose r' is
+    not the 0/1 step."""
+    L = ctx.layout
+    heads = HeadTable()
+    name, layer = L.z_source(j)
+    for k in range(ctx.spec.widths[j]):
+        heads.add(
+            q=[(L.index("R", j, k), 1.0)],
+            k=[(L.index(name, layer, k), 1.0)],
+            v=[(L.index("ONE"), L.index("S", j, k), 1.0)],
+        )
+    return ctx.ewml(heads, Role("product", "Definition 6, eq. (3.6)", j))
+
+
+def update_layer(ctx: BuildContext) -> RowAttention:
+    """U ((C.16) re-routed): per layer j and ``σ = ±1``, row token (j, k) queries the data tokens with score
+    ``σ s_i(j)[k]`` and value ``-σ η/(2n) p_i(j-1) -> V_j``: ``v_jk -= η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)``.
+    The query's s is 0 (its u is gated off), so it adds nothing."""
+    L = ctx.layout
+    scale = ctx.lr / (2 * ctx.n)
+    heads: list[Any] = []
+    groups = []
+    for j in range(1, ctx.spec.depth + 1):
+        src, dst = _p_idx(L, j - 1), _idx(L, "V", j)
+        first = len(heads)
+        for sigma in (1.0, -1.0):
+            score = _delta_score(ctx, j, sigma, data_queries=False)
+            heads.append((score, (src, dst, _full(dst.numel(), -sigma * scale))))
+        groups.append((first, len(heads), *_rows_of(ctx, j), *_data(ctx)))  # layer j's rows query
+    role = Role("update", "eq. (C.16) (row tokens)")
+    return _attention(ctx, heads, role, (0, L.prefix_tokens), _data(ctx), groups)
+
+
+def project_layer(ctx: BuildContext) -> RowMLP:
+    """Box clip ``z - relu(z - B) + relu(-z - B)`` of every V_j coordinate on the row tokens (whose ONE is
+    0: the threshold comes from their ROW_j flag), and ``relu(h)``/``relu(-h)`` with weights -1/+1 for
+    every scratch coordinate on the data tokens (exactly 0 afterwards)."""
+    L = ctx.layout
+    width = 1 if ctx.box is None else 2
+    reads: list[tuple[Tensor, Tensor]] = []
+    writes: list[tuple[Tensor, Tensor]] = []
+
+    def units(src: Tensor, coef: Tensor, dst: Tensor, out: float) -> None:
+        pad = width - src.shape[1]  # trailing (index 0, coefficient 0) reads add an exact 0
+        reads.append(
+            (
+                torch.cat([src, torch.zeros(src.shape[0], pad, dtype=torch.long)], 1),
+                torch.cat([coef, torch.zeros(src.shape[0], pad, dtype=torch.float64)], 1),
+            )
+        )
+        writes.append((dst[:, None], torch.full((dst.numel(), 1), out, dtype=torch.float64)))
+
+    scratch = torch.tensor(L.scratch_indices(), dtype=torch.long)
+    for sgn in (1.0, -1.0):
+        units(scratch[:, None], torch.full((scratch.numel(), 1), sgn, dtype=torch.float64), scratch, -sgn)
+    groups = [(0, 2 * scratch.numel(), *_data(ctx))]
+    if ctx.box is not None:
+        for j in range(1, ctx.spec.depth + 1):
+            v = _idx(L, "V", j)
+            first = sum(r[0].shape[0] for r in reads)
+            for sgn in (1.0, -1.0):
+                src = torch.stack([v, torch.full_like(v, L.index("ROW", j))], 1)
+                coef = torch.tensor([sgn, -ctx.box], dtype=torch.float64).expand(v.numel(), 2)
+                units(src, coef, v, -sgn)
+            groups.append((first, first + 2 * v.numel(), *_rows_of(ctx, j)))
+    tables = {
+        "w1_idx": torch.cat([r[0] for r in reads]),
+        "w1_coef": torch.cat([r[1] for r in reads]).to(ctx.dtype),
+        "w2_dst": torch.cat([w[0] for w in writes]),
+        "w2_coef": torch.cat([w[1] for w in writes]).to(ctx.dtype),
+    }
+    role = Role("project", "Theorem 1 (Proj_W)")
+    return RowMLP(tables, L.dim, groups, role=role, labels=ctx.labels)
+
+
+def build_block(ctx: BuildContext) -> list[Sublayer]:
+    """F_1..F_N (with r'), loss, [M_N], B_{N-1}, [M_{N-1}], ..., B_1, [M_1], U, project: 2N+2 sublayers
+    for ReLU networks (M_j only where r' is not the 0/1 step)."""
+    N = ctx.spec.depth
+    out: list[Sublayer] = [forward_layer(ctx, j, derivative=True) for j in range(1, N + 1)]
+    out.append(_on(ctx, blocks.loss_layer(ctx), _data(ctx)))
+    for j in range(N, 0, -1):
+        if not gated(ctx.spec, j):
+            out.append(product_layer(ctx, j))
+        if j > 1:
+            out.append(backward_layer(ctx, j - 1))
+    out.append(update_layer(ctx))
+    out.append(project_layer(ctx))
+    return out
+
+
+def build_readout(ctx: BuildContext) -> list[Sublayer]:
+    """F_1..F_N (r only), then the paper's readout MLP (query's p(N) -> Y)."""
+    out: list[Sublayer] = [forward_layer(ctx, j, derivative=False) for j in range(1, ctx.spec.depth + 1)]
+    out.append(_on(ctx, blocks.readout_layer(ctx), _data(ctx)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Expected effects
+# --------------------------------------------------------------------------------------------------
+
+
+def _z(j: int) -> Callable[[Any], Tensor]:
+    def z(ref: Any) -> Tensor:
+        V = unflatten(ref.model.spec, ref.w)[j]  # V_{j+1}, (n_{j+1}, n_j)
+        return ref.sur.s[j] @ V
+
+    z.__name__ = f"z({j}) = V_{j + 1}^T s({j + 1})"
+    return z
+
+
+def _rows(layout: RowsLayout, j: int, quantity: str) -> Callable[[Any], Tensor]:
+    def rows(ref: Any) -> Tensor:
+        w = ref.value(Expect("W", quantity))[0]
+        return layout.row_values(w, j, w.dtype)
+
+    rows.__name__ = f"{quantity} rows of V_{j}"
+    return rows
+
+
+def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
+    """What must hold after each sublayer (``tokens="data"``: the n + 1 data tokens; ``"prefix"``: the row
+    tokens)."""
+    assert isinstance(layout, RowsLayout)
+    N = layout.spec.depth
+    j = info.layer
+    if info.role == "forward_derivative":
+        return [Expect(f"P_{j}", "p", j, tokens="data"), Expect(f"R_{j}", "r_prime", j, tokens="data")]
+    if info.role == "forward":
+        return [Expect(f"P_{j}", "p", j, tokens="data")]
+    if info.role == "loss":
+        return [Expect("G", "u", tokens="data")]
+    if info.role == "product":
+        return [Expect(f"S_{j}", "s", j, tokens="data")]
+    if info.role == "backward":
+        assert j is not None
+        return [Expect(f"Z_{j}", _z(j), tokens="data")]
+    if info.role == "update":
+        return [
+            Expect(f"V_{i}", _rows(layout, i, "w_step"), tokens="prefix", applied_step=True)
+            for i in range(1, N + 1)
+        ]
+    if info.role == "project":
+        return [Expect(f"V_{i}", _rows(layout, i, "w"), tokens="prefix") for i in range(1, N + 1)] + [
+            Expect(s.label, "zero") for s in layout.scratch_slots()
+        ]
+    if info.role == "readout":
+        return [Expect("Y", "prediction", tokens="query")]
+    raise ValueError(f"no expected effect for role {info.role!r}")
+
+
+VARIANT = register(
+    Variant(
+        name="rows",
+        summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step (ReLU)",
+        layout=rows_layout,
+        block=build_block,
+        readout=build_readout,
+        effects=effects,
+    )
+)

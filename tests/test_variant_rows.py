@@ -1,0 +1,178 @@
+"""The row-token variant (``--variant rows``): exact ReLU GD with w kept in its own tokens, D linear in K."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from icdl import theory
+from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
+from icdl.construct.rows import RowAttention, RowsLayout
+from icdl.nets import NetSpec, forward, reference_gd
+
+# (N, K, d_x, d_y, n, L, box) — d_x != d_y throughout
+CASES = [
+    (2, 4, 3, 1, 10, 5, None),
+    (2, 5, 4, 2, 8, 4, 0.6),
+    (3, 5, 4, 2, 7, 3, None),
+    (3, 6, 2, 3, 9, 4, 0.8),
+    (6, 8, 5, 2, 8, 3, None),
+    (6, 8, 3, 1, 6, 3, 0.5),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rows_match_reference_gd(case) -> None:
+    N, K, dx, dy, n, L, box = case
+    spec = NetSpec(N, K, dx, dy)
+    x, y, xq, w0, _ = sample_task(spec, n, seed=0)
+    proj = "box" if box else "none"
+    model = compile_gd_transformer(spec, lr=0.1, steps=L, n=n, projection=proj, box=box, variant="rows")
+    assert model.sublayers_per_step == 2 * N + 2 == theory.rows_sublayers_per_step(spec) <= 2 * N + 4
+    assert model.embedding_dim == theory.rows_embedding_dim(spec) == 2 * dx + 5 * dy + 5 * (N - 1) * K + N + 2
+    H = model.build_prompt(x, y, xq, w0)
+    assert H.shape[1] == theory.rows_tokens(spec, n) == (N - 1) * K + dy + n + 1
+    out = model(H)
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=L, box=box)
+    assert float((ref[-1] - ref[0]).abs().max()) > 1e-3  # GD moves w: the comparison is not vacuous
+    W = model.read_weights(out)[0]  # gathered from the row tokens
+    assert float((W - ref[-1]).abs().max()) <= 1e-9 * max(1.0, float(ref.abs().max()))
+    want = forward(spec, ref[-1], xq[None])[0]
+    got = model.read_prediction(out)[0]
+    assert float((got - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert rep.passed and rep.delta_window_count == 0 and rep.max_sublayer_err <= 1e-12
+    if box is not None:
+        assert float(ref.abs().max()) >= box - 1e-12  # the projection was active
+
+
+def test_prompt_holds_each_row_once_with_identity_and_type() -> None:
+    spec = NetSpec(3, 4, 3, 2)
+    model = compile_gd_transformer(spec, steps=1, n=5, variant="rows")
+    layout = model.layout
+    assert isinstance(layout, RowsLayout)
+    x, y, xq, w0, _ = sample_task(spec, 5, seed=0)
+    H = model.build_prompt(x, y, xq, w0)[0]
+    V = [w0[spec.offsets[j] : spec.offsets[j + 1]].reshape(spec.shapes[j]) for j in range(3)]
+    for j in range(1, 4):
+        for k in range(spec.widths[j]):
+            h = H[layout.row_offset(j) + k]
+            assert torch.equal(h[layout.indices("V", j)], V[j - 1][k])
+            assert torch.equal(h[layout.indices("ID", j)], torch.eye(spec.widths[j], dtype=h.dtype)[k])
+            assert float(h[layout.index("ROW", j)]) == 1.0 and float(h[layout.index("ONE")]) == 0.0
+            assert int((h != 0).sum()) == int((V[j - 1][k] != 0).sum()) + 2  # nothing else in a row token
+    data = H[layout.prefix_tokens :]
+    assert torch.equal(data[:, layout.index("ONE")], torch.ones(6, dtype=H.dtype))
+    assert float(data[:, [layout.index("ROW", j) for j in (1, 2, 3)]].abs().sum()) == 0.0
+    assert torch.equal(model.read_weights(H[None])[0], w0)
+
+
+def test_embedding_dim_is_linear_in_k_and_below_paper() -> None:
+    dims = [theory.rows_embedding_dim(NetSpec(4, K, 8, 2)) for K in range(1, 40)]
+    assert {b - a for a, b in itertools.pairwise(dims)} == {5 * 3}
+    for K in (2, 7, 16):
+        spec = NetSpec(4, K, 8, 2)
+        rows = compile_gd_transformer(spec, steps=1, n=4, variant="rows")
+        assert rows.embedding_dim == theory.rows_embedding_dim(spec)
+    spec = NetSpec(6, 64, 16, 1)
+    assert theory.rows_embedding_dim(spec) < theory.embedding_dim(spec) / 10
+
+
+def test_sigmoid_error_shrinks_with_eps() -> None:
+    spec = NetSpec(3, 4, 3, 2, activation="sigmoid")
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=1)
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.5, steps=3)
+    errs = []
+    for eps in (1e-2, 1e-3, 1e-4):
+        model = compile_gd_transformer(spec, lr=0.5, steps=3, n=6, eps=eps, variant="rows")
+        assert model.sublayers_per_step == 3 * 3 + 2 == theory.rows_sublayers_per_step(spec)
+        assert model.embedding_dim == theory.rows_embedding_dim(spec)
+        rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+        assert rep.passed  # every slot holds the surrogate the sums define
+        out = model(model.build_prompt(x, y, xq, w0))
+        errs.append(float((model.read_weights(out)[0] - ref[-1]).abs().max()))
+    assert errs[0] > errs[1] > errs[2] and errs[2] < errs[0] / 10
+
+
+def test_row_attention_equals_dense_relu_attention() -> None:
+    """The matmul forward against Definition 7 written densely (without 1/T) on a random state."""
+    spec = NetSpec(3, 5, 3, 2)
+    model = compile_gd_transformer(spec, steps=1, n=6, variant="rows")
+    g = torch.Generator().manual_seed(0)
+    attn = [m for m in model.block_layers if isinstance(m, RowAttention)]
+    assert len(attn) == 3 + 2 + 1
+    L = model.layout
+    assert isinstance(L, RowsLayout)
+    a = L.prefix_tokens
+    # random values where the layout allows them: a row of layer j holds V_j, ID_j, ROW_j; data tokens the
+    # data slots
+    allowed = torch.zeros(a + 7, L.dim, dtype=torch.bool)
+    allowed[a:] = True
+    for s in L.slots:
+        if s.name in ("V", "ID", "ROW"):
+            assert s.layer is not None
+            allowed[a:, list(s.indices)] = False
+            o = L.row_offset(s.layer)
+            allowed[o : o + spec.widths[s.layer], list(s.indices)] = True
+    for m in attn:
+        H = torch.randn(2, a + 7, L.dim, generator=g, dtype=torch.float64) * allowed
+        Q, K, V = m.dense()
+        want, scale = H.clone(), H.abs()
+        for h in range(Q.shape[0]):
+            S = (H @ Q[h].T) @ (H @ K[h].T).transpose(1, 2)  # (B, T_query, T_key)
+            want += torch.relu(S) @ (H @ V[h].T)
+            scale = scale + S.abs() @ (H @ V[h].T).abs()  # size of the summands (random states cancel)
+        assert bool(((m(H) - want).abs() <= 1e-13 * scale).all())
+
+
+def test_verifier_localises_a_broken_update() -> None:
+    spec = NetSpec(3, 4, 3, 2)
+    model = compile_gd_transformer(spec, steps=2, n=6, variant="rows")
+    upd = next(m for m in model.block_layers if m.info.role == "update")
+    upd.v_coef.mul_(1.0 + 1e-6)
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=0)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert not rep.passed
+    d = rep.first_divergence
+    assert d is not None and d.step == 0 and d.name == "update" and d.slot.startswith("V_")
+
+
+def test_save_load_reproduces_bit_for_bit(tmp_path) -> None:
+    spec = NetSpec(3, 4, 3, 2)
+    model = compile_gd_transformer(spec, steps=2, n=5, projection="box", box=0.7, variant="rows")
+    x, y, xq, w0, _ = sample_task(spec, 5, seed=4)
+    H = model.build_prompt(x, y, xq, w0)
+    back = load(save(model, tmp_path / "m"))
+    assert isinstance(back.layout, RowsLayout)
+    assert [m.info for m in back.block_layers] == [m.info for m in model.block_layers]
+    assert torch.equal(back(H), model(H))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
+    return subprocess.run(
+        [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
+    )
+
+
+def test_cli_rows_json_explain_and_save(tmp_path) -> None:
+    common = ["--json", "-N", "3", "-K", "4", "--in-dim", "3", "--out-dim", "2", "-L", "2", "-n", "6"]
+    r = _cli(*common, "--variant", "rows", "--explain", "--save", str(tmp_path / "m"))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    p = _cli(*common)
+    assert p.returncode == 0, p.stderr
+    assert set(d) == set(json.loads(p.stdout)) | {"explain"}
+    assert d["variant"] == "rows" and d["passed"] and d["sublayers_per_step"] == 8
+    assert d["embedding_dim"] == theory.rows_embedding_dim(NetSpec(3, 4, 3, 2))
+    assert [row["name"] for row in d["explain"]][:4] == [f"forward_derivative_{j}" for j in (1, 2, 3)] + [
+        "loss"
+    ]
+    assert isinstance(load(tmp_path / "m").layout, RowsLayout)
