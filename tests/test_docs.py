@@ -47,7 +47,10 @@ PAGES = [p for p in pages() if python_blocks(p.read_text())]
 
 
 def test_harness_finds_blocks() -> None:
-    text = "x\n```python\na = 1\n```\n<!-- docs-test: skip (needs a GPU) -->\n```python\nb\n```\n```bash\nc\n```\n"
+    text = (
+        "x\n```python\na = 1\n```\n<!-- docs-test: skip (needs a GPU) -->\n"
+        "```python\nb\n```\n```bash\nc\n```\n"
+    )
     assert python_blocks(text) == [(3, "a = 1", False), (7, "b", True)]
     assert any(p.name == "README.md" for p in PAGES)
 

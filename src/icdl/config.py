@@ -1,7 +1,7 @@
 """Typed run configuration: task, ICL model and training, loaded from YAML presets with overrides.
 
 A run is described by one :class:`Config` (pydantic v2, ``extra="forbid"``): a :class:`TaskConfig`
-(the prompt distribution, experiments.md §1), a :class:`ModelConfig` (the ICL transformer, §2) and a
+(the prompt distribution), a :class:`ModelConfig` (the ICL transformer; both as in docs/protocol.md) and a
 :class:`TrainConfig` (optimiser, schedule, checkpoints). Presets live in ``src/icdl/configs/*.yaml``
 and are loaded by name (``cpu-small``) or by path; ``key=value`` overrides use dotted keys and YAML
 scalars (``train.steps=500``, ``model.attention=softmax``, ``task.inputs.mean=[-2, 2]``).
@@ -60,7 +60,7 @@ class InputConfig(_Strict):
 
     ``gaussian``: a mixture ``sum_k weights[k] N(mean[k] * 1, std^2 I)``; a scalar ``mean`` is the
     one-component case (the paper's pretraining inputs are ``N(-2 * 1, I)``). The component is drawn
-    independently for every point (``per: point``, the paper's reading, experiments.md §1) or once per
+    independently for every point (``per: point``, the paper's reading, docs/protocol.md, task) or once per
     prompt (``per: prompt``). ``uniform``: i.i.d. coordinates ``U(low, high)``. With ``center`` the
     population mean ``E[x]`` is subtracted from every input (the network and the transformer then see
     the centred x).
@@ -113,7 +113,7 @@ class InputConfig(_Strict):
 
 
 class TaskConfig(_Strict):
-    """Random N-layer network tasks (experiments.md §1): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
+    """Random N-layer network tasks (docs/protocol.md): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
 
     The network is :class:`icdl.nets.NetSpec` ``(depth, width, dim, out_dim, activation, output)``,
     bias-free; its weights are i.i.d. ``N(weight_mean, weight_std^2)``, multiplied by ``sqrt(2/fan_in)``
@@ -159,7 +159,7 @@ class TaskConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """The ICL transformer (a GPT-2-style pre-LN decoder over interleaved x/y tokens, experiments.md §2).
+    """The ICL transformer (a GPT-2-style pre-LN decoder over interleaved x/y tokens, docs/protocol.md).
 
     ``relu_norm`` is the normaliser of ReLU attention: ``causal`` divides row i by its number of visible
     keys i+1, ``length`` by the sequence length T (the paper's ``sigma/n``, Definition 7).

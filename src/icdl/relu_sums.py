@@ -1,4 +1,4 @@
-"""Sums of ReLUs: ``g(t) ≈ sum_m c_m relu(a_m t + b_m)`` (paper Definition 4, Lemma 7; paper-notes §3).
+"""Sums of ReLUs: ``g(t) ≈ sum_m c_m relu(a_m t + b_m)`` (paper Definition 4, Lemma 7).
 
 Each term becomes one attention head (or one MLP hidden unit) of the compiled transformer, so the fits
 here aim for FEW terms at a given sup error, and every fit is *verified*: ``sup_error`` is the maximum of
@@ -310,7 +310,7 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
     * ``identity'`` -> the constant ``1 = relu(0 t + 1)``;
     * ``relu'`` -> the delta-step ``relu(t/delta) - relu(t/delta - 1)``, i.e. terms
       ``[(1/delta, 0, 1), (1/delta, -1, -1)]``: equal to ``1{t > 0}`` outside ``(0, delta)``, with
-      ``r'(0) = 0`` (PyTorch's convention), paper-notes §9.4. This is the same function as the notes'
+      ``r'(0) = 0`` (PyTorch's convention), docs/paper.md, sublayers. The same function as
       ``[(1, 0, 1/delta), (1, -delta, -1/delta)]`` but exact in floating point: there the rounding of
       ``t - delta`` is multiplied by ``1/delta`` (an error of 2e-6 at ``|t| = 10`` for ``delta = 1e-9``);
       here ``t/delta - 1`` is exact once ``t/delta >= 1/2``, so the difference is exactly 1.

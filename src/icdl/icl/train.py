@@ -1,4 +1,4 @@
-"""Resumable pretraining of the ICL transformer on freshly sampled prompts (experiments.md §7).
+"""Resumable pretraining of the ICL transformer on freshly sampled prompts (docs/protocol.md, configurations).
 
 One loop, readable in one sitting (nanoGPT-style): every step draws the GLOBAL batch of ``step`` from
 ``(train.seed, step)`` (:func:`icdl.icl.tasks.sample_batch`), takes this rank's slice, and minimises
