@@ -152,3 +152,19 @@ def test_trained_model_interventions():
     assert not torch.allclose(ablated, same)
     with pytest.raises(InputError, match="unknown hook"):
         model.run_with_hooks(xs, ys, {(5, "attn.pattern"): torch.zeros_like})
+
+
+def test_top_level_entry_points_are_lazy():
+    """``import icdl`` loads neither torch nor matplotlib; every advertised name resolves."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, icdl; heavy = [m for m in ('torch', 'matplotlib') if m in sys.modules]; "
+        "assert not heavy, heavy; "
+        "[getattr(icdl, n) for n in icdl.__all__]; "
+        "assert icdl.compile_gd_transformer.__module__ == 'icdl.construct.compile'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[1] / "src")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -1,4 +1,5 @@
-"""``icdl report RUN_DIR [RUN_DIR ...] [--out DIR]`` — PNG plots and a markdown report.
+"""``icdl report RUN_DIR [RUN_DIR ...] [--out DIR] [--format png|pdf|svg] [--dpi N]`` — plots and a markdown
+report.
 
 Reads the cached results in ``RUN_DIR/eval/``; ``--evaluate auto`` (default) computes a missing
 ``in-distribution`` suite, ``all`` every missing or stale suite, ``none`` nothing (missing suites are
@@ -35,6 +36,17 @@ import click
 @click.option(
     "--baselines", default=None, metavar="LIST", help="Baselines for on-demand evaluation [suite's]."
 )
+@click.option(
+    "--format",
+    "figure_format",
+    type=click.Choice(["png", "pdf", "svg"]),
+    default="png",
+    show_default=True,
+    help="File format of the figures.",
+)
+@click.option(
+    "--dpi", type=click.IntRange(10, 2400), default=80, show_default=True, help="Resolution of the figures."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar; print only the report path.")
 def report(
     run_dirs: tuple[Path, ...],
@@ -43,6 +55,8 @@ def report(
     evaluate: str,
     prompts: int | None,
     baselines: str | None,
+    figure_format: str,
+    dpi: int,
     quiet: bool,
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
@@ -60,6 +74,8 @@ def report(
         prompts=prompts,
         options=EvalOptions(baselines=parse_baselines(baselines)),
         progress=False if quiet else None,
+        figure_format=figure_format,
+        dpi=dpi,
     )
     click.echo(str(rep.path))
     if rep.missing and not quiet:

@@ -19,11 +19,13 @@ __all__ = [
     "ActivationCache",
     "dense_sublayer",
     "head_pattern",
+    "plot_block_map",
     "plot_head_pattern",
     "plot_residual",
     "plot_slot_trajectory",
     "run_with_cache",
     "slot_trajectory",
+    "slot_usage",
 ]
 
 _WHERE = {
@@ -32,6 +34,8 @@ _WHERE = {
     "head_pattern": "icdl.inspect.compiled",
     "dense_sublayer": "icdl.inspect.compiled",
     "slot_trajectory": "icdl.inspect.compiled",
+    "slot_usage": "icdl.inspect.compiled",
+    "plot_block_map": "icdl.inspect.plots",
     "plot_residual": "icdl.inspect.plots",
     "plot_head_pattern": "icdl.inspect.plots",
     "plot_slot_trajectory": "icdl.inspect.plots",

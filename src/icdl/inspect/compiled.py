@@ -33,6 +33,7 @@ __all__ = [
     "run_with_cache",
     "slot_labels",
     "slot_trajectory",
+    "slot_usage",
     "sublayer_names",
     "sublayer_table",
 ]
@@ -82,6 +83,25 @@ def sublayer_names(model: CompiledModel) -> list[str]:
 def slot_labels(model: CompiledModel) -> list[str]:
     """One label per residual coordinate: ``W[3]``, ``P_2[0]``, ``ONE`` ... (from ``model.layout``)."""
     return list(model.layout.labels())
+
+
+def slot_usage(model: CompiledModel, readout: bool = False) -> tuple[list[str], list[str], Tensor]:
+    """Which slots each sublayer of one block reads and writes: ``(sublayer names, slot labels, U)``.
+
+    ``U[i, c]`` is 1 if sublayer i reads slot c, 2 if it writes it, 3 if both (from the sublayers'
+    metadata; ``W[V_2]`` counts as ``W``). With ``readout`` the readout sublayers follow the block.
+    """
+    block, ro = sublayer_table(model)
+    rows = block + (ro if readout else [])
+    labels = [sl.label for sl in model.layout.slots]
+    U = torch.zeros(len(rows), len(labels), dtype=torch.int64)
+    for i, (_, m) in enumerate(rows):
+        for code, names in ((1, m.info.reads), (2, m.info.writes)):
+            for lab in names:
+                base = lab.split("[", 1)[0]
+                if base in labels:
+                    U[i, labels.index(base)] |= code
+    return [n for n, _ in rows], labels, U
 
 
 def _slots(model: CompiledModel) -> dict[str, list[int]]:

@@ -16,7 +16,14 @@ from torch import Tensor
 
 from icdl.errors import InputError
 
-__all__ = ["FIGURE_FORMATS", "plot_head_pattern", "plot_residual", "plot_slot_trajectory", "save_figure"]
+__all__ = [
+    "FIGURE_FORMATS",
+    "plot_block_map",
+    "plot_head_pattern",
+    "plot_residual",
+    "plot_slot_trajectory",
+    "save_figure",
+]
 
 FIGURE_FORMATS = (".png", ".pdf", ".svg")
 
@@ -191,5 +198,37 @@ def plot_slot_trajectory(
         axes[0, 1].set_title("gap to reference GD (0 drawn at 1e-18)")
     for a in axes[0]:
         a.xaxis.get_major_locator().set_params(integer=True)
+    fig.tight_layout()
+    return fig
+
+
+def plot_block_map(names: Sequence[str], slots: Sequence[str], usage: Tensor, *, title: str = "") -> Any:
+    """How one GD step maps onto its sublayers: a sublayer x slot grid, read / write / read+write.
+
+    Args:
+        names, slots, usage: the output of :func:`icdl.inspect.compiled.slot_usage`.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    plt = _plt()
+    U = usage.to("cpu").numpy()
+    colors = ["#ffffff", "#6baed6", "#e6550d", "#8c6bb1"]  # none, read, write, read+write
+    fig, ax = plt.subplots(figsize=(1.2 + 0.55 * len(slots), 1.0 + 0.38 * len(names)))
+    ax.imshow(U, cmap=ListedColormap(colors), vmin=-0.5, vmax=3.5, aspect="auto")
+    ax.set_xticks(range(len(slots)), list(slots), rotation=90, fontsize=8)
+    ax.set_yticks(range(len(names)), list(names), fontsize=8)
+    ax.set_xticks([x - 0.5 for x in range(1, len(slots))], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(1, len(names))], minor=True)
+    ax.grid(which="minor", color="#cccccc", lw=0.5)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xlabel("slot")
+    ax.set_ylabel("sublayer (execution order)")
+    labels = ("reads", "writes", "reads and writes")
+    ax.legend(
+        handles=[Patch(color=c, label=lab) for c, lab in zip(colors[1:], labels, strict=True)],
+        loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+    )  # fmt: skip
+    ax.set_title(title or "one GD step: which sublayer reads and writes which slot", fontsize=10)
     fig.tight_layout()
     return fig
