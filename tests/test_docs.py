@@ -3,6 +3,7 @@
 Blocks of one page run in order in one namespace (later blocks use earlier names), in a fresh temporary
 working directory, so relative output paths (``runs/demo``) never touch the repository or a user's runs/.
 A block preceded by the line ``<!-- docs-test: skip (reason) -->`` is not run (say why in the reason).
+docs/tutorial.md is a jupytext notebook: tests/test_tutorial.py executes it as a notebook instead.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def python_blocks(text: str) -> list[tuple[int, str, bool]]:
     return out
 
 
-PAGES = [p for p in pages() if python_blocks(p.read_text())]
+NOTEBOOKS = {ROOT / "docs" / "tutorial.md"}  # executed as a Jupyter notebook by tests/test_tutorial.py
+PAGES = [p for p in pages() if p not in NOTEBOOKS and python_blocks(p.read_text())]
 
 
 def test_harness_finds_blocks() -> None:
