@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -315,6 +315,36 @@ def preset_path(name_or_path: str | Path) -> Path:
     )
 
 
+def _config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """Every dotted key of the config schema (``train.steps``, ``task.inputs.mean``, ...)."""
+    model = model or Config
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        for arg in (field.annotation, *get_args(field.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                keys += _config_keys(arg, f"{prefix}{name}.")
+    return keys
+
+
+def suggest_key(key: str) -> str | None:
+    """The known config key closest to ``key`` (difflib), or None: ``train.step`` -> ``train.steps``."""
+    import difflib
+
+    keys = _config_keys()
+    leaf = key.rpartition(".")[2]
+    same_leaf = [k for k in keys if k.rpartition(".")[2] == leaf]
+    if len(same_leaf) == 1:  # the right key in the wrong section: model.lr -> train.lr
+        return same_leaf[0]
+    parent = key.rpartition(".")[0]
+    siblings = [k for k in keys if k.rpartition(".")[0] == parent]
+    for pool in (siblings, keys):
+        match = difflib.get_close_matches(key, pool, n=1, cutoff=0.6)
+        if match:
+            return match[0]
+    return None
+
+
 def _format_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -322,6 +352,9 @@ def _format_validation_error(exc: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+            near = suggest_key(loc)
+            if near is not None:
+                msg += f" (did you mean {near!r}?)"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "invalid config: " + "; ".join(parts)
 
