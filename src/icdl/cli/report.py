@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from icdl.icl.suites import suite_names
+
 
 @click.command(name="report")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -21,7 +23,12 @@ import click
     default=None,
     help="Output folder [RUN_DIR/report for one run, ./report for several].",
 )
-@click.option("--suites", default=None, metavar="LIST", help="Comma-separated suites [all but depth].")
+@click.option(
+    "--suites",
+    default=None,
+    metavar="LIST",
+    help=f"Comma-separated suites out of {', '.join(suite_names())} [all but depth].",
+)
 @click.option(
     "--evaluate",
     "evaluate",
