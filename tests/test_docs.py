@@ -78,3 +78,28 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             raise AssertionError(f"{rel}, block at line {line} failed: {type(e).__name__}: {e}") from e
         finally:
             plt.close("all")
+
+
+def test_citation_file() -> None:
+    import yaml
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"].startswith("1.2")
+    paper = cff["preferred-citation"]
+    assert paper["title"] == "In-Context Deep Learning via Transformer Models" and paper["year"] == 2025
+    assert [a["family-names"] for a in paper["authors"]] == ["Wu", "Su", "Hu", "Song", "Liu"]
+    assert cff["version"] == __import__("icdl").__version__
+
+
+def test_no_reference_to_notes_outside_the_repository() -> None:
+    """Docs, code and tests cite the paper or docs/*.md, never the project's private notes."""
+    import subprocess
+
+    names = ("paper" + "-notes", "experiments" + r"\.md", "design" + r"\.md", "code" + "-review")
+    pattern = "|".join(names)  # spelled in pieces so that this file does not match itself
+    files = subprocess.run(
+        ["git", "grep", "-lE", pattern], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.split()
+    # construct/ and layers.py are cleaned on the construct branch (the sublayer-contract rewrite).
+    pending = ("src/icdl/construct/", "src/icdl/layers.py")
+    assert all(f.startswith(pending) for f in files), files
