@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,8 @@ KEYS = {
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    src = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's code, not an installed copy
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     return subprocess.run(
         [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
     )
@@ -88,7 +90,7 @@ def test_table_output_for_a_smooth_network() -> None:
         ["--lr", "-1"],
         ["--projection", "box"],
         ["--box", "1.0"],
-        ["--variant", "compact"],
+        ["--variant", "nope"],
         ["--dtype", "float16"],
         ["--delta", "1e-300"],
         ["--examples", "0"],
@@ -114,3 +116,24 @@ def test_save_refuses_existing_directory(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["construct", "-N", "2", "-K", "2", "-L", "1", "--save", str(tmp_path / "m")])
     assert exc.value.code == 2 and "exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("variant", ["paper", "compact"])
+def test_variant_json_has_the_same_keys(variant: str) -> None:
+    r = _run(
+        "--json", "--variant", variant, "-N", "2", "-K", "3", "--in-dim", "3", "--out-dim", "2", "-L", "2"
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) >= KEYS | {"max_abs_err_weights", "max_abs_err_prediction", "seconds_reference", "per_step"}
+    assert d["variant"] == variant and d["passed"] is True and d["max_abs_err_weights"] <= 1e-12
+    assert d["sublayers_per_step"] == {"paper": 8, "compact": 7}[variant] and d["steps"] == 2
+
+
+def test_explain_lists_sublayers_before_the_verification() -> None:
+    r = _run("--explain", "-N", "2", "-K", "3", "-L", "1", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.index("forward_1") < out.index("readout (docs/construction.md)") < out.index("step ")
+    assert out.index("reads -> writes") < out.index("legend:") < out.index("verdict")
+    assert "outside [-R, R] = —" in out and "None" not in out  # a check that does not apply shows "—"

@@ -13,9 +13,9 @@ from icdl.errors import InputError
 from icdl.nets import NetSpec, forward, gradient, lemma1_terms, project, reference_gd
 
 
-def _trace(model, H):  # (step, index) -> state after that sublayer
+def _trace(model, H):  # (step, index) -> state after that sublayer (step None: the readout)
     out = {}
-    model.run(H, trace=lambda s, i, info, X: out.__setitem__((s, i), X[0].clone()))
+    model.run(H, trace=lambda pt, X: out.__setitem__((pt.step, pt.index), X[0].clone()))
     return out
 
 
@@ -92,8 +92,11 @@ def test_structure_matches_paper_and_theory(N: int, box) -> None:
     terms = theory.term_counts(spec, "squared")
     table = theory.block_table(spec, terms, "box" if box else "none")
     assert [(i.heads, i.hidden) for i in infos] == [(t.heads, t.hidden) for t in table]
+    # one SublayerInfo: every field the theory table fills is derived identically from the compiled tables
+    assert [i.sizes() for i in infos] == [t.sizes() for t in table]
     rt = theory.readout_table(spec, terms)
     assert [(m.info.heads, m.info.hidden) for m in model.readout] == [(t.heads, t.hidden) for t in rt]
+    assert [i.sizes() for i in model.readout_infos()] == [t.sizes() for t in rt]
     assert model.max_heads == theory.max_heads(spec, terms)
     assert model.readout_sublayers == theory.readout_sublayers(N)
 

@@ -100,6 +100,4 @@ def test_no_reference_to_notes_outside_the_repository() -> None:
     files = subprocess.run(
         ["git", "grep", "-lE", pattern], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.split()
-    # construct/ and layers.py are cleaned on the construct branch (the sublayer-contract rewrite).
-    pending = ("src/icdl/construct/", "src/icdl/layers.py")
-    assert all(f.startswith(pending) for f in files), files
+    assert files == [], files

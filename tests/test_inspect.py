@@ -43,8 +43,11 @@ def test_compiled_cache_names_and_shapes(compiled):
     assert len(names) == sublayers_per_step(spec.depth) == 2 * spec.depth + 4
     assert names[: spec.depth] == [f"forward_{j}" for j in range(1, spec.depth + 1)]
     assert names[-2:] == ["update", "project"]
-    steps_keys = [k for k in cache if k[0] < model.steps and k[1] != "prompt"]
+    steps_keys = [k for k in cache if k[0] != "readout" and k[1] != "prompt"]
     assert steps_keys == [(s, n) for s in range(model.steps) for n in names]
+    readout = [k for k in cache if k[0] == "readout"]
+    assert [n for _, n in readout] == [m.info.name for m in model.readout_layers]
+    assert torch.equal(cache[readout[-1]], out)  # the last readout sublayer's stream is the output
     for key in cache:
         assert cache[key].shape == (1, model.n + 1, model.layout.dim)
     # A slot key slices exactly the layout's coordinates.

@@ -1,11 +1,11 @@
-"""icdl.layers: compact sublayers against dense implementations of Definitions 6-8 and eq. (E.1)."""
+"""icdl.construct.layers: compact sublayers against dense implementations of Definitions 6-8 and eq. (E.1)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from icdl.layers import EWML, MLP, HeadTable, ReLUAttention, SoftmaxAttention, UnitTable
+from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, SoftmaxAttention, UnitTable
 
 D = 9
 
@@ -117,7 +117,7 @@ def test_mlp_matches_definition_8() -> None:
         ]
         writes = [(int(torch.randint(0, D, (1,), generator=g)), float(torch.randn(1, generator=g)))]
         units.add(reads, writes)
-    layer = MLP(units.tensors(), D)
+    layer = ReLUMLP(units.tensors(), D)
     H = torch.randn(3, 4, D, generator=g, dtype=torch.float64)
     W1, W2 = layer.dense()
     torch.testing.assert_close(layer(H), H + torch.relu(H @ W1.t()) @ W2.t(), rtol=1e-12, atol=1e-12)
@@ -127,7 +127,7 @@ def test_mlp_accumulates_reads_in_order() -> None:
     """The gate pattern of Lemma 4: (-C) + C + x is exact because the two large reads come first."""
     units = UnitTable()
     units.add([(0, -1e6), (1, 1e6), (2, 1.0)], [(3, 1.0)])
-    layer = MLP(units.tensors(), 4)
+    layer = ReLUMLP(units.tensors(), 4)
     x = 0.1234567890123456789
     H = torch.tensor([[[1.0, 1.0, x, 0.0]]], dtype=torch.float64)
     assert layer(H)[0, 0, 3].item() == x

@@ -14,7 +14,6 @@ from icdl.errors import InputError
 from icdl.nets import LOSSES
 from icdl.relu_sums import (
     ReluSum,
-    ReluSum2,
     fit_relu_sum,
     fit_relu_sum2,
     loss_derivative_sum,
@@ -207,7 +206,7 @@ def _square_points(radius: float, n: int = 20_000, seed: int = 1) -> tuple[torch
 @pytest.mark.parametrize("loss", ["squared", "huber"])
 def test_loss_derivative_exact(loss: str) -> None:
     s = loss_derivative_sum(loss, radius=10.0)
-    assert isinstance(s, ReluSum2) and s.exact and s.eps == 0.0
+    assert isinstance(s, ReluSum) and s.num_args == 2 and s.exact and s.eps == 0.0
     assert s.num_terms == {"squared": 2, "huber": 3}[loss]
     t, y = _square_points(10.0)
     torch.testing.assert_close(s(t, y), LOSSES[loss].deriv(t, y), atol=1e-13, rtol=0)
@@ -233,3 +232,23 @@ def test_two_argument_errors() -> None:
         loss_derivative_sum("hinge")
     with pytest.raises(InputError):
         fit_relu_sum2(lambda t, y: t * y, radius=-1.0, eps=1e-2)
+
+
+def test_a_feature_between_the_probe_points_is_caught() -> None:
+    """A tent of half-width h/2 centred on a midpoint of the fitter's first grid (spacing h) is 0 at every
+    grid point: only the fitter's own check between grid points can see it. The returned sum must still meet
+    eps, measured independently on a dense grid around the tent."""
+    radius, eps = 1.0, 1e-2
+    g = torch.linspace(-radius, radius, 20_001, dtype=F64)  # the fitter's first grid (_MIN_GRID points)
+    k = 12_345
+    m, w = float((g[k] + g[k + 1]) / 2), float((g[k + 1] - g[k]) / 2)
+
+    def tent(t: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(1.0 - (t - m).abs() / w, min=0.0)
+
+    assert float(tent(g).max()) < 1e-6  # invisible on the grid itself
+    s = fit_relu_sum(tent, radius=radius, eps=eps, target="tent")
+    dense = torch.cat([torch.linspace(m - 4 * w, m + 4 * w, 80_001, dtype=F64), g])
+    err = float((s(dense) - tent(dense)).abs().max())
+    assert err <= eps
+    assert s.sup_error <= eps

@@ -133,7 +133,9 @@ def test_block_table_structure(spec: NetSpec, projection: str) -> None:
     rows = th.block_table(spec, tc, projection)  # type: ignore[arg-type]
     N, w, units, P, dy = spec.depth, spec.widths, spec.num_units, spec.num_params, spec.out_dim
     assert len(rows) == th.sublayers_per_step(N)
-    assert [r.index for r in rows] == list(range(1, 2 * N + 5))
+    names = [f"forward_{j}" for j in range(1, N + 1)] + ["derivative", "loss"]
+    names += [f"backward_{j}" for j in range(N, 0, -1)] + ["update", "project"]
+    assert [r.name for r in rows] == names
     roles = ["forward"] * N + ["derivative", "loss"] + ["backward"] * N + ["update", "project"]
     kinds = ["relu_attention"] * (N + 1) + ["mlp"] + ["ewml"] * N + ["relu_attention", "mlp"]
     assert [r.role for r in rows] == roles
@@ -408,14 +410,16 @@ def test_model_flops_hand_count() -> None:
 def test_sublayer_flops_match_torch_counter() -> None:
     # The convention (2 FLOPs per MAC) agrees with torch's counter on explicit dense implementations.
     T, D = 6, 11
-    att = th.Sublayer(1, "update", "relu_attention", "x", None, heads=3, hidden=0, score_dim=7, value_dim=5)
+    att = th.Sublayer(
+        "update", "update", "relu_attention", "x", None, heads=3, hidden=0, score_dim=7, value_dim=5
+    )
     q, k = torch.randn(T, 7), torch.randn(T, 7)  # all heads' query/key coordinates side by side
     v = torch.randn(T, 5)
     with FlopCounterMode(display=False) as fc:
         # per head h: scores q_h k_h^T; concatenating heads sums their d_q; same for values
         torch.relu(q @ k.T) @ v
     assert fc.get_total_flops() == att.flops(T, D)
-    mlp = th.Sublayer(2, "project", "mlp", "x", None, heads=0, hidden=9, score_dim=0, value_dim=0)
+    mlp = th.Sublayer("project", "project", "mlp", "x", None, heads=0, hidden=9, score_dim=0, value_dim=0)
     h, W1, W2 = torch.randn(T, D), torch.randn(D, 9), torch.randn(9, D)
     with FlopCounterMode(display=False) as fc:
         torch.relu(h @ W1) @ W2

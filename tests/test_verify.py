@@ -84,8 +84,8 @@ def _inputs(model, prompt):
     seen = {}
     prev = [H0]
 
-    def trace(step, index, info, H):
-        seen[(step, index)] = prev[0]
+    def trace(pt, H):
+        seen[(pt.step, pt.index)] = prev[0]
         prev[0] = H.clone()
 
     model.run(H0, trace=trace)
@@ -101,15 +101,17 @@ def test_a_wrong_weight_is_named(index: int) -> None:
     div = rep.first_divergence
     assert div is not None
     assert (div.step, div.index, div.role) == (0, index, model.block[index].info.role)
+    assert div.name == model.block[index].info.name and div.kind == "finite"
 
 
 def test_a_wrong_readout_weight_is_named() -> None:
     model, prompt = _setup(seed=1)
     last = len(model.readout) - 1
-    _perturb_one_weight(model.readout[last], _inputs(model, prompt)[(model.steps, last)])
+    _perturb_one_weight(model.readout[last], _inputs(model, prompt)[(None, last)])
     rep = verify(model, *prompt, lipschitz_iters=0)
     assert rep.first_divergence is not None
-    assert rep.first_divergence.role == "readout" and rep.first_divergence.step == model.steps
+    assert rep.first_divergence.role == "readout" and rep.first_divergence.step is None
+    assert rep.first_divergence.describe().startswith("readout, sublayer 4 (readout), slot Y")
     assert rep.max_abs_err_weights <= 1e-12  # the weights are still right
 
 

@@ -7,7 +7,7 @@ arXiv 2411.16549). This package makes that claim runnable and checkable:
 * ``icdl.nets``       — the paper's bias-free N-layer network, losses, Lemma 1 gradient terms, reference GD.
 * ``icdl.relu_sums``  — sum-of-ReLU approximations (Definition 4, Lemma 7).
 * ``icdl.theory``     — the paper's sizes, bounds and FLOP counts (corrected where the paper errs).
-* ``icdl.layers``     — ReLU / softmax attention, MLP and EWML sublayers.
+* ``icdl.sublayer``   — the self-description every compiled sublayer carries (name, role, sizes, slots).
 * ``icdl.construct``  — the compiler of Theorem 1 and its verifier.
 * ``icdl.icl``        — tasks, ICL transformers, training, baselines, evaluation, plots.
 * ``icdl.inspect``    — named activations, head patterns and plots for both model kinds.

@@ -23,7 +23,7 @@ arbitrary ``w^(0)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -343,7 +343,18 @@ class GradTerms:
     grad: Tensor
 
 
-def lemma1_terms(spec: NetSpec, loss: Loss | str, w: Tensor, x: Tensor, y: Tensor) -> GradTerms:
+def lemma1_terms(
+    spec: NetSpec,
+    loss: Loss | str,
+    w: Tensor,
+    x: Tensor,
+    y: Tensor,
+    *,
+    mask: Tensor | None = None,
+    r: Sequence[Callable[[Tensor], Tensor]] | None = None,
+    r_prime: Sequence[Callable[[Tensor], Tensor]] | None = None,
+    u: Callable[[Tensor, Tensor], Tensor] | None = None,
+) -> GradTerms:
     """Compute every term of Lemma 1 (eqs. 3.5-3.7) explicitly, without autograd.
 
     Args:
@@ -352,10 +363,15 @@ def lemma1_terms(spec: NetSpec, loss: Loss | str, w: Tensor, x: Tensor, y: Tenso
         w: ``(*tasks, P)`` parameters.
         x: ``(*tasks, n, d_x)`` inputs.
         y: ``(*tasks, n, d_y)`` labels.
+        mask: optional ``(n,)`` 0/1 weights of the rows: ``u`` is multiplied by it and ``n`` is its sum, so
+            rows with 0 (a query token) get ``u = s = 0`` and add nothing to the gradient.
+        r, r_prime: optional per-layer replacements of the activation and its derivative (index j-1 for
+            layer j), e.g. the ReLU sums of a construction (paper (C.6), (3.20)).
+        u: optional replacement of the loss derivative ``u(p(N), y)``.
     """
     loss = get_loss(loss) if isinstance(loss, str) else loss
     _check_batch(spec, w, x, y)
-    n = x.shape[-2]
+    n = x.shape[-2] if mask is None else int(mask.sum().item())
     Vs = unflatten(spec, w)
     pre: list[Tensor] = []
     ps: list[Tensor] = [x]
@@ -364,16 +380,18 @@ def lemma1_terms(spec: NetSpec, loss: Loss | str, w: Tensor, x: Tensor, y: Tenso
         z = ps[-1] @ V.transpose(-1, -2)
         act = spec.layer_act(j)
         pre.append(z)
-        ps.append(act.fn(z))
-        rp.append(act.deriv(z))
-    u = loss.deriv(ps[-1], y)
+        ps.append((act.fn if r is None else r[j - 1])(z))
+        rp.append((act.deriv if r_prime is None else r_prime[j - 1])(z))
+    uu = (loss.deriv if u is None else u)(ps[-1], y)
+    if mask is not None:
+        uu = uu * mask[..., None]
     s: list[Tensor] = [torch.empty(0)] * spec.depth
-    s[-1] = rp[-1] * u
+    s[-1] = rp[-1] * uu
     for j in range(spec.depth - 1, 0, -1):  # layers N-1 .. 1 (0-based index j-1)
         s[j - 1] = rp[j - 1] * (s[j] @ Vs[j])
     A = [s[j].transpose(-1, -2) @ ps[j] / (2 * n) for j in range(spec.depth)]
     grad = flatten(spec, A)
-    return GradTerms(pre=pre, p=ps, r_prime=rp, u=u, s=s, A=A, grad=grad)
+    return GradTerms(pre=pre, p=ps, r_prime=rp, u=uu, s=s, A=A, grad=grad)
 
 
 def empirical_risk(spec: NetSpec, loss: Loss | str, w: Tensor, x: Tensor, y: Tensor) -> Tensor:

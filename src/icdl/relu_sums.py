@@ -1,4 +1,4 @@
-"""Sums of ReLUs: ``g(t) ≈ sum_m c_m relu(a_m t + b_m)`` (paper Definition 4, Lemma 7).
+"""Sums of ReLUs: ``g(t) ≈ sum_m c_m relu(a_m t + b_m)`` (paper Definition 4, Lemma 7; docs/relu_sums.md).
 
 Each term becomes one attention head (or one MLP hidden unit) of the compiled transformer, so the fits
 here aim for FEW terms at a given sup error, and every fit is *verified*: ``sup_error`` is the maximum of
@@ -19,9 +19,10 @@ same error, so about ``∫ sqrt(|f''| / (16 eps)) dt`` terms instead of ``∫ sq
 The sum is **constant outside [-R, R]** (flat extension: all knots lie in ``[-R, R]`` and the slopes
 cancel), and flat stretches of ``f`` at either end cost no terms.
 
-Two-argument sums (:class:`ReluSum2`, for the loss derivative ``u(t, y)`` of Lemma 4 / (C.13)) are sums
-of ridge functions ``relu(a0 t + a1 y + b)`` along several directions, with coefficients by (Lawson
-re-weighted) least squares on a 2-D grid, grown until the measured sup error meets ``eps``.
+Two-argument sums (a :class:`ReluSum` with ``a`` of shape ``(H, 2)``, for the loss derivative ``u(t, y)`` of
+Lemma 4 / (C.13)) are sums of ridge functions ``relu(a0 t + a1 y + b)`` along several directions, with
+coefficients by (Lawson re-weighted) least squares on a 2-D grid, grown until the measured sup error meets
+``eps``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from icdl.nets import ACTIVATIONS, HUBER_DELTA, LOSSES
 
 __all__ = [
     "ReluSum",
-    "ReluSum2",
     "fit_relu_sum",
     "fit_relu_sum2",
     "loss_derivative_sum",
@@ -83,17 +83,22 @@ def _as_f64(x: Tensor | np.ndarray | list[float]) -> Tensor:
 
 @dataclass(frozen=True, eq=False)
 class ReluSum:
-    """g(t) ≈ sum_m c_m * relu(a_m * t + b_m) on [-radius, radius] (paper Definition 4, Lemma 7).
+    """g(t_1, ..., t_k) ≈ sum_m c_m * relu(a_m · (t_1, ..., t_k) + b_m) on [-radius, radius]^k (paper
+    Definition 4, Lemma 7; k = 2 for the loss derivative ``u(t, y)[k]`` of Lemma 4 / (C.13)).
 
     Attributes:
-        a, b, c: ``(H,)`` float64 CPU tensors, one entry per term (= per attention head).
-        target: what it approximates, e.g. ``"sigmoid"`` or ``"relu'"``.
-        radius: R; the fit is guaranteed on ``[-R, R]`` only. Fitted sums are constant outside.
+        a: ``(H,)`` for a one-argument sum (the activations and their derivatives), ``(H, k)`` for k
+            arguments; float64 CPU tensor, one row per term (= per attention head or MLP hidden unit).
+        b, c: ``(H,)`` float64 CPU tensors.
+        target: what it approximates, e.g. ``"sigmoid"``, ``"relu'"`` or ``"logistic'"``.
+        radius: R; the fit is guaranteed on ``[-R, R]^k`` only. Fitted one-argument sums are constant
+            outside.
         eps: requested sup error (``0.0`` for an exact representation).
-        sup_error: MEASURED ``max |g - sum|`` on a dense grid over ``[-R, R]`` in float64 (for ``relu'``:
+        sup_error: MEASURED ``max |g - sum|`` on a dense grid over ``[-R, R]^k`` in float64 (for ``relu'``:
             outside the window ``(0, delta)``).
         exact: True when the sum equals the function in exact arithmetic everywhere (relu, identity,
-            constants) or everywhere outside ``(0, delta)`` (the relu' delta-step).
+            constants, squared and Huber loss derivatives) or everywhere outside ``(0, delta)`` (the relu'
+            delta-step).
     """
 
     a: Tensor
@@ -108,33 +113,54 @@ class ReluSum:
     def __post_init__(self) -> None:
         for name in ("a", "b", "c"):
             object.__setattr__(self, name, _as_f64(getattr(self, name)))
-        if not (self.a.dim() == 1 and self.a.shape == self.b.shape == self.c.shape):
+        H = self.b.shape[0] if self.b.dim() == 1 else -1
+        if self.a.dim() == 2 and self.a.shape[1] == 1:
+            object.__setattr__(self, "a", self.a[:, 0].contiguous())
+        if not (self.a.dim() in (1, 2) and self.a.shape[0] == H and self.b.shape == self.c.shape):
             raise ValueError(
-                f"a, b, c must all have shape (H,), got {self.a.shape}, {self.b.shape}, {self.c.shape}"
+                f"need a (H,) or (H, k), b (H,), c (H,); got {self.a.shape}, {self.b.shape}, {self.c.shape}"
             )
 
-    def __call__(self, t: Tensor) -> Tensor:
-        """Evaluate ``sum_m c_m relu(a_m t + b_m)`` elementwise: ``t`` of any shape -> same shape.
+    @property
+    def num_args(self) -> int:
+        """k, the number of arguments."""
+        return 1 if self.a.dim() == 1 else int(self.a.shape[1])
 
-        Computed in ``t``'s floating dtype on ``t``'s device (integer inputs are promoted to float64);
-        differentiable in ``t``.
+    def __call__(self, *args: Tensor) -> Tensor:
+        """Evaluate the sum elementwise on ``num_args`` tensors that broadcast together.
+
+        Computed in the arguments' floating dtype on their device (integers are promoted to float64);
+        differentiable in the arguments.
         """
-        t = torch.as_tensor(t)
-        if not t.is_floating_point():
-            t = t.to(_F64)
-        a, b, c = (v.to(dtype=t.dtype, device=t.device) for v in (self.a, self.b, self.c))
-        flat = t.reshape(-1)
+        if len(args) != self.num_args:
+            raise TypeError(f"this ReLU sum takes {self.num_args} argument(s), got {len(args)}")
+        ts = [torch.as_tensor(t) for t in args]
+        dtype = ts[0].dtype
+        for t in ts[1:]:
+            dtype = torch.promote_types(dtype, t.dtype)
+        if not dtype.is_floating_point:
+            dtype = _F64
+        ts = list(torch.broadcast_tensors(*(t.to(dtype) for t in ts)))
+        shape, device = ts[0].shape, ts[0].device
         if self.num_terms == 0:
-            return torch.zeros_like(t)
+            return torch.zeros(shape, dtype=dtype, device=device)
+        A = self.a.reshape(self.num_terms, -1).to(dtype=dtype, device=device)
+        b, c = (v.to(dtype=dtype, device=device) for v in (self.b, self.c))
+        flats = [t.reshape(-1) for t in ts]
         step = max(1, _EVAL_CHUNK_ELEMS // self.num_terms)
-        parts = [torch.relu(x[:, None] * a + b) @ c for x in flat.split(step)]
-        out = torch.cat(parts) if parts else flat.new_zeros(0)
-        return out.reshape(t.shape)
+        parts = []
+        for chunk in zip(*(f.split(step) for f in flats), strict=True):
+            pre = chunk[0][:, None] * A[:, 0]
+            for i in range(1, len(chunk)):
+                pre = pre + chunk[i][:, None] * A[:, i]
+            parts.append(torch.relu(pre + b) @ c)
+        out = torch.cat(parts) if parts else flats[0].new_zeros(0)
+        return out.reshape(shape)
 
     @property
     def num_terms(self) -> int:
-        """H, the number of terms (= attention heads per scalar unit)."""
-        return int(self.a.shape[0])
+        """H, the number of terms (= attention heads or MLP hidden units per scalar unit)."""
+        return int(self.b.shape[0])
 
     @property
     def coef_mass(self) -> float:
@@ -143,97 +169,20 @@ class ReluSum:
 
     @property
     def max_abs_a(self) -> float:
-        """max_m |a_m| (the paper asks for ||(a_m, b_m)||_1 <= 1; the code does not need it)."""
-        return float(self.a.abs().max()) if self.num_terms else 0.0
+        """max_m ||a_m||_1 over the input weights, bias excluded (the paper asks for ||(a_m, b_m)||_1 <= 1;
+        the code does not need it)."""
+        if not self.num_terms:
+            return 0.0
+        return float(self.a.reshape(self.num_terms, -1).abs().sum(1).max())
 
     def terms(self) -> list[list[float]]:
-        """The terms as ``[[a, b, c], ...]``."""
-        return torch.stack([self.a, self.b, self.c], dim=1).tolist()
+        """The terms as ``[[a, b, c], ...]`` (``[[a_1, ..., a_k, b, c], ...]`` for k arguments)."""
+        A = self.a.reshape(self.num_terms, -1)
+        return torch.cat([A, self.b[:, None], self.c[:, None]], dim=1).tolist()
 
     def to_dict(self) -> dict:
         """JSON-ready description: target, range, eps, exact, num_terms, coef_mass, max_abs_a,
         sup_error, terms."""
-        return {
-            "target": self.target,
-            "range": self.radius,
-            "eps": self.eps,
-            "exact": self.exact,
-            "num_terms": self.num_terms,
-            "coef_mass": self.coef_mass,
-            "max_abs_a": self.max_abs_a,
-            "sup_error": self.sup_error,
-            "terms": self.terms(),
-        }
-
-
-@dataclass(frozen=True, eq=False)
-class ReluSum2:
-    """g(t, y) ≈ sum_m c_m * relu(a_m[0] t + a_m[1] y + b_m) on [-R, R]^2 (two-argument version).
-
-    Used for the loss derivative ``u(t, y)[k]`` of a coordinate-separable loss (Lemma 4, (C.13)). Fields
-    as in :class:`ReluSum`, with ``a`` of shape ``(H, 2)``; ``sup_error`` is measured on a dense 2-D grid.
-    """
-
-    a: Tensor
-    b: Tensor
-    c: Tensor
-    target: str
-    radius: float
-    eps: float
-    sup_error: float
-    exact: bool
-
-    def __post_init__(self) -> None:
-        for name in ("a", "b", "c"):
-            object.__setattr__(self, name, _as_f64(getattr(self, name)))
-        if self.a.dim() == 1 and self.a.numel() == 0:
-            object.__setattr__(self, "a", self.a.reshape(0, 2))
-        if not (
-            self.a.dim() == 2 and self.a.shape[1] == 2 and self.b.shape == self.c.shape == self.a.shape[:1]
-        ):
-            raise ValueError(
-                f"need a (H, 2), b (H,), c (H,); got {self.a.shape}, {self.b.shape}, {self.c.shape}"
-            )
-
-    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
-        """Evaluate the sum elementwise on broadcast ``t`` and ``y`` (any shapes that broadcast)."""
-        t, y = torch.as_tensor(t), torch.as_tensor(y)
-        dtype = torch.promote_types(t.dtype, y.dtype)
-        if not dtype.is_floating_point:
-            dtype = _F64
-        t, y = torch.broadcast_tensors(t.to(dtype), y.to(dtype))
-        a, b, c = (v.to(dtype=dtype, device=t.device) for v in (self.a, self.b, self.c))
-        if self.num_terms == 0:
-            return torch.zeros_like(t)
-        ft, fy = t.reshape(-1), y.reshape(-1)
-        step = max(1, _EVAL_CHUNK_ELEMS // self.num_terms)
-        parts = [
-            torch.relu(xt[:, None] * a[:, 0] + xy[:, None] * a[:, 1] + b) @ c
-            for xt, xy in zip(ft.split(step), fy.split(step), strict=True)
-        ]
-        return torch.cat(parts).reshape(t.shape)
-
-    @property
-    def num_terms(self) -> int:
-        """H, the number of terms (= MLP hidden units per output coordinate)."""
-        return int(self.a.shape[0])
-
-    @property
-    def coef_mass(self) -> float:
-        """C = sum_m |c_m|."""
-        return float(self.c.abs().sum())
-
-    @property
-    def max_abs_a(self) -> float:
-        """max_m ||a_m||_1 over the two input weights (bias excluded)."""
-        return float(self.a.abs().sum(1).max()) if self.num_terms else 0.0
-
-    def terms(self) -> list[list[float]]:
-        """The terms as ``[[a0, a1, b, c], ...]``."""
-        return torch.cat([self.a, self.b[:, None], self.c[:, None]], dim=1).tolist()
-
-    def to_dict(self) -> dict:
-        """JSON-ready description (same keys as :meth:`ReluSum.to_dict`)."""
         return {
             "target": self.target,
             "range": self.radius,
@@ -310,8 +259,8 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
     * ``identity'`` -> the constant ``1 = relu(0 t + 1)``;
     * ``relu'`` -> the delta-step ``relu(t/delta) - relu(t/delta - 1)``, i.e. terms
       ``[(1/delta, 0, 1), (1/delta, -1, -1)]``: equal to ``1{t > 0}`` outside ``(0, delta)``, with
-      ``r'(0) = 0`` (PyTorch's convention), docs/paper.md, sublayers. The same function as
-      ``[(1, 0, 1/delta), (1, -delta, -1/delta)]`` but exact in floating point: there the rounding of
+      ``r'(0) = 0`` (PyTorch's convention; docs/relu_sums.md). This is the same function as the textbook
+      form ``[(1, 0, 1/delta), (1, -delta, -1/delta)]`` but exact in floating point: there the rounding of
       ``t - delta`` is multiplied by ``1/delta`` (an error of 2e-6 at ``|t| = 10`` for ``delta = 1e-9``);
       here ``t/delta - 1`` is exact once ``t/delta >= 1/2``, so the difference is exactly 1.
 
@@ -391,10 +340,14 @@ def _chain_terms(
     dslope = np.diff(slopes)
     a, b, c = [], [], []
     if not zero_start and ys[0] != 0.0:
-        a.append(0.0), b.append(1.0), c.append(float(ys[0]))
+        a.append(0.0)
+        b.append(1.0)
+        c.append(float(ys[0]))
     for xi, ds in zip(xs, dslope, strict=True):
         if ds != 0.0:
-            a.append(1.0), b.append(float(-xi)), c.append(float(ds))
+            a.append(1.0)
+            b.append(float(-xi))
+            c.append(float(ds))
     return a, b, c
 
 
@@ -540,7 +493,7 @@ def fit_relu_sum2(
     eps: float,
     target: str = "g",
     max_terms: int = 1_200,
-) -> ReluSum2:
+) -> ReluSum:
     """Fit ``sum_m c_m relu(a_m[0] t + a_m[1] y + b_m)`` to ``fn(t, y)`` with VERIFIED sup error <= eps
     on ``[-radius, radius]^2``.
 
@@ -570,7 +523,7 @@ def fit_relu_sum2(
             fg = torch.as_tensor(fn(tg, yg), dtype=_F64)
         design = torch.relu(tg[:, None] * a[:, 0] + yg[:, None] * a[:, 1] + b)
         c = torch.linalg.lstsq(design, fg[:, None], driver="gelsd").solution[:, 0]
-        s = ReluSum2(a, b, c, target=target, radius=radius, eps=eps, sup_error=0.0, exact=False)
+        s = ReluSum(a, b, c, target=target, radius=radius, eps=eps, sup_error=0.0, exact=False)
         err = float((s(tv, yv) - fv).abs().max())
         if err <= eps:
             object.__setattr__(s, "sup_error", err)
@@ -586,11 +539,11 @@ def fit_relu_sum2(
 
 def _exact_sum2(
     terms: list[tuple[float, float, float, float]], fn: Callable, target: str, radius: float
-) -> ReluSum2:
+) -> ReluSum:
     a = torch.tensor([[t[0], t[1]] for t in terms], dtype=_F64)
     b = torch.tensor([t[2] for t in terms], dtype=_F64)
     c = torch.tensor([t[3] for t in terms], dtype=_F64)
-    s = ReluSum2(a, b, c, target=target, radius=radius, eps=0.0, sup_error=0.0, exact=True)
+    s = ReluSum(a, b, c, target=target, radius=radius, eps=0.0, sup_error=0.0, exact=True)
     tv, yv = _square_grid(radius, 401)
     object.__setattr__(s, "sup_error", float((fn(tv, yv) - s(tv, yv)).abs().max()))
     return s
@@ -598,7 +551,7 @@ def _exact_sum2(
 
 def loss_derivative_sum(
     loss: str, *, eps: float = 1e-3, radius: float = 10.0, max_terms: int = 1_200
-) -> ReluSum2:
+) -> ReluSum:
     """``u(t, y) = dl/dt`` of a coordinate-separable loss from :data:`icdl.nets.LOSSES` as a two-argument
     ReLU sum on ``[-radius, radius]^2`` (paper Lemma 4, (C.13)).
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -40,6 +40,7 @@ from torch import Tensor
 
 from icdl.errors import InputError
 from icdl.nets import NetSpec, get_loss
+from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
     "EXACT_LOSS_TERMS",
@@ -47,6 +48,7 @@ __all__ = [
     "ActivationBounds",
     "Lemma6Constants",
     "Sublayer",
+    "SublayerKind",
     "TermCounts",
     "Theorem1Constants",
     "activation_bounds",
@@ -81,7 +83,8 @@ __all__ = [
 ]
 
 Projection = Literal["none", "box"]
-SublayerKind = Literal["relu_attention", "mlp", "ewml"]
+# Where the readout is documented: it is not in the paper (docs/construction.md, "Readout").
+READOUT_LEMMA = "readout (docs/construction.md)"
 
 # --------------------------------------------------------------------------------------------------
 # Depth
@@ -248,59 +251,18 @@ def term_counts(
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Sublayer:
-    """Size of one residual sublayer of the compiled model.
-
-    Attributes:
-        index: 1-based position inside its block (``1..2N+4``) or inside the readout (``1..N+1``).
-        role: ``forward | derivative | loss | backward | update | project | readout``.
-        kind: ``relu_attention | mlp | ewml``.
-        lemma: where the paper builds it.
-        layer: the network layer j it serves (forward, backward); None otherwise.
-        heads: number of heads (0 for an MLP).
-        hidden: MLP hidden width (0 for attention and EWML).
-        score_dim: sum over heads of the query/key width ``d_q`` of each head.
-        value_dim: sum over heads of the number of coordinates each head's value writes.
-    """
-
-    index: int
-    role: str
-    kind: SublayerKind
-    lemma: str
-    layer: int | None
-    heads: int
-    hidden: int
-    score_dim: int
-    value_dim: int
-
-    def flops(self, tokens: int, embedding_dim: int) -> int:
-        """Multiply-add FLOPs (2 per MAC) of this sublayer on ``tokens`` tokens of width ``embedding_dim``.
-
-        * ReLU attention: per head, scores ``T*T*2*d_q`` plus values ``T*T*2*d_v`` (every token attends to
-          all T tokens; the Q/K/V maps only select slots and scale them, counted as free).
-        * EWML (Definition 6): per head per token, ``2*d_q`` for the diagonal score and ``2*d_v`` for
-          the scaled value.
-        * MLP (Definition 8): two dense matmuls, ``2 * D * hidden * 2`` per token.
-
-        Residual additions, the ReLU of the scores and the 1/T normalisation are not counted.
-        """
-        T = tokens
-        if self.kind == "relu_attention":
-            return 2 * T * T * (self.score_dim + self.value_dim)
-        if self.kind == "ewml":
-            return 2 * T * (self.score_dim + self.value_dim)
-        return 2 * embedding_dim * self.hidden * 2 * T
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+# One row type with the compiler (icdl.sublayer): the table below and a compiled model's sublayers can be
+# compared field by field.
+Sublayer = SublayerInfo
 
 
-def _forward_layer(spec: NetSpec, terms: TermCounts, j: int, index: int, role: str) -> Sublayer:
+def _forward_layer(spec: NetSpec, terms: TermCounts, j: int) -> Sublayer:
     w = spec.widths
     heads = w[j] * terms.r[j - 1]
     # Lemma 2 / (C.8): Q h_i = [a_m p(j-1); b_m ONE], K h_s = [v_jk; ONE], V h_s = c_m ONE -> P_j[k].
-    return Sublayer(index, role, "relu_attention", "Lemma 2", j, heads, 0, heads * (w[j - 1] + 1), heads)
+    return Sublayer(
+        f"forward_{j}", "forward", "relu_attention", "Lemma 2", j, heads, 0, heads * (w[j - 1] + 1), heads
+    )
 
 
 def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none") -> list[Sublayer]:
@@ -318,13 +280,13 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
         raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
     N, w = spec.depth, spec.widths
     units, P, dy = spec.num_units, spec.num_params, spec.out_dim
-    rows = [_forward_layer(spec, terms, j, j, "forward") for j in range(1, N + 1)]
+    rows = [_forward_layer(spec, terms, j) for j in range(1, N + 1)]
     # Lemma 3: heads (j, m, k), same Q/K as Lemma 2, value c'_m ONE -> R_j[k]. The paper sizes r̄' as
     # (N-2)K + d, a typo for (N-1)K + d (docs/paper.md, erratum E5); the head count uses sum_j n_j.
     d_heads = [w[j] * terms.r_prime[j - 1] for j in range(1, N + 1)]
     rows.append(
         Sublayer(
-            N + 1,
+            "derivative",
             "derivative",
             "relu_attention",
             "Lemma 3",
@@ -335,18 +297,18 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
             sum(d_heads),
         )
     )
-    rows.append(Sublayer(N + 2, "loss", "mlp", "Lemma 4", None, 0, sum(terms.u), 0, 0))
-    for i, j in enumerate(range(N, 0, -1)):
+    rows.append(Sublayer("loss", "loss", "mlp", "Lemma 4", None, 0, sum(terms.u), 0, 0))
+    for j in range(N, 0, -1):
         # Lemma 5 / (C.15): head k reads Q = column k of V_{j+1} (n_{j+1} entries; for j = N, Q = G[k],
         # K = ONE) and writes R_j[k] * score into S_j[k].
         d_q = 1 if j == N else w[j + 1]
-        rows.append(Sublayer(N + 3 + i, "backward", "ewml", "Lemma 5", j, w[j], 0, w[j] * d_q, w[j]))
+        rows.append(Sublayer(f"backward_{j}", "backward", "ewml", "Lemma 5", j, w[j], 0, w[j] * d_q, w[j]))
     # (C.16): heads (±, j, k), Q = ±ONE, K = S_j[k], value ∓eta(n+1)/(2n) p(j-1) into the W block of v_jk.
     rows.append(
-        Sublayer(2 * N + 3, "update", "relu_attention", "eq. (C.16)", None, 2 * units, 0, 2 * units, 2 * P)
+        Sublayer("update", "update", "relu_attention", "eq. (C.16)", None, 2 * units, 0, 2 * units, 2 * P)
     )
     hidden = (2 * P if projection == "box" else 0) + 2 * (3 * units + dy)
-    rows.append(Sublayer(2 * N + 4, "project", "mlp", "Theorem 1 (Proj_W)", None, 0, hidden, 0, 0))
+    rows.append(Sublayer("project", "project", "mlp", "Theorem 1 (Proj_W)", None, 0, hidden, 0, 0))
     return rows
 
 
@@ -354,10 +316,8 @@ def readout_table(spec: NetSpec, terms: TermCounts) -> list[Sublayer]:
     """The readout after the last block (docs/paper.md, readout, not in the paper): the N forward layers once
     more, then one MLP with ``2 d_y`` hidden units writing ``P_N`` of the query into its Y slot."""
     terms.check(spec)
-    rows = [_forward_layer(spec, terms, j, j, "forward") for j in range(1, spec.depth + 1)]
-    rows.append(
-        Sublayer(spec.depth + 1, "readout", "mlp", "§9.6 (not in the paper)", None, 0, 2 * spec.out_dim, 0, 0)
-    )
+    rows = [_forward_layer(spec, terms, j) for j in range(1, spec.depth + 1)]
+    rows.append(Sublayer("readout", "readout", "mlp", READOUT_LEMMA, None, 0, 2 * spec.out_dim, 0, 0))
     return rows
 
 

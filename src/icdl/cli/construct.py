@@ -9,11 +9,30 @@ teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU network
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
+
+
+class VariantChoice(click.Choice):
+    """``--variant``: the names registered in :mod:`icdl.construct.variants`, looked up when first needed
+    (so that ``icdl --help`` does not import torch)."""
+
+    def __init__(self) -> None:
+        super().__init__([], case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        from icdl.construct.variants import VARIANTS
+
+        return tuple(VARIANTS)
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:  # click's __init__ assigns it; the registry rules
+        pass
 
 
 @click.command(name="construct")
@@ -83,7 +102,13 @@ from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
     help="Proj_W of eq. (2.3): none (plain GD) or the box |w_c| <= B (with --box B).",
 )
 @click.option("--box", type=POSITIVE_FLOAT, default=None, help="Box bound B for --projection box.")
-@click.option("--variant", default="paper", show_default=True, help="Construction variant.")
+@click.option(
+    "--variant",
+    type=VariantChoice(),
+    default="paper",
+    show_default=True,
+    help="Construction variant (docs/construction.md compares them).",
+)
 @click.option(
     "--tol",
     type=POSITIVE_FLOAT,
@@ -99,7 +124,9 @@ from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
-    "--explain", is_flag=True, help="List every sublayer (index, kind, role, lemma, heads, reads -> writes)."
+    "--explain",
+    is_flag=True,
+    help="List every sublayer (name, kind, lemma, heads, reads -> writes) before the verification.",
 )
 def construct(
     depth: int,
@@ -125,25 +152,21 @@ def construct(
     as_json: bool,
     explain: bool,
 ) -> None:
-    """Compile the (2N+4)L-sublayer transformer of Theorem 1 and verify it against reference GD."""
-    from icdl.construct import compile_gd_transformer, sample_task
+    """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD."""
+    from pathlib import Path
+
+    from icdl.construct import GDConfig, compile_gd_transformer, sample_task
     from icdl.construct.store import save
     from icdl.construct.verify import verify
     from icdl.nets import NetSpec
 
-    if projection == "box" and box is None:
-        raise user_error("--projection box needs --box B")
-    if projection == "none" and box is not None:
-        raise user_error("--box is only used with --projection box")
-    if save_dir is not None:
-        from pathlib import Path
-
-        if Path(save_dir).exists():
-            raise user_error(f"--save: {save_dir} already exists; choose a new directory")
+    if save_dir is not None and Path(save_dir).exists():
+        raise user_error(f"--save: {save_dir} already exists; choose a new directory")
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    model = compile_gd_transformer(
+    config = GDConfig.create(
         spec,
+        projection=projection,
+        box=box,
         loss=loss,
         lr=lr,
         steps=steps,
@@ -151,26 +174,31 @@ def construct(
         eps=eps,
         radius=radius,
         delta=delta,
-        projection=projection,
-        box=box,
         variant=variant,
         dtype=dtype,
     )
+    t0 = time.perf_counter()
+    model = compile_gd_transformer(config)
     seconds_compile = time.perf_counter() - t0
-    x, y, xq, w0, _ = sample_task(spec, examples, seed=seed, loss=loss, dtype=model.config.torch_dtype)
-    if tol is None:
-        tol = 1e-9 if dtype == "float64" else 1e-4
+    if explain and not as_json:  # the sublayer list first: it does not depend on the verification
+        click.echo(model.explain() + "\n")
+    x, y, xq, w0, _ = sample_task(spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype)
     H = model.build_prompt(x, y, xq, w0)
     t0 = time.perf_counter()
     model(H)  # untraced forward pass: the time the transformer itself takes
     seconds_forward = time.perf_counter() - t0
-    report = verify(model, x, y, xq, w0, tol=tol)
+    report = verify(
+        model, x, y, xq, w0, tol=tol if tol is not None else (1e-9 if dtype == "float64" else 1e-4)
+    )
     if save_dir is not None:
         save(model, save_dir)
 
     summary = model.summary()
+    checks = report.to_dict()
     result: dict[str, Any] = {
         **summary,
+        **{k: v for k, v in checks.items() if k != "steps"},
+        "per_step": checks["steps"],
         "network": {
             "depth": depth,
             "width": width,
@@ -186,33 +214,15 @@ def construct(
         "examples": examples,
         "seed": seed,
         "dtype": dtype,
-        "delta": model.config.delta,
-        "projection": projection,
+        "delta": config.delta,
+        "projection": config.projection,
         "box": box,
-        "passed": report.passed,
-        "first_divergence": None if report.first_divergence is None else report.first_divergence.describe(),
-        "max_sublayer_err": report.max_sublayer_err,
-        "max_abs_err_weights": report.max_abs_err_weights,
-        "max_abs_err_prediction": report.max_abs_err_prediction,
-        "weights_spread": report.weights_spread,
-        "delta_window_count": report.delta_window_count,
-        "out_of_range_count": report.out_of_range_count,
-        "eps_grad": report.eps_grad,
-        "lipschitz_f": report.lipschitz_f,
-        "lipschitz_method": report.lipschitz_method,
-        "corollary_bound": report.corollary_bound,
-        "trajectory_error": report.trajectory_error,
         "seconds_compile": seconds_compile,
         "seconds_forward": seconds_forward,
-        "seconds_verify": report.seconds_verify,
-        "seconds_reference": report.seconds_reference,
         "saved": save_dir,
     }
     if explain:
-        result["explain"] = [
-            {"index": i + 1, **m.info.to_dict()}
-            for i, m in enumerate(model.block)  # type: ignore[union-attr]
-        ] + [{"index": f"R{i + 1}", **m.info.to_dict()} for i, m in enumerate(model.readout)]  # type: ignore[union-attr]
+        result["explain"] = model.explain_rows()
     if as_json:
         emit_json(result)
         return
@@ -233,8 +243,6 @@ def construct(
         report.table(),
         f"verdict      {'PASS' if report.passed else 'FAIL'}",
     ]
-    if explain:
-        lines += ["", model.explain()]
     if save_dir is not None:
         lines.append(f"saved        {save_dir}")
     click.echo("\n".join(lines))

@@ -152,8 +152,8 @@ def compute(
         "max_mlp_hidden": max(s.hidden for s in block + readout),
         "terms": {"r": list(terms.r), "r_prime": list(terms.r_prime), "u": list(terms.u)},
         "relu_sums": sums,
-        "per_sublayer": [s.to_dict() for s in block],
-        "readout": [s.to_dict() for s in readout],
+        "per_sublayer": [{"index": i + 1, **s.to_dict()} for i, s in enumerate(block)],
+        "readout": [{"index": i + 1, **s.to_dict()} for i, s in enumerate(readout)],
         "bounds": {
             "assumptions": {
                 "B_x": bound_x,

@@ -1,41 +1,49 @@
-"""The compiler of Theorem 1 and its verifier.
+"""The compiler of Theorem 1, its variants and its verifier.
 
-* :mod:`~icdl.construct.layout` — named slots of the token (paper-notes §9.2).
+* :mod:`~icdl.construct.layout` — named slots of the token (docs/construction.md, "Layout").
+* :mod:`~icdl.construct.layers` — the compact sublayers (ReLU/softmax attention, EWML, ReLU MLP); each
+  describes itself with an :class:`icdl.sublayer.SublayerInfo` derived from its tables.
 * :mod:`~icdl.construct.terms` — the sum-of-ReLU terms, conditioned for exact floating point.
-* :mod:`~icdl.construct.blocks` — one builder per sublayer role (Lemmas 2-5, (C.16), Proj_W, readout).
-* :mod:`~icdl.construct.paper` / :mod:`~icdl.construct.variants` — the paper's construction and the registry.
-* :mod:`~icdl.construct.compile` — :func:`compile_gd_transformer`, :class:`CompiledModel`,
+* :mod:`~icdl.construct.blocks` — one builder per sublayer role (Lemmas 2-5, (C.16), Proj_W, readout) and
+  each role's expected effect.
+* :mod:`~icdl.construct.contract` — :class:`Expect`: what a sublayer must leave in which slot.
+* :mod:`~icdl.construct.paper`, :mod:`~icdl.construct.compact` — variants, registered in
+  :mod:`~icdl.construct.variants`.
+* :mod:`~icdl.construct.compile` — :func:`compile_gd_transformer`, :class:`GDConfig`, :class:`CompiledModel`,
   :func:`build_prompt`, :func:`sample_task`.
-* :mod:`~icdl.construct.verify` — :func:`verify` against reference GD, :class:`VerifyReport`.
+* :mod:`~icdl.construct.verify` — :func:`verify` (trace, compare, report) against reference GD.
 * :mod:`~icdl.construct.store` — :func:`save` / :func:`load` (safetensors + JSON).
 """
 
 from icdl.construct.compile import (
     CompiledModel,
     GDConfig,
+    TracePoint,
     build_prompt,
-    compile_config,
     compile_gd_transformer,
     sample_task,
 )
+from icdl.construct.contract import Expect
 from icdl.construct.layout import Layout, paper_layout
 from icdl.construct.store import load, save
-from icdl.construct.variants import VARIANTS, Variant, get_variant
+from icdl.construct.variants import VARIANTS, Variant, get_variant, register
 from icdl.construct.verify import VerifyReport, verify
 
 __all__ = [
     "VARIANTS",
     "CompiledModel",
+    "Expect",
     "GDConfig",
     "Layout",
+    "TracePoint",
     "Variant",
     "VerifyReport",
     "build_prompt",
-    "compile_config",
     "compile_gd_transformer",
     "get_variant",
     "load",
     "paper_layout",
+    "register",
     "sample_task",
     "save",
     "verify",

@@ -1,8 +1,10 @@
-"""One builder per sublayer role of a GD block (paper-notes §5, §9.4), plus the readout (§9.6).
+"""One builder per sublayer role of a GD block (Theorem 1's proof, Appendix C), plus the readout, and
+the expected effect of every role (:func:`effects`, the contract of :mod:`icdl.construct.contract`).
 
 Every builder takes a :class:`BuildContext` (network, layout, conditioned ReLU sums, step size, prompt
-length, gate constant, projection) and returns a module from :mod:`icdl.layers` with a
-:class:`SublayerInfo` attached as ``module.info``. Coordinates come only from the
+length, gate constant, projection) and returns a module from :mod:`icdl.construct.layers` built with its
+:class:`~icdl.construct.layers.Role`; the module derives its :class:`~icdl.sublayer.SublayerInfo` (sizes,
+slots read and written) from its own tables. Coordinates come only from the
 :class:`~icdl.construct.layout.Layout` API.
 
 Roles (paper order inside one block; N = depth):
@@ -16,27 +18,31 @@ loss       MLP             Lemma 4, (C.13)-(C.14)     ``d_y * H_u``
 backward   EWML            Lemma 5, (C.15)            ``n_j`` (j = N..1)
 update     ReLU attention  Theorem 1 proof, (C.16)    ``2 sum_j n_j``
 project    MLP             Theorem 1 (Proj_W)         ``2P`` (box) ``+ 2 (3 sum_j n_j + d_y)``
-readout    MLP             not in the paper (§9.6)    ``2 d_y``
+readout    MLP             not in the paper           ``2 d_y``
 =========  ==============  =========================  ==========================================
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
-from icdl.construct.layout import SCRATCH, Layout
-from icdl.construct.terms import Terms, Terms2
-from icdl.layers import EWML, MLP, HeadTable, ReLUAttention, UnitTable
+from icdl.construct.contract import Expect
+from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, Role, UnitTable
+from icdl.construct.layout import Layout
+from icdl.construct.terms import Terms
 from icdl.nets import NetSpec
+from icdl.sublayer import SublayerInfo
 
 __all__ = [
+    "READOUT_LEMMA",
     "BuildContext",
-    "SublayerInfo",
+    "add_unit_sum_heads",
     "backward_layer",
     "derivative_layer",
+    "effects",
     "forward_layer",
     "loss_layer",
     "project_layer",
@@ -44,39 +50,8 @@ __all__ = [
     "update_layer",
 ]
 
-
-@dataclass(frozen=True)
-class SublayerInfo:
-    """Metadata of one compiled sublayer.
-
-    Attributes:
-        kind: ``relu_attention | ewml | mlp | softmax_attention``.
-        role: ``forward | derivative | loss | backward | update | project | readout``.
-        lemma: where the paper builds it.
-        layer: network layer j (forward, backward), else None.
-        heads: attention/EWML heads (0 for an MLP).
-        hidden: MLP hidden width (0 for attention/EWML).
-        reads: slot labels read.
-        writes: slot labels written.
-    """
-
-    kind: str
-    role: str
-    lemma: str
-    layer: int | None
-    heads: int
-    hidden: int
-    reads: tuple[str, ...]
-    writes: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["reads"], d["writes"] = list(self.reads), list(self.writes)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SublayerInfo:
-        return cls(**{**d, "reads": tuple(d["reads"]), "writes": tuple(d["writes"])})
+# The readout is not in the paper; docs/construction.md ("Readout") documents it.
+READOUT_LEMMA = "readout (docs/construction.md)"
 
 
 @dataclass(frozen=True)
@@ -94,30 +69,52 @@ class BuildContext:
         gate: the constant C of the query gate ``-C (1 - T)`` (Lemma 4) and of the readout.
         box: box projection bound B (None: unprojected GD).
         dtype: dtype of the coefficient tables.
+        eps: target sup error of fitted ReLU sums (for builders that fit their own, e.g. products).
+        radius: range ``[-R, R]`` of fitted sums.
     """
 
     spec: NetSpec
     layout: Layout
     r: tuple[Terms, ...]
     r_prime: tuple[Terms, ...]
-    u: Terms2
+    u: Terms
     lr: float
     n: int
     gate: float
     box: float | None
     dtype: torch.dtype = torch.float64
+    eps: float = 1e-3
+    radius: float = 10.0
+
+    @cached_property
+    def labels(self) -> tuple[str, ...]:
+        """Slot label of every coordinate (what sublayers derive their reads/writes from)."""
+        return self.layout.coordinate_labels()
+
+    def attention(self, heads: HeadTable, role: Role, *, exact_sums: bool = False) -> ReLUAttention:
+        """A ReLU attention sublayer from ``heads``; ``exact_sums`` sums the heads per (query, key) pair
+        first (``accumulate="heads"``), which the exact relu' step needs."""
+        return ReLUAttention(
+            heads.tensors(self.dtype),
+            self.layout.dim,
+            accumulate="heads" if exact_sums else "tokens",
+            role=role,
+            labels=self.labels,
+        )
+
+    def mlp(self, units: UnitTable, role: Role) -> ReLUMLP:
+        return ReLUMLP(units.tensors(self.dtype), self.layout.dim, role=role, labels=self.labels)
+
+    def ewml(self, heads: HeadTable, role: Role) -> EWML:
+        return EWML(heads.tensors(self.dtype), self.layout.dim, role=role, labels=self.labels)
+
+    @property
+    def exact_step(self) -> bool:
+        """Whether some layer's r' is the exact relu' delta-step (its heads must be summed exactly)."""
+        return any(t.delta is not None for t in self.r_prime)
 
 
-def _p_label(j: int) -> str:
-    return "X" if j == 0 else f"P_{j}"
-
-
-def _attach(module: Any, info: SublayerInfo) -> Any:
-    module.info = info
-    return module
-
-
-def _add_unit_sum_heads(heads: HeadTable, ctx: BuildContext, j: int, terms: Terms, slot: str) -> None:
+def add_unit_sum_heads(heads: HeadTable, ctx: BuildContext, j: int, terms: Terms, slot: str) -> None:
     """One head per (unit k of layer j, term m) scoring ``a_m v_jk . p(j-1) + b_m`` and writing
     ``c_m ONE`` into ``slot[j][k]``: the Q/K pattern shared by Lemma 2 (r terms -> P_j) and Lemma 3
     (r' terms -> R_j). ``v_jk`` is read from the key token's W slot, identical in every token."""
@@ -129,7 +126,7 @@ def _add_unit_sum_heads(heads: HeadTable, ctx: BuildContext, j: int, terms: Term
         dst = L.index(slot, j, k)
         for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
             heads.add(
-                q=[(i, a) for i in src] + [(one, b)],
+                q=[(i, a[0]) for i in src] + [(one, b)],
                 k=[(i, 1.0) for i in row] + [(one, 1.0)],
                 v=[(one, dst, c)],
             )
@@ -142,20 +139,9 @@ def forward_layer(ctx: BuildContext, j: int) -> ReLUAttention:
     Every token carries the same w, so the score ``a_m v_jk . p_i(j-1) + b_m`` does not depend on the
     key token and the 1/T normalisation cancels: the layer adds ``r̄(v_jk . p_i(j-1))`` to P_j[k].
     """
-    L = ctx.layout
     heads = HeadTable()
-    _add_unit_sum_heads(heads, ctx, j, ctx.r[j - 1], "P")
-    info = SublayerInfo(
-        "relu_attention",
-        "forward",
-        "Lemma 2",
-        j,
-        len(heads),
-        0,
-        (_p_label(j - 1), f"W[V_{j}]", "ONE"),
-        (f"P_{j}",),
-    )
-    return _attach(ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens"), info)
+    add_unit_sum_heads(heads, ctx, j, ctx.r[j - 1], "P")
+    return ctx.attention(heads, Role("forward", "Lemma 2", j))
 
 
 def derivative_layer(ctx: BuildContext) -> ReLUAttention:
@@ -165,19 +151,13 @@ def derivative_layer(ctx: BuildContext) -> ReLUAttention:
     For the exact relu' delta-step the heads are summed per (query, key) pair before the sum over keys
     (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact (:mod:`icdl.construct.terms`).
     """
-    L = ctx.layout
     heads = HeadTable()
     for j in range(1, ctx.spec.depth + 1):
-        _add_unit_sum_heads(heads, ctx, j, ctx.r_prime[j - 1], "R")
-    exact_step = any(t.delta is not None for t in ctx.r_prime)
-    reads = (*tuple(_p_label(j - 1) for j in range(1, ctx.spec.depth + 1)), "W", "ONE")
-    writes = tuple(f"R_{j}" for j in range(1, ctx.spec.depth + 1))
-    info = SublayerInfo("relu_attention", "derivative", "Lemma 3", None, len(heads), 0, reads, writes)
-    module = ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="heads" if exact_step else "tokens")
-    return _attach(module, info)
+        add_unit_sum_heads(heads, ctx, j, ctx.r_prime[j - 1], "R")
+    return ctx.attention(heads, Role("derivative", "Lemma 3"), exact_sums=ctx.exact_step)
 
 
-def loss_layer(ctx: BuildContext) -> MLP:
+def loss_layer(ctx: BuildContext) -> ReLUMLP:
     """The loss-derivative MLP (Lemma 4, (C.13)-(C.14)) with the query gate ``-C (1 - T)``.
 
     Per output coordinate k and term m: ``relu(-C ONE + C T + a0_m P_N[k] + a1_m Y[k] + b_m ONE)`` with
@@ -193,12 +173,11 @@ def loss_layer(ctx: BuildContext) -> MLP:
     N = ctx.spec.depth
     for k in range(ctx.spec.out_dim):
         p, y, g = L.index("P", N, k), L.index("Y", None, k), L.index("G", None, k)
-        for a0, a1, b, c in zip(u.a0, u.a1, u.b, u.c, strict=True):
+        for (a0, a1), b, c in zip(u.a, u.b, u.c, strict=True):
             reads = [(one, -C), (t, C)]
             reads += [(i, v) for i, v in ((p, a0), (y, a1), (one, b)) if v != 0.0]
             units.add(reads, [(g, c)])
-    info = SublayerInfo("mlp", "loss", "Lemma 4", None, 0, len(units), (f"P_{N}", "Y", "ONE", "T"), ("G",))
-    return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)
+    return ctx.mlp(units, Role("loss", "Lemma 4"))
 
 
 def backward_layer(ctx: BuildContext, j: int) -> EWML:
@@ -221,9 +200,7 @@ def backward_layer(ctx: BuildContext, j: int) -> EWML:
             heads.add(
                 q=[(i, 1.0) for i in col], k=[(i, 1.0) for i in L.indices("S", j + 1)], v=[(r, dst, 1.0)]
             )
-    reads = ("G", "ONE", f"R_{j}") if j == N else (f"W[V_{j + 1}]", f"S_{j + 1}", f"R_{j}")
-    info = SublayerInfo("ewml", "backward", "Lemma 5", j, len(heads), 0, reads, (f"S_{j}",))
-    return _attach(EWML(heads.tensors(ctx.dtype), L.dim), info)
+    return ctx.ewml(heads, Role("backward", "Lemma 5", j))
 
 
 def update_layer(ctx: BuildContext) -> ReLUAttention:
@@ -250,14 +227,11 @@ def update_layer(ctx: BuildContext) -> ReLUAttention:
                     k=[(s, 1.0)],
                     v=[(p, w, -sigma * scale) for p, w in zip(src, row, strict=True)],
                 )
-    layers = range(1, ctx.spec.depth + 1)
-    reads = ("ONE", *(f"S_{j}" for j in layers), *(_p_label(j - 1) for j in layers))
-    info = SublayerInfo("relu_attention", "update", "eq. (C.16)", None, len(heads), 0, reads, ("W",))
-    return _attach(ReLUAttention(heads.tensors(ctx.dtype), L.dim, accumulate="tokens"), info)
+    return ctx.attention(heads, Role("update", "eq. (C.16)"))
 
 
-def project_layer(ctx: BuildContext) -> MLP:
-    """The last MLP of a block (Theorem 1, "Proj_W = MLP"; paper-notes §9.4 item 6):
+def project_layer(ctx: BuildContext) -> ReLUMLP:
+    """The last MLP of a block (Theorem 1, "Proj_W = MLP"; the box projection of docs/construction.md):
 
     * box projection ``clip(z) = z - relu(z - B) + relu(-z - B)`` per W coordinate (skipped when no box);
     * clean-up of every scratch coordinate h of P, R, G, S: ``relu(h)`` and ``relu(-h)`` with output weights
@@ -274,16 +248,13 @@ def project_layer(ctx: BuildContext) -> MLP:
     for i in L.scratch_indices():
         units.add([(i, 1.0)], [(i, -1.0)])
         units.add([(i, -1.0)], [(i, 1.0)])
-    scratch = tuple(s.label for s in L.slots if s.name in SCRATCH)
-    reads = (("W", "ONE") if ctx.box is not None else ()) + scratch
-    writes = (("W",) if ctx.box is not None else ()) + scratch
-    info = SublayerInfo("mlp", "project", "Theorem 1 (Proj_W)", None, 0, len(units), reads, writes)
-    return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)
+    return ctx.mlp(units, Role("project", "Theorem 1 (Proj_W)"))
 
 
-def readout_layer(ctx: BuildContext) -> MLP:
-    """Readout MLP (not in the paper, paper-notes §9.6): ``Y[k] += relu(P_N[k] - C T) - relu(-P_N[k] - C T)``,
-    which copies ``p(N) = f(w, x_query)`` into the query's Y slot and is exactly 0 on the examples."""
+def readout_layer(ctx: BuildContext) -> ReLUMLP:
+    """Readout MLP (not in the paper; docs/construction.md): ``Y[k] += relu(P_N[k] - C T) -
+    relu(-P_N[k] - C T)``, which copies ``p(N) = f(w, x_query)`` into the query's Y slot and is exactly 0
+    on the examples."""
     L = ctx.layout
     t = L.index("T")
     N = ctx.spec.depth
@@ -292,7 +263,30 @@ def readout_layer(ctx: BuildContext) -> MLP:
         p, y = L.index("P", N, k), L.index("Y", None, k)
         units.add([(t, -ctx.gate), (p, 1.0)], [(y, 1.0)])
         units.add([(t, -ctx.gate), (p, -1.0)], [(y, -1.0)])
-    info = SublayerInfo(
-        "mlp", "readout", "§9.6 (not in the paper)", None, 0, len(units), (f"P_{N}", "T"), ("Y",)
-    )
-    return _attach(MLP(units.tensors(ctx.dtype), L.dim), info)
+    return ctx.mlp(units, Role("readout", READOUT_LEMMA))
+
+
+# --------------------------------------------------------------------------------------------------
+# Expected effects of the roles above (the contract, icdl.construct.contract)
+# --------------------------------------------------------------------------------------------------
+
+
+def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
+    """What must hold after a sublayer built by this module (see :mod:`icdl.construct.contract`)."""
+    N = layout.spec.depth
+    j = info.layer
+    if info.role == "forward":
+        return [Expect(f"P_{j}", "p", j)]
+    if info.role == "derivative":
+        return [Expect(f"R_{i}", "r_prime", i) for i in range(1, N + 1)]
+    if info.role == "loss":
+        return [Expect("G", "u")]
+    if info.role == "backward":
+        return [Expect(f"S_{j}", "s", j)]
+    if info.role == "update":
+        return [Expect("W", "w_step")]
+    if info.role == "project":
+        return [Expect("W", "w")] + [Expect(s.label, "zero") for s in layout.scratch_slots()]
+    if info.role == "readout":
+        return [Expect("Y", "prediction", tokens="query")]
+    raise ValueError(f"no expected effect for role {info.role!r}")

@@ -13,8 +13,8 @@ Usage::
     model.read_prediction(out)  # f(w^(5), x_query)
 
 All L blocks are the same function: the block is built once and applied L times (Theorem 1's "L identical
-blocks"). The weights depend on n through the (n+1)/(2n) factor of the update layer (paper-notes §10.16), so
-the model records n and rejects prompts of another length.
+blocks"). The weights depend on n through the (n+1)/(2n) factor of the update layer ((C.16), with the 1/T
+normalisation of docs/construction.md), so the model records n and rejects prompts of another length.
 """
 
 from __future__ import annotations
@@ -27,17 +27,21 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from icdl.construct.blocks import BuildContext, SublayerInfo
+from icdl.construct.blocks import BuildContext
+from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
-from icdl.construct.terms import Terms, Terms2, activation_terms, loss_terms
+from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError
 from icdl.nets import NetSpec, get_loss
+from icdl.sublayer import SublayerInfo
 
 __all__ = [
     "CompiledModel",
     "GDConfig",
+    "SumTerms",
     "TraceFn",
+    "TracePoint",
     "build_prompt",
     "compile_gd_transformer",
     "default_delta",
@@ -46,8 +50,32 @@ __all__ = [
 
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 
-# Called after every sublayer: (step, index in block, sublayer info, H). step == steps means the readout.
-TraceFn = Callable[[int, int, SublayerInfo, Tensor], None]
+
+@dataclass(frozen=True)
+class TracePoint:
+    """Where a trace callback is called: after sublayer ``name`` of GD step ``step`` (0-based), or of the
+    readout when ``step`` is None. ``index`` is the 0-based position in the block (or the readout)."""
+
+    step: int | None
+    index: int
+    info: SublayerInfo
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def readout(self) -> bool:
+        return self.step is None
+
+    def describe(self) -> str:
+        """``"step 2, sublayer 3 (forward_3)"`` or ``"readout, sublayer 4 (readout)"`` (1-based)."""
+        where = "readout" if self.step is None else f"step {self.step + 1}"
+        return f"{where}, sublayer {self.index + 1} ({self.name})"
+
+
+# Called after every sublayer with its trace point and the state H (B, T, D).
+TraceFn = Callable[[TracePoint, Tensor], None]
 
 
 def default_delta(dtype: str) -> float:
@@ -90,13 +118,20 @@ class GDConfig:
 
     def __post_init__(self) -> None:
         get_loss(self.loss)
-        get_variant(self.variant)
+        variant = get_variant(self.variant)
         if self.dtype not in DTYPES:
             raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name, v, low in (("steps", self.steps, 0), ("n (examples)", self.n, 1)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise InputError(f"{name} must be an integer >= {low}, got {v!r}")
-        for name, v in (("lr", self.lr), ("eps", self.eps), ("radius", self.radius), ("gate", self.gate)):
+        ints: tuple[tuple[str, int, int], ...] = (("steps", self.steps, 0), ("n (examples)", self.n, 1))
+        for name, iv, low in ints:
+            if not isinstance(iv, int) or isinstance(iv, bool) or iv < low:
+                raise InputError(f"{name} must be an integer >= {low}, got {iv!r}")
+        floats: tuple[tuple[str, float], ...] = (
+            ("lr", self.lr),
+            ("eps", self.eps),
+            ("radius", self.radius),
+            ("gate", self.gate),
+        )
+        for name, v in floats:
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise InputError(f"{name} must be a finite number > 0, got {v!r}")
         if self.box is not None and (not math.isfinite(self.box) or self.box <= 0):
@@ -113,6 +148,26 @@ class GDConfig:
                 f"radius/delta < 2^{mant - 1} "
                 f"(use delta >= {self.radius / 2.0 ** (mant - 1):.1e})"
             )
+        if variant.check is not None:
+            variant.check(self)  # a variant's own limits (raises InputError)
+
+    @classmethod
+    def create(
+        cls, spec: NetSpec, *, projection: str = "none", box: float | None = None, **kw: Any
+    ) -> GDConfig:
+        """A config from user-facing options: ``projection`` is ``"none"`` or ``"box"`` (which needs
+        ``box``, the bound B of ``W = {|w_c| <= B}``). The one place that checks the projection options."""
+        if projection not in ("none", "box"):
+            raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
+        if projection == "box" and box is None:
+            raise InputError("projection 'box' needs a bound: pass box=B (--box B)")
+        if projection == "none" and box is not None:
+            raise InputError("box is only used with projection 'box' (--projection box)")
+        return cls(spec=spec, box=box, **kw)
+
+    @property
+    def projection(self) -> str:
+        return "none" if self.box is None else "box"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -129,27 +184,45 @@ class GDConfig:
 
 
 @dataclass
-class _Terms:
+class SumTerms:
+    """The conditioned ReLU sums a model uses: ``r`` and ``r_prime`` per layer (index j-1), ``u``."""
+
     r: tuple[Terms, ...]
     r_prime: tuple[Terms, ...]
-    u: Terms2
+    u: Terms
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "r": [t.to_dict() for t in self.r],
+            "r_prime": [t.to_dict() for t in self.r_prime],
+            "u": self.u.to_dict(),
+        }
 
-def _fetch_terms(cfg: GDConfig) -> _Terms:
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SumTerms:
+        return cls(
+            r=tuple(Terms.from_dict(t) for t in d["r"]),
+            r_prime=tuple(Terms.from_dict(t) for t in d["r_prime"]),
+            u=Terms.from_dict(d["u"]),
+        )
+
+
+def _fetch_terms(cfg: GDConfig) -> SumTerms:
     spec = cfg.spec
-    assert cfg.delta is not None
+    delta = cfg.delta
+    assert delta is not None
     cache: dict[tuple[str, bool], Terms] = {}
 
     def get(name: str, deriv: bool) -> Terms:
         if (name, deriv) not in cache:
             cache[(name, deriv)] = activation_terms(
-                name, derivative=deriv, eps=cfg.eps, radius=cfg.radius, delta=cfg.delta
+                name, derivative=deriv, eps=cfg.eps, radius=cfg.radius, delta=delta
             )
         return cache[(name, deriv)]
 
     acts = [spec.layer_act(j).name for j in range(1, spec.depth + 1)]
-    return _Terms(
+    return SumTerms(
         r=tuple(get(a, False) for a in acts),
         r_prime=tuple(get(a, True) for a in acts),
         u=loss_terms(cfg.loss, eps=cfg.eps, radius=cfg.radius),
@@ -162,7 +235,7 @@ class CompiledModel(nn.Module):
     Attributes:
         config: the :class:`GDConfig` it was compiled from.
         layout: the token layout.
-        block: the sublayers of one GD step (``2N+4`` for the paper's variant), each with ``.info``.
+        block: the sublayers of one GD step (``2N+4`` for the paper's variant), each with a typed ``.info``.
         readout: the readout sublayers (``N+1``).
         terms: the conditioned ReLU sums used (``r``, ``r_prime`` per layer; ``u``).
     """
@@ -171,9 +244,9 @@ class CompiledModel(nn.Module):
         self,
         config: GDConfig,
         layout: Layout,
-        block: list[nn.Module],
-        readout: list[nn.Module],
-        terms: _Terms,
+        block: list[Sublayer],
+        readout: list[Sublayer],
+        terms: SumTerms,
     ) -> None:
         super().__init__()
         self.config = config
@@ -181,6 +254,13 @@ class CompiledModel(nn.Module):
         self.block = nn.ModuleList(block)
         self.readout = nn.ModuleList(readout)
         self.terms = terms
+        # Typed views of the two module lists (nn.ModuleList items are typed as nn.Module).
+        self.block_layers: tuple[Sublayer, ...] = tuple(block)
+        self.readout_layers: tuple[Sublayer, ...] = tuple(readout)
+        for part in (self.block_layers, self.readout_layers):
+            names = [m.info.name for m in part]
+            if len(set(names)) != len(names):
+                raise ValueError(f"sublayer names must be unique within a block or readout: {names}")
 
     # -- sizes --------------------------------------------------------------------------------------
     @property
@@ -213,11 +293,15 @@ class CompiledModel(nn.Module):
         return len(self.readout)
 
     def infos(self) -> list[SublayerInfo]:
-        return [m.info for m in self.block]  # type: ignore[misc]
+        """The block's sublayer descriptions, in application order."""
+        return [m.info for m in self.block_layers]
+
+    def readout_infos(self) -> list[SublayerInfo]:
+        return [m.info for m in self.readout_layers]
 
     @property
     def max_heads(self) -> int:
-        return max(getattr(m, "num_heads", 0) for m in [*self.block, *self.readout])
+        return max(m.info.heads for m in (*self.block_layers, *self.readout_layers))
 
     def parameter_counts(self) -> dict[str, int]:
         """Coefficient counts (index tables excluded).
@@ -230,15 +314,15 @@ class CompiledModel(nn.Module):
         """
         L = self.steps
 
-        def tot(mods: Any, fn: str) -> int:
-            return sum(getattr(m, fn)() for m in mods)
-
+        B, R = self.block_layers, self.readout_layers
+        stored_b = sum(m.stored_coefficients() for m in B)
+        stored_r = sum(m.stored_coefficients() for m in R)
         return {
-            "stored": L * tot(self.block, "stored_coefficients") + tot(self.readout, "stored_coefficients"),
-            "unique": tot(self.block, "stored_coefficients") + tot(self.readout, "stored_coefficients"),
-            "dense": L * tot(self.block, "dense_parameters") + tot(self.readout, "dense_parameters"),
-            "nonzero": L * tot(self.block, "nonzero_coefficients")
-            + tot(self.readout, "nonzero_coefficients"),
+            "stored": L * stored_b + stored_r,
+            "unique": stored_b + stored_r,
+            "dense": L * sum(m.dense_parameters() for m in B) + sum(m.dense_parameters() for m in R),
+            "nonzero": L * sum(m.nonzero_coefficients() for m in B)
+            + sum(m.nonzero_coefficients() for m in R),
         }
 
     # -- prompts --------------------------------------------------------------------------------------
@@ -271,22 +355,20 @@ class CompiledModel(nn.Module):
 
     # -- running ----------------------------------------------------------------------------------------
     def run(self, H: Tensor, trace: TraceFn | None = None, readout: bool = True) -> Tensor:
-        """Apply the L blocks (and the readout), calling ``trace(step, index, info, H)`` after each sublayer.
-
-        ``step`` is 0-based; readout sublayers are reported with ``step == steps``.
-        """
+        """Apply the L blocks (and the readout), calling ``trace(point, H)`` after each sublayer
+        (:class:`TracePoint`: 0-based step, or None for the readout)."""
         self.check_prompt(H)
+        parts: list[tuple[int | None, tuple[Sublayer, ...]]] = [
+            (step, self.block_layers) for step in range(self.steps)
+        ]
+        if readout:
+            parts.append((None, self.readout_layers))
         with torch.no_grad():
-            for step in range(self.steps):
-                for i, m in enumerate(self.block):
+            for step, layers in parts:
+                for i, m in enumerate(layers):
                     H = m(H)
                     if trace is not None:
-                        trace(step, i, m.info, H)  # type: ignore[arg-type]
-            if readout:
-                for i, m in enumerate(self.readout):
-                    H = m(H)
-                    if trace is not None:
-                        trace(self.steps, i, m.info, H)  # type: ignore[arg-type]
+                        trace(TracePoint(step, i, m.info), H)
         return H
 
     def forward(self, H: Tensor) -> Tensor:
@@ -312,25 +394,29 @@ class CompiledModel(nn.Module):
             },
         }
 
+    def explain_rows(self) -> list[dict[str, Any]]:
+        """One JSON-ready dict per sublayer: ``index`` (1-based; ``"R1"``.. for the readout) + its info."""
+        return [{"index": i + 1, **info.to_dict()} for i, info in enumerate(self.infos())] + [
+            {"index": f"R{i + 1}", **info.to_dict()} for i, info in enumerate(self.readout_infos())
+        ]
+
     def explain(self) -> str:
-        """One line per sublayer of the block and the readout: index, kind, role, lemma, heads,
+        """One line per sublayer of the block and the readout: index, name, kind, lemma, heads, hidden,
         reads -> writes."""
         rows = [
-            f"{'#':>4}  {'kind':<15} {'role':<10} {'layer':>5}  {'lemma':<24} {'heads':>6} {'hidden':>6}  "
-            "reads -> writes"
+            f"{'#':>4}  {'name':<20} {'kind':<17} {'lemma':<30} {'heads':>6} {'hidden':>6}  reads -> writes"
         ]
 
         def line(tag: str, info: SublayerInfo) -> str:
-            lay = "" if info.layer is None else str(info.layer)
             return (
-                f"{tag:>4}  {info.kind:<15} {info.role:<10} {lay:>5}  {info.lemma:<24} "
+                f"{tag:>4}  {info.name:<20} {info.kind:<17} {info.lemma:<30} "
                 f"{info.heads:>6} {info.hidden:>6}  "
                 f"{', '.join(info.reads)} -> {', '.join(info.writes)}"
             )
 
-        rows += [line(str(i + 1), m.info) for i, m in enumerate(self.block)]  # type: ignore[arg-type]
+        rows += [line(str(i + 1), info) for i, info in enumerate(self.infos())]
         rows.append(f"      (block applied L = {self.steps} times: {self.num_sublayers} sublayers); readout:")
-        rows += [line(f"R{i + 1}", m.info) for i, m in enumerate(self.readout)]  # type: ignore[arg-type]
+        rows += [line(f"R{i + 1}", info) for i, info in enumerate(self.readout_infos())]
         return "\n".join(rows)
 
 
@@ -343,7 +429,7 @@ def build_prompt(
     *,
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:
-    """Build the GD-step prompt ``h_i = [x_i; y_i; w^(0); 0; 1; t_i]`` (paper-notes §1.1, §9.2).
+    """Build the GD-step prompt ``h_i = [x_i; y_i; w^(0); 0; 1; t_i]`` (slots: docs/construction.md).
 
     Args:
         layout: the token layout.
@@ -351,7 +437,7 @@ def build_prompt(
         y: ``(n, d_y)`` or ``(B, n, d_y)`` labels.
         x_query: ``(d_x,)`` or ``(B, d_x)`` query input.
         w0: ``(P,)`` or ``(B, P)`` initial weights, written into every token (any w^(0): the paper's
-            w^(0) = 0 is a fixed point for bias-free ReLU networks, paper-notes §10.14).
+            w^(0) = 0 is a fixed point for bias-free ReLU networks, docs/nets.md).
 
     Returns:
         ``(B, n+1, D)``: the n examples (t = 1) then the query (t = 0, y = 0).
@@ -406,53 +492,23 @@ def sample_task(
     y = forward(spec, w_star, x)
     if loss == "logistic":
         y = torch.where(y >= y.median(dim=0).values, 1.0, -1.0).to(torch.float64)
-    return tuple(v.to(dtype) for v in (x, y, xq, w0, w_star))  # type: ignore[return-value]
+    return x.to(dtype), y.to(dtype), xq.to(dtype), w0.to(dtype), w_star.to(dtype)
 
 
-def compile_gd_transformer(
-    spec: NetSpec,
-    *,
-    loss: str = "squared",
-    lr: float = 0.1,
-    steps: int = 1,
-    n: int = 16,
-    eps: float = 1e-3,
-    radius: float = 10.0,
-    delta: float | None = None,
-    projection: str = "none",
-    box: float | None = None,
-    gate: float = 1e6,
-    variant: str = "paper",
-    dtype: str = "float64",
-) -> CompiledModel:
-    """Compile the transformer that runs ``steps`` projected-GD steps on ``spec`` over n-example prompts.
+def compile_gd_transformer(config: GDConfig | NetSpec, **options: Any) -> CompiledModel:
+    """Compile the transformer that runs ``steps`` projected-GD steps over n-example prompts.
 
-    ``projection="box"`` needs ``box`` (the bound B of ``W = {|w_c| <= B}``); ``"none"`` is plain GD.
-    See :class:`GDConfig` for the other arguments.
+    Pass a :class:`GDConfig`, or a :class:`~icdl.nets.NetSpec` and the options of :meth:`GDConfig.create`
+    (``loss, lr, steps, n, eps, radius, delta, projection, box, gate, variant, dtype``)::
+
+        compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
     """
-    if projection not in ("none", "box"):
-        raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
-    if projection == "box" and box is None:
-        raise InputError("projection 'box' needs a bound: pass box=B (--box B)")
-    cfg = GDConfig(
-        spec=spec,
-        loss=loss,
-        lr=lr,
-        steps=steps,
-        n=n,
-        eps=eps,
-        radius=radius,
-        delta=delta,
-        box=box if projection == "box" else None,
-        gate=gate,
-        variant=variant,
-        dtype=dtype,
-    )
-    return compile_config(cfg)
-
-
-def compile_config(cfg: GDConfig) -> CompiledModel:
-    """Compile from a :class:`GDConfig`."""
+    if isinstance(config, GDConfig):
+        if options:
+            raise TypeError("pass either a GDConfig or a NetSpec with options, not both")
+        cfg = config
+    else:
+        cfg = GDConfig.create(config, **options)
     variant = get_variant(cfg.variant)
     layout = variant.layout(cfg.spec)
     terms = _fetch_terms(cfg)
@@ -467,6 +523,8 @@ def compile_config(cfg: GDConfig) -> CompiledModel:
         gate=float(cfg.gate),
         box=cfg.box,
         dtype=cfg.torch_dtype,
+        eps=float(cfg.eps),
+        radius=float(cfg.radius),
     )
     return CompiledModel(cfg, layout, variant.block(ctx), variant.readout(ctx), terms)
 
@@ -474,4 +532,4 @@ def compile_config(cfg: GDConfig) -> CompiledModel:
 def with_steps(model: CompiledModel, steps: int) -> CompiledModel:
     """The same compiled block applied ``steps`` times (no recompilation)."""
     cfg = replace(model.config, steps=steps)
-    return CompiledModel(cfg, model.layout, list(model.block), list(model.readout), model.terms)
+    return CompiledModel(cfg, model.layout, list(model.block_layers), list(model.readout_layers), model.terms)

@@ -1,7 +1,7 @@
 """Token layouts: named slots of the embedding (the only place where coordinates are computed).
 
 A :class:`Layout` is an ordered list of named :class:`Slot` groups for one *token type*. The paper's
-construction (paper-notes §9.2) has a single token type whose slots are
+construction (docs/construction.md, "Token layout") has a single token type whose slots are
 
 ====  =========================  ==============================================================
 slot  size                       content at block start
@@ -61,13 +61,19 @@ class Layout:
         spec: the network whose parameters live in the ``W`` slot (row-major ``V_1 .. V_N``, eq. 3.2).
         groups: ``(name, layer, size)`` in embedding order.
         token_type: a name for this kind of token (``"token"`` for the paper's single type).
+        scratch: names of the slot groups a block fills and its last sublayer zeroes again.
     """
 
     def __init__(
-        self, spec: NetSpec, groups: list[tuple[str, int | None, int]], token_type: str = "token"
+        self,
+        spec: NetSpec,
+        groups: list[tuple[str, int | None, int]],
+        token_type: str = "token",
+        scratch: tuple[str, ...] = SCRATCH,
     ) -> None:
         self.spec = spec
         self.token_type = token_type
+        self.scratch = tuple(scratch)
         slots: list[Slot] = []
         off = 0
         for name, layer, size in groups:
@@ -110,9 +116,26 @@ class Layout:
             out += [f"{s.label}[{k}]" for k in range(s.size)]
         return out
 
+    def coordinate_labels(self) -> tuple[str, ...]:
+        """Slot label of every coordinate (length D); W coordinates are labelled by their block,
+        ``"W[V_j]"``. Sublayers derive the slots they read and write from these
+        (:class:`icdl.construct.layers.Role`)."""
+        out: list[str] = []
+        for s in self.slots:
+            if s.name == "W" and s.size == self.spec.num_params:
+                for j in range(1, self.spec.depth + 1):
+                    rows, cols = self.spec.shapes[j - 1]
+                    out += [f"W[V_{j}]"] * (rows * cols)
+            else:
+                out += [s.label] * s.size
+        return tuple(out)
+
     def scratch_indices(self) -> list[int]:
-        """Every coordinate of the scratch slots P, R, G, S."""
-        return [i for s in self.slots if s.name in SCRATCH for i in s.indices]
+        """Every coordinate of the scratch slots (P, R, G, S in the paper's layout)."""
+        return [i for s in self.scratch_slots() for i in s.indices]
+
+    def scratch_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.name in self.scratch]
 
     # -- network addressing ------------------------------------------------------------------------
     def p(self, j: int) -> list[int]:
@@ -139,6 +162,7 @@ class Layout:
         return {
             "token_type": self.token_type,
             "dim": self.dim,
+            "scratch": list(self.scratch),
             "slots": [
                 {"name": s.name, "layer": s.layer, "offset": s.offset, "size": s.size} for s in self.slots
             ],
@@ -146,7 +170,8 @@ class Layout:
 
     @classmethod
     def from_dict(cls, spec: NetSpec, d: dict[str, Any]) -> Layout:
-        out = cls(spec, [(s["name"], s["layer"], s["size"]) for s in d["slots"]], d["token_type"])
+        groups = [(s["name"], s["layer"], s["size"]) for s in d["slots"]]
+        out = cls(spec, groups, d["token_type"], tuple(d.get("scratch", SCRATCH)))
         if out.dim != d["dim"]:
             raise ValueError("layout dimension mismatch")
         return out
@@ -160,8 +185,8 @@ class Layout:
 
 
 def paper_layout(spec: NetSpec) -> Layout:
-    """The paper's single-token-type layout (paper-notes §9.2): X, Y, W, P_1..P_N, R_1..R_N, G,
-    S_1..S_N, ONE, T."""
+    """The paper's single-token-type layout (slots as in docs/construction.md): X, Y, W,
+    P_1..P_N, R_1..R_N, G, S_1..S_N, ONE, T."""
     n = spec.widths
     N = spec.depth
     groups: list[tuple[str, int | None, int]] = [

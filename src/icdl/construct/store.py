@@ -17,23 +17,24 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from icdl import __version__
-from icdl.construct.blocks import SublayerInfo
-from icdl.construct.compile import CompiledModel, GDConfig, _Terms
+from icdl.construct.compile import CompiledModel, GDConfig, SumTerms
+from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
 from icdl.construct.layout import Layout
-from icdl.construct.terms import Terms, Terms2
 from icdl.errors import InputError
-from icdl.layers import EWML, MLP, ReLUAttention, SoftmaxAttention
+from icdl.sublayer import SublayerInfo
 
 __all__ = ["FORMAT", "load", "save"]
 
 FORMAT = "icdl-compiled-model/1"
 WEIGHTS = "weights.safetensors"
 META = "model.json"
-_CLASSES = {c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, MLP)}
+_CLASSES: dict[str, type[Sublayer]] = {
+    c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, ReLUMLP)
+}
 
 
-def _module_meta(m: torch.nn.Module) -> dict[str, Any]:
-    d: dict[str, Any] = {"class": type(m).__name__, "info": m.info.to_dict()}  # type: ignore[union-attr]
+def _module_meta(m: Sublayer) -> dict[str, Any]:
+    d: dict[str, Any] = {"class": type(m).__name__, "info": m.info.to_dict()}
     if isinstance(m, ReLUAttention):
         d["accumulate"] = m.accumulate
     return d
@@ -46,8 +47,8 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
         raise InputError(f"{target} already exists; choose a new directory")
     target.parent.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
-    for part in ("block", "readout"):
-        for i, m in enumerate(getattr(model, part)):
+    for part, layers in (("block", model.block_layers), ("readout", model.readout_layers)):
+        for i, m in enumerate(layers):
             for name, buf in m.state_dict().items():
                 tensors[f"{part}.{i}.{name}"] = buf.contiguous()
     meta = {
@@ -55,13 +56,9 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
         "icdl_version": __version__,
         "config": model.config.to_dict(),
         "layout": model.layout.to_dict(),
-        "block": [_module_meta(m) for m in model.block],
-        "readout": [_module_meta(m) for m in model.readout],
-        "terms": {
-            "r": [t.to_dict() for t in model.terms.r],
-            "r_prime": [t.to_dict() for t in model.terms.r_prime],
-            "u": model.terms.u.to_dict(),
-        },
+        "block": [_module_meta(m) for m in model.block_layers],
+        "readout": [_module_meta(m) for m in model.readout_layers],
+        "terms": model.terms.to_dict(),
         "summary": model.summary(),
     }
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -89,21 +86,24 @@ def load(directory: str | os.PathLike[str]) -> CompiledModel:
     cfg = GDConfig.from_dict(meta["config"])
     layout = Layout.from_dict(cfg.spec, meta["layout"])
 
-    def build(part: str) -> list[torch.nn.Module]:
+    labels = layout.coordinate_labels()
+
+    def build(part: str) -> list[Sublayer]:
         out = []
         for i, d in enumerate(meta[part]):
             cls = _CLASSES[d["class"]]
             prefix = f"{part}.{i}."
             tables = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-            kwargs = {"accumulate": d["accumulate"]} if "accumulate" in d else {}
-            m = cls(tables, layout.dim, **kwargs)
-            m.info = SublayerInfo.from_dict(d["info"])
+            stored = d["info"]
+            role = Role(stored["role"], stored["lemma"], stored["layer"], stored.get("name", ""))
+            kwargs: dict[str, Any] = {"accumulate": d["accumulate"]} if "accumulate" in d else {}
+            m = cls(tables, layout.dim, role=role, labels=labels, **kwargs)
+            # The tables must describe the sublayer the file says they do (files written before sublayers
+            # described themselves carry no name and no score/value sizes: nothing to compare).
+            if "name" in stored and m.info != SublayerInfo.from_dict(stored):
+                raise InputError(f"{src}: {part} sublayer {i + 1} does not match its stored description")
             out.append(m)
         return out
 
-    terms = _Terms(
-        r=tuple(Terms.from_dict(t) for t in meta["terms"]["r"]),
-        r_prime=tuple(Terms.from_dict(t) for t in meta["terms"]["r_prime"]),
-        u=Terms2.from_dict(meta["terms"]["u"]),
-    )
+    terms = SumTerms.from_dict(meta["terms"])
     return CompiledModel(cfg, layout, build("block"), build("readout"), terms)

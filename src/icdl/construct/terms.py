@@ -1,13 +1,14 @@
 """Sum-of-ReLU terms as the compiler uses them: fetched from :mod:`icdl.relu_sums`, then *conditioned*.
 
 Each term ``c relu(a t + b)`` becomes one attention head (or MLP hidden unit). Because ReLU is positively
-homogeneous, ``c relu(a t + b) = (c / lam) relu(lam a t + lam b)`` for any ``lam > 0``; we pick ``lam = |c|``
-so that every head writes ``±1`` and all the magnitude sits in the score. For the exact relu' delta-step
-``relu(t)/delta - relu(t - delta)/delta`` this gives ``relu(X) - relu(X - 1)`` with ``X = t / delta``: when
-the two heads share their leading reads and the bias ``-1`` is added last (see :mod:`icdl.layers`), ``X - 1``
-is exact for ``X >= 1/2`` and the difference is *exactly* 1 — where the unconditioned form loses
-``ulp(t) / delta ~ 1e-7`` to rounding. For exact sums, conditioned ``b`` and ``c`` within a few ulps of an
-integer are snapped to it (``fl(delta * fl(1/delta))`` is not always 1, e.g. for ``delta = 1e-9``).
+homogeneous, ``c relu(a t + b) = (c / lam) relu(lam a t + lam b)`` for any ``lam > 0``; we pick ``lam =
+|c|`` so that every head writes ``±1`` and all the magnitude sits in the score. For the exact relu'
+delta-step ``relu(t)/delta - relu(t - delta)/delta`` this gives ``relu(X) - relu(X - 1)`` with ``X = t /
+delta``: when the two heads share their leading reads and the bias ``-1`` is added last (see
+:mod:`icdl.construct.layers`), ``X - 1`` is exact for ``X >= 1/2`` and the difference is *exactly* 1 — where
+the unconditioned form loses ``ulp(t) / delta ~ 1e-7`` to rounding. For exact sums, conditioned ``b`` and
+``c`` within a few ulps of an integer are snapped to it (``fl(delta * fl(1/delta))`` is not always 1, e.g.
+for ``delta = 1e-9``).
 
 The same conditioned terms are evaluated by the verifier's surrogate recursion, so "what the transformer
 should compute" and "what it computes" use identical coefficients.
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from icdl.errors import InputError
 
-__all__ = ["Terms", "Terms2", "activation_terms", "loss_terms"]
+__all__ = ["Terms", "activation_terms", "loss_terms"]
 
 _SNAP_ULPS = 8.0
 
@@ -38,19 +39,21 @@ def _snap(x: float) -> float:
 
 @dataclass(frozen=True)
 class Terms:
-    """Conditioned one-argument ReLU sum ``g(t) = sum_m c_m relu(a_m t + b_m)`` (Definition 4).
+    """Conditioned ReLU sum ``g(t_1..t_k) = sum_m c_m relu(a_m · (t_1..t_k) + b_m)`` (Definition 4): one
+    argument for an activation (Lemmas 2-3), two for the loss derivative ``u(t, y)[k]`` (Lemma 4, (C.13)).
 
     Attributes:
-        a, b, c: term coefficients (tuples of floats), ``|c_m| = 1`` after conditioning.
-        target: the function approximated (``"sigmoid"``, ``"relu'"`` ...).
+        a: per term, the k input weights (tuples of floats); b, c: per term (``|c_m| = 1`` after
+            conditioning).
+        target: the function approximated (``"sigmoid"``, ``"relu'"``, ``"squared'"`` ...).
         exact: the sum equals the target (outside ``(0, delta)`` for the relu' step).
-        radius: the range ``[-R, R]`` of the fit (a fitted sum is flat outside it).
-        sup_error: measured sup error on ``[-R, R]`` reported by :mod:`icdl.relu_sums`.
+        radius: the range ``[-R, R]`` of the fit (a fitted one-argument sum is flat outside it).
+        sup_error: measured sup error on ``[-R, R]^k`` reported by :mod:`icdl.relu_sums`.
         eps: requested sup error (0 for exact sums).
         delta: width of the step's uncertainty window for relu' (None otherwise).
     """
 
-    a: tuple[float, ...]
+    a: tuple[tuple[float, ...], ...]
     b: tuple[float, ...]
     c: tuple[float, ...]
     target: str
@@ -63,13 +66,23 @@ class Terms:
 
     @property
     def num_terms(self) -> int:
-        return len(self.a)
+        return len(self.b)
 
-    def __call__(self, t: Tensor) -> Tensor:
-        """Evaluate the sum elementwise, term by term in order (the order the heads are summed)."""
-        out = torch.zeros_like(t)
+    @property
+    def num_args(self) -> int:
+        return len(self.a[0]) if self.a else 1
+
+    def __call__(self, *args: Tensor) -> Tensor:
+        """Evaluate the sum elementwise, term by term in order (the order the heads/units are summed);
+        within a term the inputs are accumulated in argument order, then the bias."""
+        if len(args) != self.num_args:
+            raise TypeError(f"these terms take {self.num_args} argument(s), got {len(args)}")
+        out = torch.zeros_like(args[0])
         for a, b, c in zip(self.a, self.b, self.c, strict=True):
-            out = out + c * torch.relu(a * t + b)
+            pre = a[0] * args[0]
+            for ai, t in zip(a[1:], args[1:], strict=True):
+                pre = pre + ai * t
+            out = out + c * torch.relu(pre + b)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,92 +94,64 @@ class Terms:
             "sup_error": self.sup_error,
             "delta": self.delta,
             "num_terms": self.num_terms,
-            "terms": [[a, b, c] for a, b, c in zip(self.a, self.b, self.c, strict=True)],
+            "terms": [[*a, b, c] for a, b, c in zip(self.a, self.b, self.c, strict=True)],
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Terms:
-        a, b, c = zip(*d["terms"], strict=True) if d["terms"] else ((), (), ())
+        rows = d["terms"]
         return cls(
-            tuple(a),
-            tuple(b),
-            tuple(c),
+            tuple(tuple(float(v) for v in r[:-2]) for r in rows),
+            tuple(float(r[-2]) for r in rows),
+            tuple(float(r[-1]) for r in rows),
             d["target"],
             d["exact"],
             d["radius"],
             d["sup_error"],
             d["eps"],
-            d["delta"],
+            d.get("delta"),
         )
 
 
-@dataclass(frozen=True)
-class Terms2:
-    """Conditioned two-argument sum ``g(t, y) = sum_m c_m relu(a0_m t + a1_m y + b_m)`` for ``u(t, y)[k]``."""
-
-    a0: tuple[float, ...]
-    a1: tuple[float, ...]
-    b: tuple[float, ...]
-    c: tuple[float, ...]
-    target: str
-    exact: bool
-    radius: float
-    sup_error: float
-    eps: float
-
-    @property
-    def num_terms(self) -> int:
-        return len(self.a0)
-
-    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
-        out = torch.zeros_like(t)
-        for a0, a1, b, c in zip(self.a0, self.a1, self.b, self.c, strict=True):
-            out = out + c * torch.relu(a0 * t + a1 * y + b)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "exact": self.exact,
-            "radius": self.radius,
-            "eps": self.eps,
-            "sup_error": self.sup_error,
-            "num_terms": self.num_terms,
-            "terms": [list(t) for t in zip(self.a0, self.a1, self.b, self.c, strict=True)],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Terms2:
-        a0, a1, b, c = zip(*d["terms"], strict=True)
-        return cls(
-            tuple(a0),
-            tuple(a1),
-            tuple(b),
-            tuple(c),
-            d["target"],
-            d["exact"],
-            d["radius"],
-            d["sup_error"],
-            d["eps"],
-        )
-
-
-def _condition(a: list[float], b: list[float], c: list[float], exact: bool) -> tuple[list, list, list]:
-    """Rescale every term to ``|c| = 1`` (drop zero terms); snap near-integers when the sum is exact."""
-    A: list[float] = []
+def _condition(
+    a: list[list[float]], b: list[float], c: list[float], exact: bool
+) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...], tuple[float, ...]]:
+    """Rescale every term to ``|c| = 1`` (drop terms that are zero everywhere); snap near-integers when the
+    sum is exact."""
+    A: list[tuple[float, ...]] = []
     Bs: list[float] = []
     Cs: list[float] = []
     for ai, bi, ci in zip(a, b, c, strict=True):
-        if ci == 0.0 or (ai == 0.0 and bi <= 0.0):
+        if ci == 0.0 or (all(x == 0.0 for x in ai) and bi <= 0.0):
             continue  # contributes nothing anywhere
         lam = abs(ci)
-        an, bn = ai * lam, bi * lam
+        an, bn = [x * lam for x in ai], bi * lam
         if exact:
-            an, bn = _snap(an), _snap(bn)
-        A.append(an)
+            an, bn = [_snap(x) for x in an], _snap(bn)
+        A.append(tuple(an))
         Bs.append(bn)
         Cs.append(math.copysign(1.0, ci))
-    return A, Bs, Cs
+    return tuple(A), tuple(Bs), tuple(Cs)
+
+
+def _from_relu_sum(s: Any, delta: float | None = None) -> Terms:
+    """Conditioned :class:`Terms` of an :class:`icdl.relu_sums.ReluSum` (any number of arguments)."""
+    a = s.a.reshape(s.num_terms, -1).tolist()
+    A, B, C = _condition(a, s.b.tolist(), s.c.tolist(), bool(s.exact))
+    if not A:
+        raise InputError(f"the ReLU sum for {s.target!r} has no non-zero terms")
+    return Terms(
+        A,
+        B,
+        C,
+        s.target,
+        bool(s.exact),
+        float(s.radius),
+        float(s.sup_error),
+        float(s.eps),
+        delta,
+        s.to_dict(),
+    )
 
 
 def activation_terms(name: str, *, derivative: bool, eps: float, radius: float, delta: float) -> Terms:
@@ -175,65 +160,18 @@ def activation_terms(name: str, *, derivative: bool, eps: float, radius: float, 
 
     target = f"{name}'" if derivative else name
     s = relu_sum_for(target, eps=eps, radius=radius, delta=delta)
-    a, b, c = _condition(s.a.tolist(), s.b.tolist(), s.c.tolist(), bool(s.exact))
-    if not a:
-        raise InputError(f"the ReLU sum for {target!r} has no non-zero terms")
-    is_step = name == "relu" and derivative
-    return Terms(
-        tuple(a),
-        tuple(b),
-        tuple(c),
-        target,
-        bool(s.exact),
-        float(s.radius),
-        float(s.sup_error),
-        float(s.eps),
-        delta if is_step else None,
-        s.to_dict(),
-    )
+    return _from_relu_sum(s, delta if (name == "relu" and derivative) else None)
 
 
-def loss_terms(loss: str, *, eps: float, radius: float) -> Terms2:
+def loss_terms(loss: str, *, eps: float, radius: float) -> Terms:
     """Conditioned two-argument terms of ``u(t, y)[k]`` (Lemma 4, (C.13)).
 
-    Squared loss is exact: ``2(t - y) = 2 relu(t - y) - 2 relu(y - t)``. Other losses come from
-    ``icdl.relu_sums.loss_derivative_sum``.
+    Squared loss is exact: ``2(t - y) = relu(2t - 2y) - relu(2y - 2t)`` (conditioned to ``|c| = 1``, with an
+    infinite range). Other losses come from ``icdl.relu_sums.loss_derivative_sum``.
     """
     if loss == "squared":
-        # Conditioned form of the brief's units relu(±(2 P_N[k] - 2 Y[k])) with output weights ±1.
-        a0, a1, b, c = [2.0, -2.0], [-2.0, 2.0], [0.0, 0.0], [1.0, -1.0]
-        return Terms2(tuple(a0), tuple(a1), tuple(b), tuple(c), "squared'", True, math.inf, 0.0, 0.0)
-    try:
-        from icdl.relu_sums import loss_derivative_sum
-    except ImportError:  # pragma: no cover - depends on the relu_sums module's progress
-        raise InputError(
-            f"loss {loss!r} needs icdl.relu_sums.loss_derivative_sum, which is not available"
-        ) from None
-    s = loss_derivative_sum(loss, eps=eps, radius=radius)
-    a = s.a.tolist()
-    a0 = [float(x[0]) for x in a]
-    a1 = [float(x[1]) for x in a]
-    # Condition each term to |c| = 1 (as for one-argument sums).
-    A0, A1, B, C = [], [], [], []
-    for x0, x1, bi, ci in zip(a0, a1, s.b.tolist(), s.c.tolist(), strict=True):
-        if ci == 0.0:
-            continue
-        lam = abs(ci)
-        vals = [x0 * lam, x1 * lam, bi * lam]
-        if s.exact:
-            vals = [_snap(v) for v in vals]
-        A0.append(vals[0])
-        A1.append(vals[1])
-        B.append(vals[2])
-        C.append(math.copysign(1.0, ci))
-    return Terms2(
-        tuple(A0),
-        tuple(A1),
-        tuple(B),
-        tuple(C),
-        f"{loss}'",
-        bool(s.exact),
-        float(s.radius),
-        float(s.sup_error),
-        float(s.eps),
-    )
+        a = ((2.0, -2.0), (-2.0, 2.0))
+        return Terms(a, (0.0, 0.0), (1.0, -1.0), "squared'", True, math.inf, 0.0, 0.0)
+    from icdl.relu_sums import loss_derivative_sum
+
+    return _from_relu_sum(loss_derivative_sum(loss, eps=eps, radius=radius))

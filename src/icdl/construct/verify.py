@@ -1,15 +1,19 @@
 """Verify a compiled GD transformer against reference gradient descent, sublayer by sublayer.
 
-:func:`verify` runs the model on one prompt with a per-sublayer trace and compares
+:func:`verify` is three steps with no knowledge of any role or variant: :func:`trace` runs the model on one
+prompt and keeps the state after every sublayer (named ``(step, sublayer name)``, step None for the
+readout); :func:`compare` checks every state against what the variant's expected effects
+(:mod:`icdl.construct.contract`) say must be in each slot; :func:`report` adds the GD comparisons below.
+It compares
 
 1. **the whole token state after every sublayer** with what the construction must produce — the
    *surrogate* recursion: the paper's p̄, r̄', ḡ, s̄ (Lemmas 2-5, eq. (C.6), (3.20)) evaluated directly with
    the same conditioned ReLU sums the heads use, at the transformer's own current w. Any disagreement beyond
    ``tol * max(1, |expected|)`` is a construction bug (or a rounding problem); the FIRST such sublayer is
-   reported (step, index in block, role, slot). For ReLU networks the surrogate *is* exact GD (outside the
-   relu' window), so the same check also proves agreement with GD;
-2. per step, the errors of p, r', g, s against the **exact** Lemma 1 terms at the transformer's w
-   (:func:`icdl.nets.lemma1_terms`-style recursion with the true r, r', u), the gradient error
+   reported (step, sublayer name, slot; NaN and inf are divergences and reported as such). For ReLU networks
+   the surrogate *is* exact GD (outside the relu' window), so the same check also proves agreement with GD;
+2. per step, the errors of p, r', u, s against the **exact** Lemma 1 terms at the transformer's w
+   (:func:`icdl.nets.lemma1_terms` with the true r, r', u), the gradient error
    ``eps_l = ||ḡ_l - ∇L_n(w̄^{l-1})||_2`` (ḡ read off the W slot after the update sublayer), and the
    trajectory error ``||w̄^l - w^l_GD||_2`` against :func:`icdl.nets.reference_gd`;
 3. the corrected Corollary 1.1 bound ``L_f^{-1} ((1 + eta L_f)^l - 1) eps``
@@ -35,26 +39,33 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from icdl.construct.blocks import SublayerInfo
-from icdl.construct.compile import CompiledModel
-from icdl.nets import empirical_risk, forward, get_loss, gradient, project, reference_gd, unflatten
+from icdl.construct.compile import CompiledModel, TracePoint
+from icdl.construct.contract import Expect
+from icdl.construct.variants import get_variant
+from icdl.nets import (
+    GradTerms,
+    empirical_risk,
+    forward,
+    gradient,
+    lemma1_terms,
+    project,
+    reference_gd,
+)
 from icdl.theory import corollary11_bound
 
-__all__ = ["Divergence", "StepErrors", "VerifyReport", "estimate_lipschitz", "recursion", "verify"]
-
-Fn = Callable[[Tensor], Tensor]
-
-
-@dataclass
-class Recursion:
-    """The named terms of one GD step on all ``T = n + 1`` tokens (query last; its u and s are 0)."""
-
-    pre: list[Tensor]
-    p: list[Tensor]  # p[0] = x
-    r_prime: list[Tensor]
-    u: Tensor
-    s: list[Tensor]
-    grad: Tensor
+__all__ = [
+    "Divergence",
+    "Reference",
+    "StepErrors",
+    "Trace",
+    "VerifyReport",
+    "compare",
+    "estimate_lipschitz",
+    "recursion",
+    "report",
+    "trace",
+    "verify",
+]
 
 
 def recursion(
@@ -65,35 +76,82 @@ def recursion(
     t: Tensor,
     *,
     surrogate: bool,
-) -> Recursion:
+) -> GradTerms:
     """The GD-step terms for weights ``w`` (P,), tokens ``x_all`` (T, d_x), ``y_all`` (T, d_y), mask t (T,).
 
-    ``surrogate=True`` uses the model's conditioned ReLU sums (what the heads compute, paper (C.6), (3.20));
-    ``surrogate=False`` the exact r, r', u (Lemma 1). ``grad`` is ``(1/(2n)) sum_t s_t(j) p_t(j-1)^T``.
+    :func:`icdl.nets.lemma1_terms` with the model's conditioned ReLU sums passed in as r, r', u
+    (``surrogate=True``: what the heads compute, paper (C.6), (3.20)) or the exact ones (Lemma 1). Tokens
+    with ``t = 0`` (the query) get u = 0 and add nothing to ``grad = (1/(2n)) sum_t s_t(j) p_t(j-1)^T``.
     """
-    spec = model.spec
-    loss = get_loss(model.config.loss)
-    n = int(t.sum().item())
-    Vs = unflatten(spec, w)
-    ps, pre, rp = [x_all], [], []
-    for j, V in enumerate(Vs, start=1):
-        z = ps[-1] @ V.t()
-        pre.append(z)
-        if surrogate:
-            ps.append(model.terms.r[j - 1](z))
-            rp.append(model.terms.r_prime[j - 1](z))
-        else:
-            act = spec.layer_act(j)
-            ps.append(act.fn(z))
-            rp.append(act.deriv(z))
-    u = model.terms.u(ps[-1], y_all) if surrogate else loss.deriv(ps[-1], y_all)
-    u = u * t[:, None]
-    s: list[Tensor] = [torch.empty(0)] * spec.depth
-    s[-1] = rp[-1] * u
-    for j in range(spec.depth - 1, 0, -1):
-        s[j - 1] = rp[j - 1] * (s[j] @ Vs[j])
-    grad = torch.cat([(s[j].t() @ ps[j] / (2 * n)).reshape(-1) for j in range(spec.depth)])
-    return Recursion(pre, ps, rp, u, s, grad)
+    N = model.spec.depth
+    if not surrogate:
+        return lemma1_terms(model.spec, model.config.loss, w, x_all, y_all, mask=t)
+    terms = model.terms
+    return lemma1_terms(
+        model.spec,
+        model.config.loss,
+        w,
+        x_all,
+        y_all,
+        mask=t,
+        r=[terms.r[j] for j in range(N)],
+        r_prime=[terms.r_prime[j] for j in range(N)],
+        u=terms.u,
+    )
+
+
+@dataclass
+class Reference:
+    """The reference quantities of one GD step (:data:`icdl.construct.contract.QUANTITIES`) at the
+    transformer's own step-start weights ``w``, on all T tokens: ``sur`` with the construction's ReLU sums
+    (what every slot must hold), ``exact`` with the true r, r', u (for the per-step error table).
+
+    A variant's callable :class:`~icdl.construct.contract.Expect` gets this object; ``model``, ``x_all``,
+    ``y_all`` (zero on the query) and ``t`` (1 on examples, 0 on the query) let it evaluate its own
+    recursion. ``cache`` is free for such callables (one Reference per GD step).
+    """
+
+    w: Tensor
+    sur: GradTerms
+    exact: GradTerms
+    lr: float
+    box: float | None
+    model: CompiledModel
+    x_all: Tensor
+    y_all: Tensor
+    t: Tensor
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, e: Expect, terms: GradTerms | None = None) -> Tensor:
+        """The quantity ``e`` names, shape ``(T, slot size)`` (``zero`` is handled by the caller)."""
+        g = self.sur if terms is None else terms
+        T = g.p[0].shape[0]
+        q, j = e.quantity, e.layer
+        if callable(q):
+            return q(self)
+        if q in ("p", "prediction"):
+            return g.p[len(g.p) - 1 if q == "prediction" else _layer(e, 0)]
+        if q == "r_prime":
+            return g.r_prime[_layer(e) - 1]
+        if q == "u":
+            return g.u
+        if q == "s":
+            return g.s[_layer(e) - 1]
+        flat = {
+            "A": lambda: g.A[_layer(e) - 1].reshape(-1),
+            "grad": lambda: g.grad,
+            "w_step": lambda: self.w - self.lr * g.grad,
+            "w": lambda: project(self.w - self.lr * g.grad, self.box),
+        }
+        if q in flat:
+            return flat[q]()[None].expand(T, -1)
+        raise ValueError(f"no reference value for {q!r} (layer {j})")
+
+
+def _layer(e: Expect, low: int = 1) -> int:
+    if e.layer is None or e.layer < low:
+        raise ValueError(f"quantity {e.quantity!r} needs a layer >= {low}, got {e.layer!r}")
+    return e.layer
 
 
 def estimate_lipschitz(
@@ -138,22 +196,201 @@ class StepErrors:
 
 @dataclass
 class Divergence:
-    """The first sublayer whose output differs from the surrogate by more than the tolerance."""
+    """The first sublayer whose output differs from its expected effect by more than the tolerance.
 
-    step: int  # 0-based GD step; == steps for the readout
-    index: int  # 0-based index inside the block (or the readout)
+    Attributes:
+        step: 0-based GD step, None for the readout.
+        index: 0-based position in the block (or the readout).
+        name: the sublayer's name (unique in its block).
+        role: its role.
+        slot: the slot with the largest error (a slot holding NaN or inf wins over any finite error).
+        error: the largest absolute error in that slot (nan or inf when the slot is not finite).
+        kind: ``"finite"``, ``"nan"`` or ``"inf"``.
+    """
+
+    step: int | None
+    index: int
+    name: str
     role: str
     slot: str
     error: float
+    kind: str = "finite"
 
     def describe(self) -> str:
-        where = "readout" if self.index < 0 else f"step {self.step + 1}"
-        return f"{where}, sublayer {self.index + 1} ({self.role}), slot {self.slot}: |err| = {self.error:.3g}"
+        where = "readout" if self.step is None else f"step {self.step + 1}"
+        err = {"nan": "NaN", "inf": "inf"}.get(self.kind, f"|err| = {self.error:.3g}")
+        return f"{where}, sublayer {self.index + 1} ({self.name}), slot {self.slot}: {err}"
+
+
+@dataclass
+class Trace:
+    """The prompt and the state after every sublayer (batch element 0), in application order."""
+
+    H0: Tensor
+    points: list[tuple[TracePoint, Tensor]]
+    out: Tensor
+    seconds_forward: float
+
+
+def trace(model: CompiledModel, H0: Tensor) -> Trace:
+    """Run ``model`` on ``H0`` (one prompt) and keep the state after every sublayer."""
+    points: list[tuple[TracePoint, Tensor]] = []
+    t0 = time.perf_counter()
+    out = model.run(H0, trace=lambda pt, H: points.append((pt, H[0].clone())))
+    return Trace(H0, points, out, time.perf_counter() - t0)
+
+
+@dataclass
+class SlotError:
+    """Error of one slot after one sublayer: max ``|got - want| / max(1, |want|)``, its abs value, and
+    whether the slot holds a NaN or an inf where the reference does not."""
+
+    slot: str
+    rel: float
+    abs: float
+    kind: str
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """Order for "the worst slot": NaN and inf before any finite error."""
+        return (0 if self.kind == "finite" else 1, self.rel if self.kind == "finite" else 0.0)
+
+
+def _slot_error(label: str, got: Tensor, want: Tensor) -> SlotError:
+    bad = ~torch.isfinite(got) & torch.isfinite(want)
+    if bool(bad.any()):
+        kind = "nan" if bool(torch.isnan(got[bad]).any()) else "inf"
+        err = math.nan if kind == "nan" else math.inf
+        return SlotError(label, err, err, kind)
+    diff = (got - want).abs().nan_to_num(nan=0.0)  # NaN where both are NaN: no new divergence
+    rel = diff / want.abs().nan_to_num(nan=1.0, posinf=1.0, neginf=1.0).clamp_min(1.0)
+    return SlotError(label, float(rel.max()), float(diff.max()), "finite")
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare` found: the first divergence, the largest relative sublayer error, per step the
+    errors against exact GD terms and the gradient the transformer applied, and the step-end weights."""
+
+    first: Divergence | None
+    max_rel: float
+    per_step: list[dict[str, float]]
+    grad_err: list[float]
+    w_tf: list[Tensor]
+    spread: float
+    scratch_max: float
+    references: list[Reference]
+
+
+_EXACT_KEYS = {"p": "p", "r_prime": "r_prime", "u": "g", "s": "s"}
+
+
+def compare(
+    model: CompiledModel,
+    tr: Trace,
+    x: Tensor,
+    y: Tensor,
+    x_query: Tensor,
+    w0: Tensor,
+    *,
+    tol: float = 1e-9,
+    on_step: Callable[[Reference], None] | None = None,
+) -> Comparison:
+    """Check every traced state against the variant's expected effects (everything not named must keep its
+    value); the reference is re-evaluated at the transformer's own weights at the start of every step, so
+    each sublayer is checked on its own input and the first divergence is where a bug is."""
+    variant = get_variant(model.config.variant)
+    layout, spec = model.layout, model.spec
+    dt = model.config.torch_dtype
+    n = x.shape[0]
+    x_all = torch.cat([x, x_query[None]])
+    y_all = torch.cat([y, torch.zeros(1, spec.out_dim, dtype=dt)])
+    tmask = torch.cat([torch.ones(n, dtype=dt), torch.zeros(1, dtype=dt)])
+    lr, box, loss = model.config.lr, model.config.box, model.config.loss
+    slots = {s.label: s for s in layout.slots}
+    W_idx = layout.indices("W")
+    scratch_idx = layout.scratch_indices()
+    effects_of = {m.info.name: variant.effects(m.info, layout) for m in model.block_layers}
+    readout_effects = {m.info.name: variant.effects(m.info, layout) for m in model.readout_layers}
+
+    def reference(w: Tensor) -> Reference:
+        ref = Reference(
+            w,
+            recursion(model, w, x_all, y_all, tmask, surrogate=True),
+            recursion(model, w, x_all, y_all, tmask, surrogate=False),
+            lr,
+            box,
+            model,
+            x_all,
+            y_all,
+            tmask,
+        )
+        if on_step is not None:
+            on_step(ref)
+        return ref
+
+    first: Divergence | None = None
+    max_rel = 0.0
+    cur = tr.H0[0].clone()
+    step_w = w0
+    ref = reference(w0)
+    refs = [ref]
+    w_tf = [w0]
+    grad_err: list[float] = []
+    per_step: list[dict[str, float]] = []
+    acc: dict[str, float] = dict.fromkeys(_EXACT_KEYS.values(), 0.0)
+    applied: Tensor | None = None
+    spread = scratch_max = 0.0
+    last = len(model.block_layers) - 1
+    for pt, H in tr.points:
+        if pt.index == 0 and pt.step != 0 and not (pt.step is None and model.steps == 0):
+            ref = reference(step_w)
+            refs.append(ref)
+        expects = (readout_effects if pt.step is None else effects_of)[pt.name]
+        exp = cur.clone()
+        tols: dict[str, float] = {}
+        for e in expects:
+            idx = list(slots[e.slot].indices)
+            rows = slice(None) if e.tokens == "all" else slice(-1, None)
+            val = torch.zeros(len(idx), dtype=dt) if e.quantity == "zero" else ref.value(e)
+            exp[rows, idx] = val[rows] if val.dim() == 2 else val
+            if e.rtol is not None:
+                tols[e.slot] = e.rtol
+            if isinstance(e.quantity, str) and e.quantity in _EXACT_KEYS and pt.step is not None:
+                key = _EXACT_KEYS[e.quantity]
+                want = ref.value(e, ref.exact)[rows]
+                acc[key] = max(acc[key], float((H[rows][:, idx] - want).abs().max()))
+            if e.quantity == "w_step":
+                applied = H[-1, idx]
+        errs = [_slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in layout.slots]
+        for se in errs:
+            if se.kind == "finite":
+                max_rel = max(max_rel, se.rel)
+        failing = [se for se in errs if not se.rel <= tols.get(se.slot, tol)]
+        if first is None and failing:
+            bad = max(failing, key=lambda se: se.rank)
+            first = Divergence(pt.step, pt.index, pt.name, pt.info.role, bad.slot, bad.abs, bad.kind)
+        cur = H  # continue from the transformer's own state: later checks localise their own errors
+        if pt.step is not None and pt.index == last:
+            W = H[:, W_idx]
+            spread = max(spread, float((W - W[0]).abs().max()))
+            scratch_max = max(scratch_max, float(H[:, scratch_idx].abs().max()))
+            # The gradient the transformer applied: read before the projection when a sublayer is expected
+            # to write w - eta grad, else from the step's end (exact without projection).
+            w_new = W[-1].clone()
+            g_tf = (step_w - (applied if applied is not None else w_new)) / lr
+            grad_err.append(float((g_tf - gradient(spec, loss, step_w, x, y)).norm()))
+            applied = None
+            step_w = w_new
+            w_tf.append(step_w)
+            per_step.append(acc)
+            acc = dict.fromkeys(_EXACT_KEYS.values(), 0.0)
+    return Comparison(first, max_rel, per_step, grad_err, w_tf, spread, scratch_max, refs)
 
 
 @dataclass
 class VerifyReport:
-    """Result of :func:`verify`. ``passed`` means: no divergence from the surrogate beyond ``tol``."""
+    """Result of :func:`verify`. ``passed`` means: no divergence from the expected effects beyond ``tol``."""
 
     steps: list[StepErrors]
     first_divergence: Divergence | None
@@ -184,11 +421,13 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["passed"] = self.passed
+        d["first_divergence"] = None if self.first_divergence is None else self.first_divergence.describe()
+        d["first_divergence_at"] = None if self.first_divergence is None else asdict(self.first_divergence)
         return d
 
     def table(self) -> str:
-        """A readable per-step table plus the summary lines."""
-        cols = ("p", "r_prime", "g", "s", "w", "eps_l", "traj_l2", "bound")
+        """A readable per-step table, its legend and the summary lines ("—" where a check does not apply)."""
+        cols = ("p", "r_prime", "u", "s", "w", "eps_l", "traj_l2", "bound")
         head = f"{'step':>4} " + " ".join(f"{c:>9}" for c in cols)
         rows = [head]
         for e in self.steps:
@@ -196,7 +435,17 @@ class VerifyReport:
                 f"{e.step:>4} {e.p:9.2e} {e.r_prime:9.2e} {e.g:9.2e} {e.s:9.2e} {e.w:9.2e} {e.grad_l2:9.2e} "
                 f"{e.trajectory_l2:9.2e} {e.bound_l2:9.2e}"
             )
+        rows += [
+            "legend: p, r_prime, u, s = max |slot - exact Lemma 1 term| at the transformer's w; "
+            "w = max |w_TF - w_GD|;",
+            "        eps_l = ||applied gradient - grad L_n||_2; traj_l2 = ||w_TF - w_GD||_2; "
+            "bound = Corollary 1.1 (corrected) at step l",
+        ]
         div = "none" if self.first_divergence is None else self.first_divergence.describe()
+
+        def opt(v: int | None) -> str:
+            return "—" if v is None else str(v)
+
         rows += [
             f"sublayer check (tol {self.tol:.0e}): max err {self.max_sublayer_err:.2e}; "
             f"first divergence: {div}",
@@ -204,8 +453,8 @@ class VerifyReport:
             f"prediction error = {self.max_abs_err_prediction:.2e}",
             f"w spread across tokens = {self.weights_spread:.1e}; "
             f"scratch after blocks = {self.scratch_max:.1e}",
-            f"relu' window (0, delta) hits = {self.delta_window_count}; "
-            f"outside [-R, R] = {self.out_of_range_count}; "
+            f"relu' window (0, delta) hits = {opt(self.delta_window_count)}; "
+            f"outside [-R, R] = {opt(self.out_of_range_count)}; "
             f"gate margin = {self.gate_margin:.3g}",
             f"eps = {self.eps_grad:.2e}; L_f ~ {self.lipschitz_f:.3g} ({self.lipschitz_method}); "
             f"Corollary 1.1 bound {self.corollary_bound:.2e} vs trajectory error {self.trajectory_error:.2e}",
@@ -213,16 +462,30 @@ class VerifyReport:
         return "\n".join(rows)
 
 
-def _slot_errors(model: CompiledModel, got: Tensor, want: Tensor) -> tuple[float, str, float]:
-    """Max over slots of ``|got - want| / max(1, |want|)``: (max relative error, its slot, its abs error)."""
-    diff = (got - want).abs()
-    rel = diff / want.abs().clamp_min(1.0)
-    best, label, absval = 0.0, "", 0.0
-    for s in model.layout.slots:
-        r = float(rel[..., s.offset : s.offset + s.size].max())
-        if r > best or not label:
-            best, label, absval = r, s.label, float(diff[..., s.offset : s.offset + s.size].max())
-    return best, label, absval
+@dataclass
+class _Counters:
+    window: int = 0
+    range: int = 0
+    gate_margin: float = math.inf
+
+
+def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
+    """Pre-activations of the EXAMPLES inside the relu' window (0, delta) (the query's r' never reaches the
+    gradient: its u is 0), pre-activations outside [-R, R] for fitted sums, and the loss units' margin
+    below the gate constant C."""
+    cfg = model.config
+    assert cfg.delta is not None
+    fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
+    for j, z in enumerate(ref.sur.pre):
+        if model.terms.r_prime[j].delta is not None:
+            ze = z[:n]
+            c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
+        if fitted:
+            c.range += int((z.abs() > cfg.radius).sum())
+    u = model.terms.u
+    for a, b in zip(u.a, u.b, strict=True):
+        arg = float((a[0] * ref.sur.p[-1] + a[1] * y_all + b).abs().max())
+        c.gate_margin = min(c.gate_margin, cfg.gate - arg)
 
 
 def verify(
@@ -235,7 +498,8 @@ def verify(
     tol: float = 1e-9,
     lipschitz_iters: int = 20,
 ) -> VerifyReport:
-    """Run ``model`` on one prompt and compare it with reference GD (see the module docstring).
+    """Run ``model`` on one prompt and compare it with reference GD: :func:`trace`, :func:`compare`,
+    :func:`report` (see the module docstring).
 
     Args:
         model: a compiled model.
@@ -245,111 +509,47 @@ def verify(
     """
     t_start = time.perf_counter()
     dt = model.config.torch_dtype
-    spec, L, layout = model.spec, model.steps, model.layout
     x, y, x_query, w0 = (v.to(dt) for v in (x, y, x_query, w0))
-    n = x.shape[0]
-    x_all = torch.cat([x, x_query[None]])
-    y_all = torch.cat([y, torch.zeros(1, spec.out_dim, dtype=dt)])
-    tmask = torch.cat([torch.ones(n, dtype=dt), torch.zeros(1, dtype=dt)])
-    box, lr, loss = model.config.box, model.config.lr, model.config.loss
-    W_idx = layout.indices("W")
-    sl = {s.label: list(s.indices) for s in layout.slots}
-    scratch_idx = layout.scratch_indices()
+    tr = trace(model, model.build_prompt(x, y, x_query, w0))
+    y_all = torch.cat([y, torch.zeros(1, model.spec.out_dim, dtype=dt)])
+    counters = _Counters()
+    cmp = compare(
+        model,
+        tr,
+        x,
+        y,
+        x_query,
+        w0,
+        tol=tol,
+        on_step=lambda ref: _count(model, ref, counters, x.shape[0], y_all),
+    )
+    return report(model, tr, cmp, counters, x, y, x_query, w0, tol, lipschitz_iters, t_start)
 
-    H0 = model.build_prompt(x, y, x_query, w0)
-    states: list[tuple[int, int, SublayerInfo, Tensor]] = []
 
-    def trace(step: int, index: int, info: SublayerInfo, H: Tensor) -> None:
-        states.append((step, index, info, H[0].clone()))
-
-    t0 = time.perf_counter()
-    out = model.run(H0, trace=trace)
-    seconds_forward = time.perf_counter() - t0
+def report(
+    model: CompiledModel,
+    tr: Trace,
+    cmp: Comparison,
+    counters: _Counters,
+    x: Tensor,
+    y: Tensor,
+    x_query: Tensor,
+    w0: Tensor,
+    tol: float,
+    lipschitz_iters: int,
+    t_start: float,
+) -> VerifyReport:
+    """Turn a :class:`Comparison` into a :class:`VerifyReport`: trajectory against reference GD,
+    the Corollary 1.1 bound with a local L_f estimate, the prediction errors."""
+    spec, L = model.spec, model.steps
+    lr, box, loss = model.config.lr, model.config.box, model.config.loss
     t0 = time.perf_counter()
     traj_gd = reference_gd(spec, loss, w0, x, y, lr=lr, steps=L, box=box)
     seconds_reference = time.perf_counter() - t0
-
-    is_step = [t.delta is not None for t in model.terms.r_prime]
-    fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
-    counters = {"window": 0, "range": 0}
-    gate_margin = math.inf
-
-    def begin(w: Tensor) -> tuple[Recursion, Recursion]:
-        nonlocal gate_margin
-        sur = recursion(model, w, x_all, y_all, tmask, surrogate=True)
-        ex = recursion(model, w, x_all, y_all, tmask, surrogate=False)
-        assert model.config.delta is not None
-        for j, z in enumerate(sur.pre):
-            if is_step[j]:  # examples only: the query's r' never reaches the gradient (its g is 0)
-                ze = z[:n]
-                counters["window"] += int(((ze > 0) & (ze < model.config.delta)).sum())
-            if fitted:
-                counters["range"] += int((z.abs() > model.config.radius).sum())
-        u = model.terms.u
-        for a0, a1, b in zip(u.a0, u.a1, u.b, strict=True):
-            arg = float((a0 * sur.p[-1] + a1 * y_all + b).abs().max())
-            gate_margin = min(gate_margin, model.config.gate - arg)
-        return sur, ex
-
-    first: Divergence | None = None
-    max_sub = 0.0
-    cur = H0[0].clone()  # the state before the current sublayer
-    step_w = w0
-    w_tf = [w0]
-    sur, ex = begin(w0)
-    grad_err: list[float] = []
-    per_step: list[dict[str, float]] = []
-    acc = {"p": 0.0, "r_prime": 0.0, "g": 0.0, "s": 0.0}
-    spread = scratch_max = 0.0
-    for step, index, info, H in states:
-        if index == 0 and step > 0:
-            sur, ex = begin(step_w)
-        role, j = info.role, info.layer
-        exp = cur.clone()
-        if role == "forward":
-            exp[:, sl[f"P_{j}"]] = sur.p[j]
-            acc["p"] = max(acc["p"], float((H[:, sl[f"P_{j}"]] - ex.p[j]).abs().max()))
-        elif role == "derivative":
-            for jj in range(1, spec.depth + 1):
-                exp[:, sl[f"R_{jj}"]] = sur.r_prime[jj - 1]
-                acc["r_prime"] = max(
-                    acc["r_prime"], float((H[:, sl[f"R_{jj}"]] - ex.r_prime[jj - 1]).abs().max())
-                )
-        elif role == "loss":
-            exp[:, sl["G"]] = sur.u
-            acc["g"] = max(acc["g"], float((H[:, sl["G"]] - ex.u).abs().max()))
-        elif role == "backward":
-            exp[:, sl[f"S_{j}"]] = sur.s[j - 1]
-            acc["s"] = max(acc["s"], float((H[:, sl[f"S_{j}"]] - ex.s[j - 1]).abs().max()))
-        elif role == "update":
-            exp[:, W_idx] = (step_w - lr * sur.grad)[None]
-            g_tf = (step_w - H[-1, W_idx]) / lr  # the gradient the transformer applied
-            grad_err.append(float((g_tf - gradient(spec, loss, step_w, x, y)).norm()))
-        elif role == "project":
-            exp[:, W_idx] = project(cur[:, W_idx], box)
-            exp[:, scratch_idx] = 0.0
-        elif role == "readout":
-            exp[-1, sl["Y"]] = cur[-1, sl["Y"]] + sur.p[-1][-1]
-        else:  # pragma: no cover - a new role must teach the verifier what it writes
-            raise ValueError(f"verify() does not know what role {role!r} writes")
-        rel, label, absval = _slot_errors(model, H, exp)
-        max_sub = max(max_sub, rel)
-        if first is None and not rel <= tol:
-            first = Divergence(step, index, role, label, absval)
-        cur = H  # continue from the transformer's own state: later checks localise their own errors
-        if step < L and index == len(model.block) - 1:
-            W = H[:, W_idx]
-            spread = max(spread, float((W - W[0]).abs().max()))
-            scratch_max = max(scratch_max, float(H[:, scratch_idx].abs().max()))
-            step_w = W[-1].clone()
-            w_tf.append(step_w)
-            per_step.append(acc)
-            acc = {"p": 0.0, "r_prime": 0.0, "g": 0.0, "s": 0.0}
-
-    traj_tf = torch.stack(w_tf)
-    eps = max(grad_err, default=0.0)
+    traj_tf = torch.stack(cmp.w_tf)
+    eps = max(cmp.grad_err, default=0.0)
     if lipschitz_iters > 0 and L > 0:
-        lf = estimate_lipschitz(model, [*w_tf, *traj_gd], x, y, iters=lipschitz_iters)
+        lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], x, y, iters=lipschitz_iters)
     else:
         lf = 0.0
 
@@ -361,7 +561,7 @@ def verify(
     steps_out = []
     for l in range(1, L + 1):
         d = traj_tf[l] - traj_gd[l]
-        e = per_step[l - 1]
+        e = cmp.per_step[l - 1]
         steps_out.append(
             StepErrors(
                 l,
@@ -370,27 +570,29 @@ def verify(
                 e["g"],
                 e["s"],
                 float(d.abs().max()),
-                grad_err[l - 1],
+                cmp.grad_err[l - 1],
                 float(d.norm()),
                 bound(l),
             )
         )
-    pred = model.read_prediction(out)[0]
+    pred = model.read_prediction(tr.out)[0]
     pred_gd = forward_query(model, traj_gd[-1], x_query)
     pred_own = forward_query(model, traj_tf[-1], x_query)
+    has_step = any(t.delta is not None for t in model.terms.r_prime)
+    fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
     return VerifyReport(
         steps=steps_out,
-        first_divergence=first,
+        first_divergence=cmp.first,
         tol=tol,
-        max_sublayer_err=max_sub,
+        max_sublayer_err=cmp.max_rel,
         max_abs_err_weights=float((traj_tf - traj_gd).abs().max()),
         max_abs_err_prediction=float((pred - pred_gd).abs().max()),
         max_abs_err_prediction_own_w=float((pred - pred_own).abs().max()),
-        weights_spread=spread,
-        scratch_max=scratch_max,
-        delta_window_count=counters["window"] if any(is_step) else None,
-        out_of_range_count=counters["range"] if fitted else None,
-        gate_margin=gate_margin,
+        weights_spread=cmp.spread,
+        scratch_max=cmp.scratch_max,
+        delta_window_count=counters.window if has_step else None,
+        out_of_range_count=counters.range if fitted else None,
+        gate_margin=counters.gate_margin,
         eps_grad=eps,
         lipschitz_f=lf,
         lipschitz_method=(
@@ -399,7 +601,7 @@ def verify(
         ),
         corollary_bound=bound(L),
         trajectory_error=float((traj_tf[-1] - traj_gd[-1]).norm()),
-        seconds_forward=seconds_forward,
+        seconds_forward=tr.seconds_forward,
         seconds_reference=seconds_reference,
         seconds_verify=time.perf_counter() - t_start,
         extra={

@@ -1,20 +1,16 @@
 """Inspect a compiled GD transformer: named activations, head score patterns, slot trajectories, dense export.
 
 Names follow the construction (paper Theorem 1: one block of ``2N+4`` sublayers per GD step, Lemmas 2-5):
-every sublayer of a block has a name — ``forward_1 .. forward_N`` (Lemma 2), ``derivative`` (Lemma 3),
-``loss`` (Lemma 4), ``backward_N .. backward_1`` (Lemma 5), ``update`` and ``project`` (the proof of
-Theorem 1) — and the readout sublayers after the last step are ``readout_1 ..``. An activation is the
-residual stream after a sublayer, keyed ``(step, name)`` (0-based step; the readout has
-``step == model.steps``); ``(0, "prompt")`` is the input. A slot name from ``model.layout`` as a third
+every sublayer names itself (``m.info.name``: ``forward_1 .. forward_N`` (Lemma 2), ``derivative``
+(Lemma 3), ``loss`` (Lemma 4), ``backward_N .. backward_1`` (Lemma 5), ``update`` and ``project`` (the
+proof of Theorem 1) for the paper's variant; other variants name theirs). An activation is the residual
+stream after a sublayer, keyed ``(step, name)`` with a 0-based step, or ``("readout", name)`` for the
+readout after the last step; ``(0, "prompt")`` is the input. A slot name from ``model.layout`` as a third
 key element slices its coordinates: ``cache[2, "update", "W"]``.
-
-All access to the compiler goes through :func:`sublayer_table`, the one adapter between this module and
-the sublayer contract of :mod:`icdl.construct`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,10 +20,11 @@ from icdl.errors import InputError
 from icdl.inspect.cache import ActivationCache
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import CompiledModel
+    from icdl.construct.compile import CompiledModel, TracePoint
 
 __all__ = [
     "DENSE_LIMIT",
+    "READOUT",
     "dense_sublayer",
     "head_pattern",
     "run_with_cache",
@@ -43,36 +40,20 @@ DENSE_LIMIT = 50_000_000
 
 
 # --------------------------------------------------------------------------------------------------
-# The adapter: the only code that knows how the compiler stores and runs its sublayers.
+# Naming: every sublayer describes itself (``m.info``, :class:`icdl.sublayer.SublayerInfo`); its
+# ``info.name`` is unique within the block and within the readout.
 # --------------------------------------------------------------------------------------------------
 
-
-def _name(info: Any) -> str:
-    return info.role if info.layer is None else f"{info.role}_{info.layer}"
+READOUT = "readout"
+"""The step key of the readout sublayers: ``cache["readout", "readout"]`` is the final stream."""
 
 
 def sublayer_table(model: CompiledModel) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]]]:
-    """``(block, readout)``: the named sublayers of one GD step and of the readout, in execution order.
-
-    Names are ``role`` or ``role_j`` (network layer j) from each sublayer's metadata; a repeated name gets
-    a ``#2, #3, ..`` suffix so that every name is unique.
-    """
-
-    def named(mods: Any, prefix: str = "") -> list[tuple[str, nn.Module]]:
-        out: list[tuple[str, nn.Module]] = []
-        seen: Counter[str] = Counter()
-        for m in mods:
-            base = _name(m.info)
-            seen[base] += 1
-            out.append((base if seen[base] == 1 else f"{base}#{seen[base]}", m))
-        return out
-
-    block = named(model.block)
-    readout = named(model.readout)
-    # Readout roles are all "readout" (forward layers re-run, then the prediction MLP): number them.
-    if len({n for n, _ in readout}) < len(readout) or any(n == "readout" for n, _ in readout):
-        readout = [(f"readout_{i + 1}", m) for i, (_, m) in enumerate(readout)]
-    return block, readout
+    """``(block, readout)``: the named sublayers of one GD step and of the readout, in execution order."""
+    return (
+        [(m.info.name, m) for m in model.block_layers],
+        [(m.info.name, m) for m in model.readout_layers],
+    )
 
 
 def sublayer_names(model: CompiledModel) -> list[str]:
@@ -89,10 +70,11 @@ def slot_usage(model: CompiledModel, readout: bool = False) -> tuple[list[str], 
     """Which slots each sublayer of one block reads and writes: ``(sublayer names, slot labels, U)``.
 
     ``U[i, c]`` is 1 if sublayer i reads slot c, 2 if it writes it, 3 if both (from the sublayers'
-    metadata; ``W[V_2]`` counts as ``W``). With ``readout`` the readout sublayers follow the block.
+    metadata; ``W[V_2]`` counts as ``W``). With ``readout`` the readout sublayers follow the block, named
+    ``"readout: <name>"``.
     """
     block, ro = sublayer_table(model)
-    rows = block + (ro if readout else [])
+    rows = block + ([(f"{READOUT}: {n}", m) for n, m in ro] if readout else [])
     labels = [sl.label for sl in model.layout.slots]
     U = torch.zeros(len(rows), len(labels), dtype=torch.int64)
     for i, (_, m) in enumerate(rows):
@@ -135,19 +117,15 @@ def run_with_cache(
 
     Returns:
         ``(out, cache)``: ``out`` equals ``model.run(H, readout=readout)``; ``cache[step, name]`` is
-        ``(B, n+1, D)`` and ``cache[step, name, slot]`` its slot's coordinates.
+        ``(B, n+1, D)`` and ``cache[step, name, slot]`` its slot's coordinates (``step`` is ``"readout"``
+        for the readout sublayers).
     """
-    block, ro = sublayer_table(model)
-    names = [n for n, _ in block]
-    ro_names = [n for n, _ in ro]
     store: dict[tuple[Any, ...], Tensor] = {(0, "prompt"): H.detach().clone()}
 
-    # The current compiler reports (step, index in block or readout, info, H) after each sublayer.
-    def trace(step: int, index: int, info: Any, Hs: Tensor) -> None:
-        if steps is not None and step not in steps and step != model.steps:
+    def trace(point: TracePoint, Hs: Tensor) -> None:
+        if steps is not None and point.step is not None and point.step not in steps:
             return
-        name = ro_names[index] if step == model.steps else names[index]
-        store[step, name] = Hs.detach().clone()
+        store[READOUT if point.step is None else point.step, point.name] = Hs.detach().clone()
 
     out = model.run(H, trace=trace, readout=readout)
     return out, ActivationCache(store, kind="compiled", slots=_slots(model))
@@ -180,10 +158,10 @@ def head_pattern(
     with itself only) the diagonal matrix of scores ``<Q h_i, K h_i>``. Computed from the dense ``Q_m, K_m``
     of the head, independently of the compiled forward pass.
     """
-    from icdl.layers import EWML, MLP, SoftmaxAttention
+    from icdl.construct.layers import EWML, ReLUMLP, SoftmaxAttention
 
     m = _get_sublayer(model, name, readout)
-    if isinstance(m, MLP):
+    if isinstance(m, ReLUMLP):
         raise InputError(f"sublayer {name!r} is an MLP: it has no attention heads")
     if not 0 <= head < m.num_heads:
         raise InputError(f"sublayer {name!r} has {m.num_heads} heads; head {head} does not exist")
@@ -226,16 +204,16 @@ def dense_sublayer(
     Raises :class:`InputError` when the dense form would hold more than ``limit`` entries (the compact
     tables stay small while ``M * D^2`` grows fast: a 66-head sublayer at ``D = 511`` is 17M entries).
     """
-    from icdl.layers import MLP
+    from icdl.construct.layers import ReLUMLP
 
     m = _get_sublayer(model, name, readout)
     D = m.dim
-    size = 2 * m.hidden * D if isinstance(m, MLP) else m.num_heads * (2 * m.head_dim * D + D * D)
+    size = 2 * m.hidden * D if isinstance(m, ReLUMLP) else m.num_heads * (2 * m.head_dim * D + D * D)
     if size > limit:
         raise InputError(
             f"dense form of {name!r} has {size:,} entries (limit {limit:,}); pass limit= to allow it"
         )
-    if isinstance(m, MLP):
+    if isinstance(m, ReLUMLP):
         W1, W2 = m.dense()
         return {"W1": W1, "W2": W2}
     Q, K, V = m.dense()

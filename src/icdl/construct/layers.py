@@ -5,10 +5,11 @@ tokens as columns, ``H in R^{D x T}``; we use the transpose so that the embeddin
 axis) — to a tensor of the same shape, and is residual: ``out = H + f(H)``.
 
 * :class:`ReLUAttention` — Definition 7 (vector form): ``out_i = h_i + (1/T) sum_m sum_s
-  relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (paper-notes §2, §10.3).
+  relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (the paper's
+  Definition 7 normalises by n; docs/construction.md explains why T).
 * :class:`EWML` — Definition 6: ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i`` (same token, no ReLU,
   no normalisation).
-* :class:`MLP` — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases (the ONE slot provides them).
+* :class:`ReLUMLP` — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases (the ONE slot provides them).
 * :class:`SoftmaxAttention` — eq. (E.1) with ``W^(O)`` folded into V: ``out_i = h_i + sum_m sum_s
   softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
 
@@ -23,7 +24,7 @@ An MLP hidden unit ``u`` stores its reads ``w1_idx, w1_coef`` (``(U, r)``) and w
 (``(U, o)``). Rows are padded with zero coefficients (index 0); a zero coefficient contributes an exact 0.
 
 Floating-point order is part of the contract, because the compiled GD transformer relies on exact
-cancellations (paper-notes §9.4: the relu' delta-step and the query gate):
+cancellations (the relu' delta-step and the query gate, docs/construction.md):
 
 * the **last** Q/K read pair of every head is added to the score last (builders put the bias
   ``b * ONE · ONE`` there), so that two heads with the same leading reads get scores ``X`` and ``X + b``;
@@ -40,18 +41,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
+from icdl.sublayer import SublayerInfo, SublayerKind
+
 __all__ = [
     "EWML",
-    "MLP",
     "Accumulate",
     "HeadTable",
     "ReLUAttention",
+    "ReLUMLP",
+    "Role",
     "SoftmaxAttention",
+    "Sublayer",
     "UnitTable",
 ]
 
@@ -184,13 +190,56 @@ def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
-class _Sublayer(nn.Module):
-    """Base class: registers the compact tables as buffers (so ``state_dict`` holds them) and counts them."""
+@dataclass(frozen=True)
+class Role:
+    """What a sublayer is for, as its builder states it: the rest of its :class:`SublayerInfo` (kind, sizes,
+    slots read and written) is derived from its own tables.
+
+    Attributes:
+        name: unique inside its block (default: ``role`` or ``role_layer``).
+        role: what it computes (``forward``, ``loss`` ...).
+        lemma: where the paper (or docs/construction.md) builds it.
+        layer: the network layer j it serves, else None.
+    """
+
+    role: str
+    lemma: str = ""
+    layer: int | None = None
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return self.role if self.layer is None else f"{self.role}_{self.layer}"
+
+
+def _coord_labels(coords: Tensor, labels: Sequence[str] | None) -> tuple[str, ...]:
+    """Distinct labels of the coordinates ``coords`` in embedding order (``h[i]`` without labels)."""
+    out: list[str] = []
+    for i in sorted(set(coords.reshape(-1).tolist())):
+        lab = f"h[{i}]" if labels is None else labels[i]
+        if lab not in out:
+            out.append(lab)
+    return tuple(out)
+
+
+class Sublayer(nn.Module):
+    """Base class: registers the compact tables as buffers (so ``state_dict`` holds them), counts them and
+    describes itself (``info``, derived from the tables and the builder's :class:`Role`)."""
 
     TABLES: tuple[str, ...] = ()
     INDEX_TABLES: frozenset[str] = frozenset()
+    KIND: ClassVar[SublayerKind]
 
-    def __init__(self, tables: dict[str, Tensor], dim: int) -> None:
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> None:
         super().__init__()
         missing = set(self.TABLES) - set(tables)
         if missing:
@@ -203,7 +252,48 @@ class _Sublayer(nn.Module):
                 if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.dim):
                     raise ValueError(f"{type(self).__name__}.{name}: slot index outside [0, {self.dim})")
             self.register_buffer(name, t.contiguous())
-        self.info: object | None = None  # metadata attached by the compiler (icdl.construct)
+        if labels is not None and len(labels) != self.dim:
+            raise ValueError(f"{type(self).__name__}: {len(labels)} coordinate labels for dim {self.dim}")
+        self.role = role if role is not None else Role(self.KIND)
+        self.info: SublayerInfo = self._describe(labels)
+
+    def _describe(self, labels: Sequence[str] | None) -> SublayerInfo:
+        """This sublayer's description; every size and slot field comes from its own tables."""
+        return SublayerInfo(
+            name=self.role.label,
+            role=self.role.role,
+            kind=self.KIND,
+            lemma=self.role.lemma,
+            layer=self.role.layer,
+            heads=self._heads(),
+            hidden=self._hidden(),
+            score_dim=self._score_dim(),
+            value_dim=self._value_dim(),
+            reads=_coord_labels(self._read_coords(), labels),
+            writes=_coord_labels(self._write_coords(), labels),
+        )
+
+    def _heads(self) -> int:
+        return 0
+
+    def _hidden(self) -> int:
+        return 0
+
+    def _score_dim(self) -> int:
+        return 0
+
+    def _value_dim(self) -> int:
+        return 0
+
+    def _read_coords(self) -> Tensor:
+        raise NotImplementedError
+
+    def _write_coords(self) -> Tensor:
+        raise NotImplementedError
+
+    def dense_parameters(self) -> int:
+        """Parameters of the paper's dense form of this sublayer."""
+        raise NotImplementedError
 
     def _check(self, H: Tensor) -> None:
         if H.dim() != 3 or H.shape[-1] != self.dim:
@@ -221,12 +311,27 @@ class _Sublayer(nn.Module):
         return sum(int((t != 0).sum()) for t in self.coefficient_tables())
 
 
-class _HeadSublayer(_Sublayer):
+class _HeadSublayer(Sublayer):
     TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
+    q_idx: Tensor
+    q_coef: Tensor
+    k_idx: Tensor
+    k_coef: Tensor
+    v_src: Tensor
+    v_dst: Tensor
+    v_coef: Tensor
     INDEX_TABLES = frozenset({"q_idx", "k_idx", "v_src", "v_dst"})
 
-    def __init__(self, tables: dict[str, Tensor], dim: int, max_chunk_elems: int = DEFAULT_CHUNK_ELEMS):
-        super().__init__(tables, dim)
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        max_chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
+    ):
+        super().__init__(tables, dim, role=role, labels=labels)
         M, dh = self.q_idx.shape
         if self.k_idx.shape != (M, dh) or self.v_src.shape[0] != M or self.v_dst.shape != self.v_src.shape:
             raise ValueError(f"{type(self).__name__}: inconsistent head table shapes")
@@ -235,6 +340,27 @@ class _HeadSublayer(_Sublayer):
     @property
     def num_heads(self) -> int:
         return int(self.q_idx.shape[0])
+
+    def _heads(self) -> int:
+        return self.num_heads
+
+    def _score_dim(self) -> int:
+        # Q/K rows are padded at the front with (index 0, coefficient 0) pairs on both sides; any other
+        # pair is a read of the head (HeadTable.tensors).
+        pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
+        leading = torch.cumprod(pad.to(torch.long), dim=1).sum(1)
+        return int((self.head_dim - leading).sum())
+
+    def _value_dim(self) -> int:
+        return int((self.v_coef != 0).sum())
+
+    def _read_coords(self) -> Tensor:
+        return torch.cat(
+            [self.q_idx[self.q_coef != 0], self.k_idx[self.k_coef != 0], self.v_src[self.v_coef != 0]]
+        )
+
+    def _write_coords(self) -> Tensor:
+        return self.v_dst[self.v_coef != 0]
 
     @property
     def head_dim(self) -> int:
@@ -297,6 +423,14 @@ class ReLUAttention(_HeadSublayer):
             set False to run the plain T x T computation (tests compare both).
     """
 
+    KIND: ClassVar[SublayerKind] = "relu_attention"
+    _udst: Tensor
+    _entry_udst: Tensor
+    _entry_head: Tensor
+    _select: Tensor
+    _q_slots: Tensor
+    _kv_slots: Tensor
+
     def __init__(
         self,
         tables: dict[str, Tensor],
@@ -304,8 +438,11 @@ class ReLUAttention(_HeadSublayer):
         accumulate: Accumulate = "tokens",
         max_chunk_elems: int = DEFAULT_CHUNK_ELEMS,
         fast_paths: bool = True,
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(tables, dim, max_chunk_elems)
+        super().__init__(tables, dim, max_chunk_elems, role=role, labels=labels)
         if accumulate not in ("tokens", "heads"):
             raise ValueError(f"accumulate must be 'tokens' or 'heads', got {accumulate!r}")
         self.accumulate: Accumulate = accumulate
@@ -393,6 +530,8 @@ class SoftmaxAttention(ReLUAttention):
     """Softmax attention (paper eq. (E.1), ``W^(O)`` folded into V), no mask, no 1/T factor:
     ``out_i = h_i + sum_m sum_s softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``."""
 
+    KIND: ClassVar[SublayerKind] = "softmax_attention"
+
     def _weights(self, S: Tensor) -> Tensor:
         return torch.softmax(S, dim=-2)  # scores are (..., keys, queries)
 
@@ -405,6 +544,8 @@ class EWML(_HeadSublayer):
 
     ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i`` — no ReLU on the score, no normalisation.
     """
+
+    KIND: ClassVar[SublayerKind] = "ewml"
 
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
@@ -420,23 +561,45 @@ class EWML(_HeadSublayer):
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
 
 
-class MLP(_Sublayer):
-    """Bias-free token-wise MLP, Definition 8: ``out = H + W_2 relu(W_1 H)``.
+class ReLUMLP(Sublayer):
+    """Bias-free token-wise ReLU MLP with compact tables, Definition 8: ``out = H + W_2 relu(W_1 H)``.
 
     Pre-activations are accumulated read by read in the stored order (see the module docstring).
     """
 
+    KIND: ClassVar[SublayerKind] = "mlp"
+    w1_idx: Tensor
+    w1_coef: Tensor
+    w2_dst: Tensor
+    w2_coef: Tensor
+
     TABLES = ("w1_idx", "w1_coef", "w2_dst", "w2_coef")
     INDEX_TABLES = frozenset({"w1_idx", "w2_dst"})
 
-    def __init__(self, tables: dict[str, Tensor], dim: int) -> None:
-        super().__init__(tables, dim)
+    def __init__(
+        self,
+        tables: dict[str, Tensor],
+        dim: int,
+        *,
+        role: Role | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(tables, dim, role=role, labels=labels)
         if self.w1_idx.shape[0] != self.w2_dst.shape[0]:
-            raise ValueError("MLP: reads and writes describe different numbers of hidden units")
+            raise ValueError("ReLUMLP: reads and writes describe different numbers of hidden units")
 
     @property
     def hidden(self) -> int:
         return int(self.w1_idx.shape[0])
+
+    def _hidden(self) -> int:
+        return self.hidden
+
+    def _read_coords(self) -> Tensor:
+        return self.w1_idx[self.w1_coef != 0]
+
+    def _write_coords(self) -> Tensor:
+        return self.w2_dst[self.w2_coef != 0]
 
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)

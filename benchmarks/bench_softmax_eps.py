@@ -1,0 +1,79 @@
+"""GD error of the explicit softmax-attention construction (``--variant softmax``) as a function of eps.
+
+For each activation and eps: compile, verify against reference GD (icdl.construct.verify) and print one
+markdown row: sublayers per step, attention heads, embedding dim D, hidden units per step, unique stored
+coefficients, compile and forward seconds (one prompt, float64, this process), max |w_TF - w_GD|,
+prediction error, the gradient error eps_l (max over steps), the Corollary 1.1 bound, the largest
+range ratio of a product factor along the reference trajectory (<= 1: the products' range assumption
+holds) and whether every sublayer matched its surrogate.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py                  # the docs table
+    OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py --point 2,3,2,1,6,3 --eps 1e-2,1e-3
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def row(spec_args: tuple[int, ...], act: str, eps: float, radius: float, seed: int) -> str:
+    import torch
+
+    from icdl.construct import compile_gd_transformer, sample_task, verify
+    from icdl.construct.softmax import products, range_ratios, surrogate
+    from icdl.nets import NetSpec, reference_gd
+
+    N, K, dx, dy, n, L = spec_args
+    spec = NetSpec(N, K, dx, dy, activation=act)
+    x, y, xq, w0, _ = sample_task(spec, n, seed=seed)
+    t0 = time.perf_counter()
+    model = compile_gd_transformer(spec, lr=0.1, steps=L, n=n, eps=eps, radius=radius, variant="softmax")
+    t_compile = time.perf_counter() - t0
+    H = model.build_prompt(x, y, xq, w0)
+    t0 = time.perf_counter()
+    model(H)
+    t_forward = time.perf_counter() - t0
+    rep = verify(model, x, y, xq, w0)
+    # The products' range assumption along the reference trajectory (<= 1: every product within eps).
+    cfg = model.config
+    prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+    x_all, y_all = torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, dy, dtype=y.dtype)])
+    t = torch.cat([torch.ones(n, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
+    ratio = 0.0
+    for w in reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=L):
+        sur = surrogate(spec, prods, model.terms.r, model.terms.r_prime, model.terms.u, w, x_all, y_all, t)
+        ratio = max(ratio, *range_ratios(prods, sur, w).values())
+    s = model.summary()
+    hidden = sum(m.info.hidden for m in model.block_layers)
+    heads = sum(m.info.heads for m in model.block_layers)
+    return (
+        f"| {act} | {eps:.0e} | {model.sublayers_per_step} | {heads} | {s['embedding_dim']} | {hidden} | "
+        f"{s['parameters']['unique']} | {t_compile:.2f} | {t_forward:.2f} | {rep.max_abs_err_weights:.1e} | "
+        f"{rep.max_abs_err_prediction:.1e} | {rep.eps_grad:.1e} | {rep.corollary_bound:.1e} | "
+        f"{ratio:.2f} | {'yes' if rep.passed else 'NO'} |"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--point", default="3,4,3,1,16,5", help="N,K,d_x,d_y,n,L (default 3,4,3,1,16,5)")
+    ap.add_argument("--activations", default="relu,sigmoid", help="comma-separated activations")
+    ap.add_argument("--eps", default="1e-2,1e-3,1e-4", help="comma-separated eps values")
+    ap.add_argument("--radius", type=float, default=10.0, help="range R assumed for the product factors")
+    ap.add_argument("--seed", type=int, default=0, help="prompt seed (icdl.construct.sample_task)")
+    a = ap.parse_args()
+    point = tuple(int(v) for v in a.point.split(","))
+    print(f"N,K,d_x,d_y,n,L = {point}, radius {a.radius}, seed {a.seed}")
+    print(
+        "| act | eps | sublayers/step | heads/step | D | hidden/step | unique coef. | compile s | forward s "
+        "| max abs err w | pred. err | ε (grad err) | Cor. 1.1 bound | range ratio | sublayer check |"
+    )
+    print("|---" * 15 + "|")
+    for act in a.activations.split(","):
+        for eps in (float(e) for e in a.eps.split(",")):
+            print(row(point, act, eps, a.radius, a.seed), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,465 @@
+"""An explicit softmax-attention construction (``--variant softmax``): GD steps with softmax attention and
+ReLU MLPs only.
+
+Theorem 2 of the paper (App. E) shows that a softmax transformer of 4 layers per step can run GD, but only
+as an existence result (Lemma 16: a grid approximation and a contextual mapping, no weights). This variant
+gives weights. The one cross-token operation of a GD step is the sum of per-example gradients
+(eq. (3.5), (3.7)); a softmax head whose scores are all 0 (``K = 0``) attends uniformly, so its output is
+the exact average ``(1/T) sum_t V h_t`` — the same ``1/T`` the paper's ReLU update layer (C.16) carries. The
+query token adds nothing because its loss derivative is gated to exactly 0 (Lemma 4) and every product
+below is exactly 0 when its second factor is. Everything else is token-local (each token holds w), so it is
+done by bias-free ReLU MLPs (Definition 8), with products from :mod:`icdl.construct.products`:
+
+========================  =======  =============================================================
+sublayer (name)           kind     computes (in the token's own slots)
+========================  =======  =============================================================
+``forward_products_j``    MLP      P_j += V_j p(j-1) (``n_j n_{j-1}`` products ``v * p``)
+``activation_j``          MLP      P_j <- r(P_j), R_j += r'(P_j) (the sums of Lemmas 2-3)
+``loss``                  MLP      G = u(p(N), y), exactly 0 on the query (Lemma 4)
+``backward_N``            MLP      S_N += r'(N-1) ⊙ G (Lemma 5, j = N)
+``backward_transpose_j``  MLP      S_j += V_{j+1}^T s(j+1) (products ``v * s``), j = N-1..1
+``backward_mask_j``       MLP      S_j <- r'(j-1) ⊙ S_j (Lemma 5, eq. (3.6))
+``gradient``              MLP      A += s(j) p(j-1)^T for all j (products ``p * s``; 0 on the query)
+``update``                softmax  W += -eta (n+1)/(2n) mean_t A_t = -eta ∇L_n(w) (one head per layer)
+``project``               MLP      Proj_W (box) and clean-up of the scratch slots (incl. A)
+========================  =======  =============================================================
+
+so ``4N + 3`` sublayers per step (the paper's existence proof: 4), one of them attention. For ReLU networks
+the ``r'`` products are exact mask products (r' is a 0/1 step) and only the ``v * p``, ``v * s`` and ``p * s``
+products are approximate; for smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant and
+the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
+in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
+``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``; :func:`range_ratios`
+checks them.
+
+:func:`surrogate` evaluates the same approximate recursion directly, so the verifier can check every
+sublayer to round-off; the distance to exact GD is the approximation error, which shrinks with eps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from icdl.construct import blocks
+from icdl.construct.blocks import BuildContext
+from icdl.construct.contract import Expect
+from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
+from icdl.construct.layout import SCRATCH, Layout, paper_layout
+from icdl.construct.products import (
+    ProductTerms,
+    add_mask_in_place,
+    add_mask_product,
+    add_product,
+    product_terms,
+)
+from icdl.construct.terms import Terms
+from icdl.construct.variants import Variant, register
+from icdl.nets import NetSpec, project, unflatten
+from icdl.sublayer import SublayerInfo
+
+if TYPE_CHECKING:
+    from icdl.construct.verify import Reference
+
+__all__ = [
+    "VARIANT",
+    "Products",
+    "build_block",
+    "build_readout",
+    "effects",
+    "layout",
+    "products",
+    "range_ratios",
+    "sublayers_per_step",
+    "surrogate",
+]
+
+# Activations whose compiled r' is an exact 0/1 mask (relu: the delta-step; identity: the constant 1).
+MASK_ACTIVATIONS = ("relu", "identity")
+DERIVATIVE_RANGE = 1.0  # |r'| <= 1 for relu, sigmoid (1/4), tanh, softplus, identity
+
+
+def layout(spec: NetSpec) -> Layout:
+    """The paper's slots plus ``A`` (P wide, ordered like W): each token's gradient terms s(j) p(j-1)^T."""
+    base = paper_layout(spec)
+    groups: list[tuple[str, int | None, int]] = [(s.name, s.layer, s.size) for s in base.slots]
+    at = next(i for i, g in enumerate(groups) if g[0] == "ONE")
+    groups.insert(at, ("A", None, spec.num_params))
+    return Layout(spec, groups, token_type="token", scratch=(*SCRATCH, "A"))
+
+
+def sublayers_per_step(depth: int) -> int:
+    """``2N`` forward + loss + ``2N - 1`` backward + gradient + update + project = ``4N + 3``."""
+    return 2 * depth + 1 + (2 * depth - 1) + 3
+
+
+@dataclass(frozen=True)
+class Products:
+    """The approximate products of one construction and their range assumptions.
+
+    Attributes:
+        forward: ``v * p`` (``|v| <= B_w``, ``|p| <= R``).
+        transpose: ``v * s`` (``|v| <= B_w``, ``|s| <= R``).
+        gradient: ``p * s`` (``|p| <= R``, ``|s| <= R``).
+        derivative: ``r' * z`` (``|r'| <= 1``, ``|z| <= R``); None where every r' is a 0/1 mask (exact).
+        gate: C of the exact mask products (``|z| <= C``).
+    """
+
+    forward: ProductTerms
+    transpose: ProductTerms
+    gradient: ProductTerms
+    derivative: ProductTerms | None
+    gate: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "forward": self.forward.to_dict(),
+            "transpose": self.transpose.to_dict(),
+            "gradient": self.gradient.to_dict(),
+            "derivative": None if self.derivative is None else self.derivative.to_dict(),
+        }
+
+
+def products(spec: NetSpec, *, eps: float, radius: float, box: float | None, gate: float) -> Products:
+    """The products for a configuration (ranges as in the module docstring)."""
+    bw = box if box is not None else radius
+    mask = all(spec.layer_act(j).name in MASK_ACTIVATIONS for j in range(1, spec.depth + 1))
+    return Products(
+        forward=product_terms(bw, radius, eps),
+        transpose=product_terms(bw, radius, eps),
+        gradient=product_terms(radius, radius, eps),
+        derivative=None if mask else product_terms(DERIVATIVE_RANGE, radius, eps),
+        gate=gate,
+    )
+
+
+def _products(ctx: BuildContext) -> Products:
+    return products(ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate)
+
+
+def _a_index(L: Layout, j: int, k: int, l: int) -> int:
+    """Coordinate of the gradient term of ``V_j[k, l]`` in the A slot (A is ordered like W)."""
+    return L.index("A", None, L.w_entry(j, k, l) - L.index("W"))
+
+
+# -- sublayers ------------------------------------------------------------------------------------------
+
+
+def forward_products(ctx: BuildContext, j: int) -> ReLUMLP:
+    """``P_j[k] += sum_l v_jk[l] p(j-1)[l]``: the pre-activation ``V_j p(j-1)`` of Lemma 2 (eq. (C.8)), with
+    the token's own copy of w, as ``n_j n_{j-1}`` MLP products."""
+    L = ctx.layout
+    prod = _products(ctx).forward
+    one = L.index("ONE")
+    src = L.p(j - 1)
+    units = UnitTable()
+    for k in range(ctx.spec.widths[j]):
+        dst = L.index("P", j, k)
+        for v, p in zip(L.w_row(j, k), src, strict=True):
+            add_product(units, prod, v, p, one, dst)
+    return ctx.mlp(units, Role("forward_products", "Lemma 2 (C.8) products", j))
+
+
+def forward_activation(ctx: BuildContext, j: int) -> ReLUMLP:
+    """``P_j <- r̄(P_j)`` and ``R_j += r̄'(P_j)`` (the sums of Lemmas 2 and 3, one hidden unit per term), in
+    place: ``P_j += r̄(z) - relu(z) + relu(-z)``."""
+    L = ctx.layout
+    one = L.index("ONE")
+    units = UnitTable()
+    r, rp = ctx.r[j - 1], ctx.r_prime[j - 1]
+    for k in range(ctx.spec.widths[j]):
+        z, rr = L.index("P", j, k), L.index("R", j, k)
+        units.add([(z, 1.0)], [(z, -1.0)])
+        units.add([(z, -1.0)], [(z, 1.0)])
+        for terms, dst in ((r, z), (rp, rr)):
+            for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
+                reads = [(z, a[0])] + ([(one, b)] if b != 0.0 else [])
+                units.add(reads, [(dst, c)])
+    return ctx.mlp(units, Role("activation", "Lemmas 2-3 ReLU sums", j))
+
+
+def backward_output(ctx: BuildContext) -> ReLUMLP:
+    """``S_N += r'(N-1) ⊙ G`` (Lemma 5, j = N): exact mask product for ReLU, else an approximate product."""
+    L = ctx.layout
+    N = ctx.spec.depth
+    prods = _products(ctx)
+    one = L.index("ONE")
+    units = UnitTable()
+    for k in range(ctx.spec.out_dim):
+        m, g, dst = L.index("R", N, k), L.index("G", None, k), L.index("S", N, k)
+        if prods.derivative is None:
+            add_mask_product(units, m, g, one, dst, prods.gate)
+        else:
+            add_product(units, prods.derivative, m, g, one, dst)
+    return ctx.mlp(units, Role("backward", "Lemma 5 product", N))
+
+
+def backward_transpose(ctx: BuildContext, j: int) -> ReLUMLP:
+    """``S_j[k] += sum_l V_{j+1}[l, k] s(j+1)[l]`` (the score of the paper's EWML head (C.15)) as products."""
+    L = ctx.layout
+    prod = _products(ctx).transpose
+    one = L.index("ONE")
+    s_next = L.indices("S", j + 1)
+    units = UnitTable()
+    for k in range(ctx.spec.widths[j]):
+        dst = L.index("S", j, k)
+        for v, s in zip(L.w_col(j + 1, k), s_next, strict=True):
+            add_product(units, prod, v, s, one, dst)
+    return ctx.mlp(units, Role("backward_transpose", "Lemma 5 (C.15) products", j))
+
+
+def backward_derivative(ctx: BuildContext, j: int) -> ReLUMLP:
+    """``S_j <- r'(j-1) ⊙ S_j`` in place (eq. (3.6)): the exact mask for ReLU, else
+    ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)``."""
+    L = ctx.layout
+    prods = _products(ctx)
+    one = L.index("ONE")
+    units = UnitTable()
+    for k in range(ctx.spec.widths[j]):
+        m, z = L.index("R", j, k), L.index("S", j, k)
+        if prods.derivative is None:
+            add_mask_in_place(units, m, z, prods.gate)
+        else:
+            units.add([(z, 1.0)], [(z, -1.0)])
+            units.add([(z, -1.0)], [(z, 1.0)])
+            add_product(units, prods.derivative, m, z, one, z)
+    return ctx.mlp(units, Role("backward_mask", "Lemma 5 eq. (3.6)", j))
+
+
+def gradient_terms(ctx: BuildContext) -> ReLUMLP:
+    """``A[V_j[k, l]] += s(j)[k] p(j-1)[l]`` for every weight: the per-token terms of eq. (3.5), (3.7).
+    ``s`` is the second factor, so the query (s = 0) gets exactly 0."""
+    L = ctx.layout
+    prod = _products(ctx).gradient
+    one = L.index("ONE")
+    units = UnitTable()
+    for j in range(1, ctx.spec.depth + 1):
+        src = L.p(j - 1)
+        for k in range(ctx.spec.widths[j]):
+            s = L.index("S", j, k)
+            for l, p in enumerate(src):
+                add_product(units, prod, p, s, one, _a_index(L, j, k, l))
+    return ctx.mlp(units, Role("gradient", "eq. (3.7) products"))
+
+
+def update_layer(ctx: BuildContext) -> SoftmaxAttention:
+    """``w += -eta (n+1)/(2n) (1/T) sum_t A_t = w - eta ∇L_n(w)`` (eq. 2.3, (3.5)): one softmax head per layer
+    j with ``Q h = ONE``, ``K h = 0`` (all scores 0: uniform weights 1/T, standard
+    ``scaled_dot_product_attention`` semantics) and ``V h = -eta (n+1)/(2n) A[V_j] -> W[V_j]``."""
+    L = ctx.layout
+    one = L.index("ONE")
+    scale = ctx.lr * (ctx.n + 1) / (2 * ctx.n)
+    heads = HeadTable()
+    for j in range(1, ctx.spec.depth + 1):
+        rows, cols = ctx.spec.shapes[j - 1]
+        v = [(_a_index(L, j, k, l), L.w_entry(j, k, l), -scale) for k in range(rows) for l in range(cols)]
+        heads.add(q=[(one, 1.0)], k=[(one, 0.0)], v=v)
+    role = Role("update", "eq. (2.3) uniform heads")
+    return SoftmaxAttention(heads.tensors(ctx.dtype), L.dim, role=role, labels=ctx.labels)
+
+
+def build_block(ctx: BuildContext) -> list[Sublayer]:
+    """One GD step, ``4N + 3`` sublayers (see the module docstring)."""
+    N = ctx.spec.depth
+    out: list[Sublayer] = []
+    for j in range(1, N + 1):
+        out += [forward_products(ctx, j), forward_activation(ctx, j)]
+    out.append(blocks.loss_layer(ctx))
+    out.append(backward_output(ctx))
+    for j in range(N - 1, 0, -1):
+        out += [backward_transpose(ctx, j), backward_derivative(ctx, j)]
+    out.append(gradient_terms(ctx))
+    out.append(update_layer(ctx))
+    out.append(blocks.project_layer(ctx))
+    return out
+
+
+def build_readout(ctx: BuildContext) -> list[Sublayer]:
+    """The forward pass once more (2N MLPs), then the paper variant's readout MLP (query's p(N) -> Y)."""
+    out: list[Sublayer] = []
+    for j in range(1, ctx.spec.depth + 1):
+        out += [forward_products(ctx, j), forward_activation(ctx, j)]
+    out.append(blocks.readout_layer(ctx))
+    return out
+
+
+# -- the same recursion, evaluated directly ---------------------------------------------------------
+
+
+@dataclass
+class Surrogate:
+    """The approximate GD-step quantities this construction computes, on all T tokens (query last).
+
+    ``z[j-1]``: forward pre-activations ``~V_j p(j-1)``; ``p[j]`` (``p[0] = x``); ``r_prime[j-1]``; ``u``;
+    ``back[j-1]``: ``~V_{j+1}^T s(j+1)`` (j < N, else ``u``); ``s[j-1]``; ``A`` (T, P): per-token gradient
+    terms; ``grad``: ``(1/(2n)) sum_t A_t``.
+    """
+
+    z: list[Tensor]
+    p: list[Tensor]
+    r_prime: list[Tensor]
+    u: Tensor
+    back: list[Tensor]
+    s: list[Tensor]
+    A: Tensor
+    grad: Tensor
+
+
+def range_ratios(prods: Products, sur: Surrogate, w: Tensor) -> dict[str, float]:
+    """For each kind of product, ``max(|x| / R_x, |y| / R_y)`` over all its uses at weights ``w``: at most 1
+    when the range assumption holds (then each product is within eps); above 1 its error grows like the
+    squared excess. Mask products report ``|z| / C``."""
+
+    def peak(ts: list[Tensor]) -> float:
+        return max((float(t.abs().max()) for t in ts if t.numel()), default=0.0)
+
+    wmax, p_in, s_all = float(w.abs().max()), peak(sur.p[:-1]), peak(sur.s)
+    out = {
+        "forward": max(wmax / prods.forward.x_range, p_in / prods.forward.y_range),
+        "transpose": max(wmax / prods.transpose.x_range, peak(sur.s[1:]) / prods.transpose.y_range),
+        "gradient": max(p_in / prods.gradient.x_range, s_all / prods.gradient.y_range),
+    }
+    if prods.derivative is None:
+        out["mask"] = peak(sur.back) / prods.gate
+    else:
+        d = prods.derivative
+        out["derivative"] = max(peak(sur.r_prime) / d.x_range, peak(sur.back) / d.y_range)
+    return out
+
+
+def _sum_products(prod: ProductTerms, X: Tensor, Y: Tensor) -> Tensor:
+    """``sum_l prod(X[..., l], Y[..., l])`` for X, Y of shape (T, K, n_in) -> (T, K)."""
+    out = torch.zeros(X.shape[:-1], dtype=X.dtype)
+    for l in range(X.shape[-1]):
+        out = out + prod(X[..., l], Y[..., l])
+    return out
+
+
+def surrogate(
+    spec: NetSpec,
+    prods: Products,
+    r: tuple[Terms, ...],
+    r_prime: tuple[Terms, ...],
+    u_terms: Terms,
+    w: Tensor,
+    x_all: Tensor,
+    y_all: Tensor,
+    t: Tensor,
+) -> Surrogate:
+    """Evaluate the construction's approximate recursion for weights ``w`` (P,) on tokens ``x_all`` (T, d_x),
+    ``y_all`` (T, d_y) with example mask ``t`` (T,)."""
+    N = spec.depth
+    n = int(t.sum().item())
+    Vs = unflatten(spec, w)
+    ps, zs, rps = [x_all], [], []
+    for j, V in enumerate(Vs, start=1):
+        z = _sum_products(prods.forward, V[None].expand(x_all.shape[0], -1, -1), ps[-1][:, None, :])
+        zs.append(z)
+        ps.append(r[j - 1](z))
+        rps.append(r_prime[j - 1](z))
+    u = u_terms(ps[-1], y_all) * t[:, None]
+
+    def times_derivative(m: Tensor, z: Tensor) -> Tensor:
+        return m * z if prods.derivative is None else prods.derivative(m, z)
+
+    s: list[Tensor] = [torch.empty(0)] * N
+    back: list[Tensor] = [torch.empty(0)] * N
+    back[N - 1] = u
+    s[N - 1] = times_derivative(rps[N - 1], u)
+    for j in range(N - 1, 0, -1):
+        Vt = Vs[j].t()  # (n_j, n_{j+1}): row k is column k of V_{j+1}
+        back[j - 1] = _sum_products(
+            prods.transpose, Vt[None].expand(x_all.shape[0], -1, -1), s[j][:, None, :]
+        )
+        s[j - 1] = times_derivative(rps[j - 1], back[j - 1])
+    A = torch.cat([prods.gradient(ps[j][:, None, :], s[j][:, :, None]).flatten(1) for j in range(N)], dim=1)
+    grad = A.sum(0) / (2 * n)
+    return Surrogate(zs, ps, rps, u, back, s, A, grad)
+
+
+def surrogate_step(sur: Surrogate, w: Tensor, lr: float, box: float | None) -> Tensor:
+    """``Proj_W(w - eta * grad)`` with the surrogate gradient."""
+    return project(w - lr * sur.grad, box)
+
+
+# -- expected effects (the contract of icdl.construct.contract) ------------------------------------------
+
+
+def _surrogate_of(ref: Reference, spec: NetSpec) -> Surrogate:
+    """:func:`surrogate` at the reference's weights and prompt, computed once per GD step."""
+    sur = ref.cache.get("softmax_surrogate")
+    if sur is None:
+        cfg, terms = ref.model.config, ref.model.terms
+        prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+        sur = surrogate(spec, prods, terms.r, terms.r_prime, terms.u, ref.w, ref.x_all, ref.y_all, ref.t)
+        ref.cache["softmax_surrogate"] = sur
+    return sur
+
+
+def _quantity(spec: NetSpec, name: str, pick: Callable[[Surrogate], Tensor]) -> Callable[[Reference], Tensor]:
+    def quantity(ref: Reference) -> Tensor:
+        v = pick(_surrogate_of(ref, spec))
+        return v if v.dim() == 2 else v[None].expand(ref.x_all.shape[0], -1)
+
+    quantity.__name__ = name
+    return quantity
+
+
+def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
+    """Every slot a sublayer writes must hold the value of :func:`surrogate` (the same approximate products
+    and sums, evaluated directly), so each sublayer is checked to round-off; the project and readout MLPs
+    as in :func:`icdl.construct.blocks.effects` but at the surrogate's gradient and prediction."""
+    spec = layout.spec
+    j = info.layer if info.layer is not None else 0
+
+    def q(name: str, pick: Callable[[Surrogate], Tensor]) -> Callable[[Reference], Tensor]:
+        return _quantity(spec, name, pick)
+
+    def stepped(ref: Reference, box: float | None) -> Tensor:
+        sur = _surrogate_of(ref, spec)
+        w = ref.w - ref.lr * sur.grad
+        return (w if box is None else project(w, box))[None].expand(ref.x_all.shape[0], -1)
+
+    table: dict[str, list[Expect]] = {
+        "forward_products": [Expect(f"P_{j}", q(f"~V_{j} p({j - 1})", lambda s: s.z[j - 1]))],
+        "activation": [
+            Expect(f"P_{j}", q(f"p({j})", lambda s: s.p[j])),
+            Expect(f"R_{j}", q(f"r'({j - 1})", lambda s: s.r_prime[j - 1])),
+        ],
+        "loss": [Expect("G", q("u", lambda s: s.u))],
+        "backward": [Expect(f"S_{j}", q(f"s({j})", lambda s: s.s[j - 1]))],
+        "backward_transpose": [Expect(f"S_{j}", q(f"~V_{j + 1}^T s({j + 1})", lambda s: s.back[j - 1]))],
+        "backward_mask": [Expect(f"S_{j}", q(f"s({j})", lambda s: s.s[j - 1]))],
+        "gradient": [Expect("A", q("s p^T per token", lambda s: s.A))],
+    }
+    if info.role in table:
+        return table[info.role]
+    if info.role == "update":
+        return [Expect("W", _named("w - eta grad", lambda ref: stepped(ref, None)))]
+    if info.role == "project":
+        scratch = [Expect(s.label, "zero") for s in layout.scratch_slots()]
+        return [Expect("W", _named("Proj(w - eta grad)", lambda ref: stepped(ref, ref.box))), *scratch]
+    if info.role == "readout":
+        return [Expect("Y", q("f(w, x)", lambda s: s.p[-1]), tokens="query")]
+    raise ValueError(f"no expected effect for role {info.role!r}")
+
+
+def _named(name: str, fn: Callable[[Reference], Tensor]) -> Callable[[Reference], Tensor]:
+    fn.__name__ = name
+    return fn
+
+
+VARIANT = register(
+    Variant(
+        name="softmax",
+        summary="softmax attention and ReLU MLPs only: 4N+3 sublayers per step (products with sup error eps)",
+        layout=layout,
+        block=build_block,
+        readout=build_readout,
+        effects=effects,
+    )
+)

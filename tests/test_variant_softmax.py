@@ -1,0 +1,117 @@
+"""The explicit softmax-attention construction (--variant softmax): softmax attention and ReLU MLPs only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.layers import ReLUMLP, SoftmaxAttention
+from icdl.construct.softmax import products, range_ratios, sublayers_per_step, surrogate
+from icdl.nets import NetSpec, forward, reference_gd
+
+RADIUS = 4.0  # the products' range assumption |p|, |s|, |w| <= R holds on these prompts
+# The stated bound: max |w_TF - w_GD| <= BOUND_PER_STEP * eps * L (measured ratio <= 1 on these cases).
+BOUND_PER_STEP = 5.0
+
+
+def _compile(spec, n, L, eps, box=None):
+    return compile_gd_transformer(
+        spec,
+        lr=0.1,
+        steps=L,
+        n=n,
+        eps=eps,
+        radius=RADIUS,
+        projection="box" if box else "none",
+        box=box,
+        variant="softmax",
+    )
+
+
+def _errors(spec, n, L, eps, box=None, seed=0) -> tuple[float, float]:
+    x, y, xq, w0, _ = sample_task(spec, n, seed=seed)
+    if box is not None:
+        w0 = w0.clamp(-box, box)  # w0 in W: the products assume |w| <= B with a box
+    model = _compile(spec, n, L, eps, box)
+    out = model(model.build_prompt(x, y, xq, w0))
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=L, box=box)
+    assert float((ref[-1] - ref[0]).abs().max()) > 1e-3  # GD moves: the comparison is not trivial
+    # the products' range assumption holds along the trajectory (the bound below assumes it)
+    prods = products(spec, eps=eps, radius=RADIUS, box=box, gate=model.config.gate)
+    x_all, y_all = torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, spec.out_dim, dtype=y.dtype)])
+    t = torch.cat([torch.ones(n, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
+    for w in ref:
+        sur = surrogate(spec, prods, model.terms.r, model.terms.r_prime, model.terms.u, w, x_all, y_all, t)
+        assert max(range_ratios(prods, sur, w).values()) <= 1.0
+    W = out[0][:, model.layout.indices("W")]
+    assert torch.equal(W, W[:1].expand_as(W))  # every token holds the same w
+    pred = model.read_prediction(out)[0]
+    return float((W[-1] - ref[-1]).abs().max()), float(
+        (pred - forward(spec, ref[-1], xq[None])[0]).abs().max()
+    )
+
+
+@pytest.mark.parametrize("activation", ["relu", "sigmoid"])
+@pytest.mark.parametrize("N, K, dx, dy, n, L, box", [(2, 3, 2, 1, 6, 3, None), (3, 3, 3, 2, 5, 2, 0.8)])
+def test_softmax_error_shrinks_with_eps_under_bound(activation, N, K, dx, dy, n, L, box) -> None:
+    spec = NetSpec(N, K, dx, dy, activation=activation)
+    errs = {eps: _errors(spec, n, L, eps, box) for eps in (1e-2, 1e-4)}
+    for eps, (err_w, _) in errs.items():
+        assert err_w <= BOUND_PER_STEP * eps * L
+    assert errs[1e-4][0] < errs[1e-2][0] / 5
+    assert errs[1e-4][1] <= errs[1e-2][1] + 1e-12
+
+
+@pytest.mark.parametrize("activation", ["relu", "sigmoid"])
+def test_softmax_verifies_against_its_surrogate(activation) -> None:
+    spec = NetSpec(2, 3, 2, 1, activation=activation)
+    x, y, xq, w0, _ = sample_task(spec, 5, seed=2)
+    model = _compile(spec, 5, 2, 1e-3)
+    report = verify(model, x, y, xq, w0)
+    assert report.passed, report.table()  # every sublayer computes its surrogate to round-off
+    assert report.max_sublayer_err <= 1e-12
+    assert 0 < report.eps_grad <= 10 * 1e-3  # the products' error reaches the gradient, but stays O(eps)
+    assert report.trajectory_error <= report.corollary_bound * (1 + 1e-9)
+
+
+def _sdpa_reference(m: SoftmaxAttention, H: torch.Tensor) -> torch.Tensor:
+    """``H + sum_m SDPA(H Q_m^T, H K_m^T, H V_m^T)`` with torch's own scaled_dot_product_attention."""
+    Q, K, V = m.dense()
+    out = H.clone()
+    for h in range(Q.shape[0]):
+        q, k, v = H @ Q[h].t(), H @ K[h].t(), H @ V[h].t()
+        out = out + F.scaled_dot_product_attention(q, k, v)
+    return out
+
+
+@pytest.mark.parametrize("activation", ["relu", "sigmoid"])
+def test_softmax_model_has_only_softmax_attention_and_relu_mlps(activation) -> None:
+    spec = NetSpec(3, 3, 2, 2, activation=activation)
+    model = _compile(spec, 4, 1, 1e-2, box=0.9)
+    mods = [*model.block, *model.readout]
+    assert all(type(m) in (SoftmaxAttention, ReLUMLP) for m in mods)
+    assert {m.info.kind for m in mods} == {"softmax_attention", "mlp"}
+    assert model.sublayers_per_step == sublayers_per_step(3) == 4 * 3 + 3
+    # the softmax sublayers are standard scaled_dot_product_attention heads (uniform: all scores 0)
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=0)
+    H = model.build_prompt(x, y, xq, w0)
+    for m in model.block:
+        if isinstance(m, SoftmaxAttention):
+            assert m.num_heads == spec.depth
+            assert torch.allclose(m(H), _sdpa_reference(m, H), rtol=0, atol=1e-14)
+        H = m(H)
+
+
+def test_query_adds_nothing_to_the_gradient() -> None:
+    spec = NetSpec(2, 3, 2, 1)
+    model = _compile(spec, 6, 1, 1e-3)
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=0)
+    H = model.build_prompt(x, y, xq, w0)
+    A = model.layout.indices("A")
+    for m in model.block:
+        H = m(H)
+        if m.info.role == "gradient":
+            assert torch.equal(H[0, -1, A], torch.zeros(len(A), dtype=H.dtype))
+            assert float(H[0, :-1, A].abs().max()) > 0

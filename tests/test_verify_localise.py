@@ -1,0 +1,141 @@
+"""Trust in the checker: the verifier names the right sublayer for NaN, inf and finite errors, counts only
+the examples in the relu' window, and the readout is checked with a clearly negative prediction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.nets import NetSpec, forward, lemma1_terms, reference_gd
+
+
+def _setup(**kw):
+    spec = NetSpec(2, 3, 3, 2)
+    n = 6
+    x, y, xq, w0, _ = sample_task(spec, n, seed=1)
+    model = compile_gd_transformer(spec, steps=2, n=n, lr=0.2, projection="box", box=0.5, **kw)
+    return model, (x, y, xq, w0)
+
+
+def _inputs(model, prompt) -> dict:
+    """State before every sublayer of step 0: {index: H}."""
+    H0 = model.build_prompt(*prompt)
+    seen: dict = {}
+    prev = [H0]
+
+    def trace(pt, H):
+        if pt.step == 0:
+            seen[pt.index] = prev[0]
+        prev[0] = H.clone()
+
+    model.run(H0, trace=trace)
+    return seen
+
+
+def _plant(module: torch.nn.Module, H_in: torch.Tensor, value: float) -> None:
+    """Set the first stored coefficient (table order) whose change alters the module's output on ``H_in``
+    to ``value`` (a finite ``value`` replaces ``c`` by ``1.5 c + value``)."""
+    before = module(H_in)
+    for table in module.coefficient_tables():
+        flat = table.view(-1)
+        for k in torch.nonzero(flat).flatten().tolist():
+            old = float(flat[k])
+            flat[k] = value if not math.isfinite(value) else old * 1.5 + value
+            after = module(H_in)
+            if not torch.equal(after, before) and not (after.isnan() & before.isnan()).all():
+                return
+            flat[k] = old
+    raise AssertionError("no weight of this sublayer matters on this prompt")
+
+
+def _writes(info) -> set[str]:
+    """Slot labels a sublayer writes, with the W blocks W[V_j] folded into W."""
+    return {"W" if w.startswith("W[") else w for w in info.writes}
+
+
+N_BLOCK = 2 * 2 + 4
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.25], ids=["nan", "inf", "finite"])
+@pytest.mark.parametrize("index", range(N_BLOCK))
+def test_a_planted_value_is_named_with_its_sublayer_and_slot(index: int, value: float) -> None:
+    model, prompt = _setup()
+    assert len(model.block) == N_BLOCK
+    _plant(model.block[index], _inputs(model, prompt)[index], value)
+    rep = verify(model, *prompt, lipschitz_iters=0)
+    div = rep.first_divergence
+    assert div is not None and not rep.passed
+    info = model.block[index].info
+    assert (div.step, div.index, div.name) == (0, index, info.name)
+    assert div.slot in _writes(info)  # the slot this sublayer writes, not the first slot of the token
+    if math.isnan(value):
+        assert div.kind == "nan" and "NaN" in div.describe()
+    elif math.isinf(value):
+        assert div.kind in ("inf", "nan") and div.kind != "finite"  # inf * 0 can make NaN downstream
+        assert ("inf" in div.describe()) or ("NaN" in div.describe())
+    else:
+        assert div.kind == "finite" and math.isfinite(div.error) and div.error > 0
+
+
+def test_a_nan_in_the_prompt_only_slot_is_reported_as_nan() -> None:
+    """A NaN that the reference does not have is a divergence even when every finite error is 0."""
+    from icdl.construct.verify import _slot_error
+
+    got = torch.zeros(3, 4, dtype=torch.float64)
+    got[1, 2] = math.nan
+    e = _slot_error("P_1", got, torch.zeros_like(got))
+    assert e.kind == "nan" and math.isnan(e.rel) and not e.rel <= 1e-9
+    got[1, 2] = -math.inf
+    assert _slot_error("P_1", got, torch.zeros_like(got)).kind == "inf"
+
+
+def test_query_inside_the_relu_window_is_not_counted() -> None:
+    """Only the examples' pre-activations can make a ReLU construction differ from GD (the query's u is 0),
+    so a query pre-activation inside (0, delta) must not be counted; an independent count over the examples
+    along the GD trajectory gives the expected number."""
+    spec = NetSpec(3, 4, 3, 2)
+    n, steps, delta = 8, 3, 1e-6
+    x, y, xq, w0, _ = sample_task(spec, n, seed=0)
+    v = w0[: spec.in_dim]  # row 0 of V_1: unit 0 of layer 1
+    xq = xq + (5e-7 - xq @ v) * v / v.dot(v)  # the query's first pre-activation at w0 is 5e-7
+    model = compile_gd_transformer(spec, steps=steps, n=n, lr=0.2, delta=delta)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+
+    traj = reference_gd(spec, "squared", w0, x, y, lr=0.2, steps=steps)
+
+    def hits(w: torch.Tensor, inputs: torch.Tensor) -> int:
+        zeros = torch.zeros(inputs.shape[0], spec.out_dim, dtype=inputs.dtype)
+        return sum(
+            int(((z > 0) & (z < delta)).sum()) for z in lemma1_terms(spec, "squared", w, inputs, zeros).pre
+        )
+
+    assert hits(w0, xq[None]) >= 1  # the planted query hit is really there
+    assert rep.delta_window_count == sum(hits(w, x) for w in traj)  # steps 1..L and the readout
+
+
+def test_readout_of_a_clearly_negative_prediction() -> None:
+    """With a linear output layer the prediction can be negative: the readout's negative half is checked."""
+    spec = NetSpec(3, 4, 3, 2, output="linear")
+    n, steps = 7, 2
+    x, y, xq, w0, _ = sample_task(spec, n, seed=4)
+    y = -(y.abs() + 1.0)  # clearly negative labels: GD pulls the prediction below 0
+    w0 = w0.clone()
+    last = spec.offsets[-1]
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=steps)
+    pred = forward(spec, ref[-1], xq[None])[0]
+    # make the query's prediction clearly negative in every coordinate: flip rows of V_N where needed
+    rows, cols = spec.shapes[-1]
+    for k in range(rows):
+        if pred[k] > 0:
+            w0[last + k * cols : last + (k + 1) * cols] *= -1
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=steps)
+    want = forward(spec, ref[-1], xq[None])[0]
+    assert float(want.max()) < 0 and float(want.min()) < -0.5, want  # the premise of the test
+    model = compile_gd_transformer(spec, steps=steps, n=n, lr=0.1)
+    got = model.read_prediction(model(model.build_prompt(x, y, xq, w0)))[0]
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert rep.passed and rep.max_abs_err_prediction <= 1e-12
