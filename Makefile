@@ -1,7 +1,7 @@
 # One place for the commands the README and CI use.
 PY ?= python3
 
-.PHONY: install test test-all lint bench demo
+.PHONY: install test test-all lint bench demo docs docs-serve tutorial
 
 install:
 	$(PY) -m pip install torch==2.13.0
@@ -19,3 +19,15 @@ lint:
 
 demo:
 	icdl demo
+
+# The docs site (mkdocs-material + mkdocstrings): warnings are errors. Docs code blocks and the tutorial
+# notebook run in `make test` (tests/test_docs.py, tests/test_tutorial.py).
+docs:
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+docs-serve:
+	$(PY) -m mkdocs serve
+
+# docs/tutorial.md as an executed notebook with its figures (written to docs/tutorial.ipynb, not committed).
+tutorial:
+	$(PY) scripts/run_tutorial.py docs/tutorial.ipynb

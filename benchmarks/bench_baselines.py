@@ -1,8 +1,8 @@
 """Wall time and R²(k) of every baseline on a typical evaluation batch (docs/baselines.md).
 
 Prompts: ``--prompts`` x ``--points`` points, d = 20, x ~ N(-2, I), labels from fresh 6-layer bias-free ReLU
-networks (width 64, He scaling, linear output) — the CPU configuration of experiments.md §7b. Run with one
-thread, e.g.::
+networks (width 64, He scaling, linear output) — the CPU configuration of docs/protocol.md.
+Run with one thread, e.g.::
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_baselines.py --out bench.json
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce the paper's App. F experiments at CPU scale (experiments.md §7b) and render docs/results/.
+# Reproduce the paper's App. F experiments at CPU scale (docs/protocol.md, configurations) and render docs/results/.
 #
 # Trains the cpu-small preset for 3-, 4- and 6-layer targets with ReLU and softmax attention (6 runs) plus
 # a centred model (inputs N(0, I), labels standardised per task), evaluates each on the paper's suites, and

@@ -67,6 +67,21 @@ def test_plot_written_atomically(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fit.png"]  # no temp file left behind
 
 
+def test_plot_formats_and_dpi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    magic = {"pdf": b"%PDF", "svg": b"<?xml"}
+    for fmt, head in magic.items():
+        path = tmp_path / f"fit.{fmt}"
+        code, _, _ = run_cli(capsys, "approx", "sigmoid", "--eps", "0.05", "--plot", str(path))
+        assert code == 0 and path.read_bytes()[: len(head)] == head
+    small, big = tmp_path / "a.png", tmp_path / "b.png"
+    for path, dpi in ((small, "40"), (big, "160")):
+        code, _, _ = run_cli(capsys, "approx", "sigmoid", "--eps", "0.05", "--plot", str(path), "--dpi", dpi)
+        assert code == 0
+    assert big.stat().st_size > small.stat().st_size
+    code, _, err = run_cli(capsys, "approx", "sigmoid", "--plot", str(tmp_path / "x.bmp"))
+    assert code == 2 and ".png, .pdf or .svg" in err and not (tmp_path / "x.bmp").exists()
+
+
 @pytest.mark.parametrize(
     "args",
     [

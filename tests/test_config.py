@@ -125,6 +125,38 @@ def test_bad_configs_raise_input_error(override: str, needle: str) -> None:
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("override", "near"),
+    [
+        ("train.step=3", "train.steps"),
+        ("trian.steps=3", "train"),
+        ("model.layer=3", "model.layers"),
+        ("task.inputs.meen=0", "task.inputs.mean"),
+        ("model.lr=0.1", "train.lr"),  # the right key in the wrong section
+    ],
+)
+def test_unknown_key_suggests_the_nearest(override: str, near: str) -> None:
+    with pytest.raises(InputError, match=rf"did you mean '{near}'\?"):
+        load_config("tiny", [override])
+    with pytest.raises(InputError) as info:
+        load_config("tiny", ["zzzz.qqq=1"])
+    assert "did you mean" not in str(info.value)  # no far-fetched suggestion
+
+
+def test_cli_unknown_key_suggestion_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    args = ["train", "tiny", "--set", "train.step=3", "--out", str(tmp_path / "r")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "icdl", *args], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 2 and "did you mean 'train.steps'?" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "r").exists()
+
+
 def test_unknown_preset_and_missing_file() -> None:
     with pytest.raises(InputError, match="unknown preset"):
         load_config("no-such-preset")

@@ -1,4 +1,4 @@
-"""icdl.construct: structure, per-layer semantics, end-to-end ReLU exactness."""
+"""icdl.construct: structure, per-layer semantics (Lemmas 2-5), end-to-end ReLU exactness."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _window_hits(spec, w_traj, x, delta=1e-9) -> int:
 # (N, K, d_x, d_y, n, L, box) — d_x != d_y throughout; fast tier
 CASES = [
     (2, 4, 3, 1, 10, 5, None),
-    (3, 5, 4, 2, 7, 3, 0.8),  # the numpy prototype's setting
+    (3, 5, 4, 2, 7, 3, 0.8),  # the numpy prototype's setting (docs/paper.md, token layout)
     (4, 6, 5, 3, 12, 4, 0.5),
     (6, 3, 2, 1, 8, 3, None),
 ]
@@ -113,7 +113,7 @@ def test_sizes_match_theory_for_fitted_sums() -> None:
 
 
 def test_each_sublayer_does_its_job() -> None:
-    """After F_j P_j = r(V_j p(j-1)); R_j = r'(pre); G = 2(p(N) - y) on examples and 0
+    """Lemmas 2-5: after F_j P_j = r(V_j p(j-1)); R_j = r'(pre); G = 2(p(N) - y) on examples and 0
     on the query; S_j = the backprop delta; W = w - eta ∇L_n(w); after the projection W = clip and
     scratch = 0."""
     N, n, lr, box = 3, 9, 0.2, 0.6
@@ -200,7 +200,7 @@ def test_batched_prompts_match_single_ones() -> None:
 
 
 def test_w0_zero_is_a_fixed_point_for_relu() -> None:
-    """The paper's w^(0) = 0 never moves for a bias-free ReLU network (docs/nets.md)."""
+    """The paper's w^(0) = 0 never moves for a bias-free ReLU network (docs/paper.md, erratum E14)."""
     spec = NetSpec(2, 4, 3, 1)
     x, y, xq, _, _ = sample_task(spec, 6, seed=8)
     model = compile_gd_transformer(spec, steps=3, n=6)

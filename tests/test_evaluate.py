@@ -117,7 +117,7 @@ def test_exact_flops_match_counter(attention: str) -> None:
         # The counter does not see the CPU scaled_dot_product_attention kernel: it misses exactly the
         # scores and values, 4 T^2 d per block (T = 22 tokens).
         assert exact - count_flops(model, xs, ys) == 4 * 22**2 * cfg.model.d_model * cfg.model.layers
-    assert mlp_num_params(6, 200, 20, 20, bias=False) == 168_000  # the paper's P (experiments.md §5)
+    assert mlp_num_params(6, 200, 20, 20, bias=False) == 168_000  # the paper's P (docs/protocol.md, FLOPs)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -136,4 +136,4 @@ def test_parameter_count_formula() -> None:
     expected = L * block + (d * C + C) + 2 * cfg.model.max_points * C + 2 * C + (C + 1)
     model = build_model(cfg.model, d, 1)
     assert model.num_params == expected
-    assert 200_000 < expected < 215_000  # experiments.md §7b: ≈ 207k
+    assert 200_000 < expected < 215_000  # docs/protocol.md, configurations: ≈ 207k

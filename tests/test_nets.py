@@ -138,7 +138,7 @@ def test_reference_gd_equals_plain_autograd_loop(box: float | None, activation: 
 
 
 def test_zero_init_is_a_fixed_point_for_relu() -> None:
-    """paper-notes §9.2: w^(0) = 0 never moves for a bias-free ReLU network."""
+    """docs/paper.md, erratum E14: w^(0) = 0 never moves for a bias-free ReLU network."""
     spec = NetSpec(3, 4, 3, 1, "relu")
     _, x, y = _problem(spec, "squared", tasks=2, n=8, seed=4)
     w0 = torch.zeros(2, spec.num_params, dtype=F64)

@@ -121,7 +121,7 @@ def test_relu_deriv_delta_step() -> None:
     assert float(s(torch.tensor([0.0], dtype=F64))) == 0.0  # r'(0) = 0, as in PyTorch
     assert s.sup_error == 0.0
     # Default delta = 1e-9 (not a power of two): still exactly 1{t > 0} in float64 outside the
-    # window, because t/delta - 1 is exact once t/delta >= 1/2 (the notes' (1, -delta, -1/delta)
+    # window, because t/delta - 1 is exact once t/delta >= 1/2 (the form (1, -delta, -1/delta)
     # form would lose |t| 2^-52 / delta ~ 2e-6 here).
     d = relu_sum_for("relu'", radius=10.0)
     tt = torch.linspace(-10, 10, 10_001, dtype=F64)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from icdl.config import load_config
+from icdl.errors import InputError
 from icdl.icl.evaluate import EvalOptions, evaluate_run, result_path
 from icdl.icl.report import build_report
 from icdl.icl.train import train
@@ -74,6 +75,13 @@ def test_report_sections(runs: list[Path], tmp_path: Path) -> None:
     assert (tmp_path / "rep" / "depth_sweep.png").is_file()
     for p in rep.images:
         assert f"]({p.name})" in text
+    svg = build_report(
+        runs[:1], tmp_path / "svg", suites=["in-distribution"], evaluate="none", progress=False,
+        figure_format="svg",
+    )  # fmt: skip
+    assert svg.images and all(p.suffix == ".svg" and p.read_bytes()[:5] == b"<?xml" for p in svg.images)
+    with pytest.raises(InputError, match="png, pdf or svg"):
+        build_report(runs[:1], tmp_path / "bad", evaluate="none", figure_format="bmp")
 
 
 def test_report_evaluates_missing_on_demand(runs: list[Path], tmp_path: Path) -> None:

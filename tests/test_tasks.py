@@ -141,7 +141,7 @@ def test_curriculum_dims_are_zeroed_before_labelling() -> None:
 
 
 def test_paper_setting_label_scale() -> None:
-    # experiments.md §1: He-scaled 6-layer ReLU nets on N(-2, I_20) give labels with std ~3.
+    # docs/protocol.md, task: He-scaled 6-layer ReLU nets on N(-2, I_20) give labels with std ~3.
     from icdl.config import load_config
 
     cfg = load_config("cpu-small").task

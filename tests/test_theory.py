@@ -47,7 +47,7 @@ def test_depth_below_two_rejected(bad: object) -> None:
 
 
 def _slot_sizes(spec: NetSpec) -> dict[str, int]:
-    """Token layout of paper-notes §9.2, slot by slot (independent of embedding_dim's formula)."""
+    """Token layout of docs/paper.md, slot by slot (independent of embedding_dim's formula)."""
     w = spec.widths
     slots = {"X": spec.in_dim, "Y": spec.out_dim, "W": sum(a * b for a, b in zip(w[1:], w[:-1], strict=True))}
     for j in range(1, spec.depth + 1):
@@ -65,7 +65,7 @@ def test_embedding_dim_is_sum_of_slots(spec: NetSpec) -> None:
 
 
 def test_embedding_dim_prototype_numbers() -> None:
-    # paper-notes §9.7: the numpy prototype with N=3, d_x=4, K=5, d_y=2 had D = 101 and P = 55.
+    # docs/paper.md, token layout: the numpy prototype with N=3, d_x=4, K=5, d_y=2 had D = 101 and P = 55.
     spec = NetSpec(3, 5, 4, 2)
     assert spec.num_params == 55
     assert th.embedding_dim(spec) == 101
@@ -155,7 +155,7 @@ def test_block_table_structure(spec: NetSpec, projection: str) -> None:
 
 
 def test_block_table_relu_hand_count() -> None:
-    # N=3, K=5, d_x=4, d_y=2 (paper-notes §9.4 "for ReLU"): K or d_y heads per forward layer,
+    # N=3, K=5, d_x=4, d_y=2 (docs/paper.md, sublayers): K or d_y heads per forward layer,
     # 2((N-1)K + d_y) = 24 for the derivative and the update layer.
     spec = NetSpec(3, 5, 4, 2)
     heads = [r.heads for r in th.block_table(spec, _relu_terms(spec))]
@@ -210,7 +210,7 @@ def test_activation_bounds_hand_values() -> None:
 
 
 def test_printed_B_r_misses_sqrtK_but_corrected_holds() -> None:
-    # paper-notes §10.13: B_r^{j-1} bounds entries, |v^T p| <= B_v ||p||_2 needs the norm.
+    # docs/paper.md, erratum E13: B_r^{j-1} bounds entries, |v^T p| <= B_v ||p||_2 needs the norm.
     K = 9
     spec = NetSpec(2, K, 1, 1)
     V1 = torch.ones(K, 1, dtype=torch.float64)  # ||v_1k|| = 1
@@ -440,7 +440,7 @@ def test_direct_gd_flops_forward_part_matches_counter() -> None:
 
 
 def test_paper_flop_numbers() -> None:
-    # experiments.md §5: "3.3 billion vs 7.6 billion FLOPs".
+    # docs/protocol.md, FLOPs: "3.3 billion vs 7.6 billion FLOPs".
     icl = th.transformer_forward_flops(22e6, 76)
     net = NetSpec(6, 200, 20, 20)  # 20 -> 200 x5 -> 20, bias-free
     assert net.num_params == 168_000

@@ -74,6 +74,7 @@ def test_tiny_run_learns_and_writes_a_run_dir(tmp_path: Path) -> None:
     loss = sum(r["loss"] for r in last) / 5
     assert first["loss"] > 0.7 * first["y_var"]  # starts at the trivial level
     assert loss < 0.45 * y_var  # ... and falls well below the label variance
+    assert res.loss == recs[-1]["loss"] and res.label_var == recs[-1]["y_var"]  # the summary's pair
     # Run directory contents: config, metrics, the final checkpoint, nothing half-written.
     assert (run / "config.yaml").is_file()
     ck = find_checkpoint(run)

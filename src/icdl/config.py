@@ -1,7 +1,7 @@
 """Typed run configuration: task, ICL model and training, loaded from YAML presets with overrides.
 
 A run is described by one :class:`Config` (pydantic v2, ``extra="forbid"``): a :class:`TaskConfig`
-(the prompt distribution, experiments.md §1), a :class:`ModelConfig` (the ICL transformer, §2) and a
+(the prompt distribution), a :class:`ModelConfig` (the ICL transformer; both as in docs/protocol.md) and a
 :class:`TrainConfig` (optimiser, schedule, checkpoints). Presets live in ``src/icdl/configs/*.yaml``
 and are loaded by name (``cpu-small``) or by path; ``key=value`` overrides use dotted keys and YAML
 scalars (``train.steps=500``, ``model.attention=softmax``, ``task.inputs.mean=[-2, 2]``).
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -60,7 +60,7 @@ class InputConfig(_Strict):
 
     ``gaussian``: a mixture ``sum_k weights[k] N(mean[k] * 1, std^2 I)``; a scalar ``mean`` is the
     one-component case (the paper's pretraining inputs are ``N(-2 * 1, I)``). The component is drawn
-    independently for every point (``per: point``, the paper's reading, experiments.md §1) or once per
+    independently for every point (``per: point``, the paper's reading, docs/protocol.md, task) or once per
     prompt (``per: prompt``). ``uniform``: i.i.d. coordinates ``U(low, high)``. With ``center`` the
     population mean ``E[x]`` is subtracted from every input (the network and the transformer then see
     the centred x).
@@ -113,7 +113,7 @@ class InputConfig(_Strict):
 
 
 class TaskConfig(_Strict):
-    """Random N-layer network tasks (experiments.md §1): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
+    """Random N-layer network tasks (docs/protocol.md): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
 
     The network is :class:`icdl.nets.NetSpec` ``(depth, width, dim, out_dim, activation, output)``,
     bias-free; its weights are i.i.d. ``N(weight_mean, weight_std^2)``, multiplied by ``sqrt(2/fan_in)``
@@ -159,7 +159,7 @@ class TaskConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """The ICL transformer (a GPT-2-style pre-LN decoder over interleaved x/y tokens, experiments.md §2).
+    """The ICL transformer (a GPT-2-style pre-LN decoder over interleaved x/y tokens, docs/protocol.md).
 
     ``relu_norm`` is the normaliser of ReLU attention: ``causal`` divides row i by its number of visible
     keys i+1, ``length`` by the sequence length T (the paper's ``sigma/n``, Definition 7).
@@ -315,6 +315,36 @@ def preset_path(name_or_path: str | Path) -> Path:
     )
 
 
+def _config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """Every dotted key of the config schema (``train.steps``, ``task.inputs.mean``, ...)."""
+    model = model or Config
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        for arg in (field.annotation, *get_args(field.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                keys += _config_keys(arg, f"{prefix}{name}.")
+    return keys
+
+
+def suggest_key(key: str) -> str | None:
+    """The known config key closest to ``key`` (difflib), or None: ``train.step`` -> ``train.steps``."""
+    import difflib
+
+    keys = _config_keys()
+    leaf = key.rpartition(".")[2]
+    same_leaf = [k for k in keys if k.rpartition(".")[2] == leaf]
+    if len(same_leaf) == 1:  # the right key in the wrong section: model.lr -> train.lr
+        return same_leaf[0]
+    parent = key.rpartition(".")[0]
+    siblings = [k for k in keys if k.rpartition(".")[0] == parent]
+    for pool in (siblings, keys):
+        match = difflib.get_close_matches(key, pool, n=1, cutoff=0.6)
+        if match:
+            return match[0]
+    return None
+
+
 def _format_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -322,6 +352,9 @@ def _format_validation_error(exc: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+            near = suggest_key(loc)
+            if near is not None:
+                msg += f" (did you mean {near!r}?)"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "invalid config: " + "; ".join(parts)
 

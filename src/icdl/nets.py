@@ -4,7 +4,7 @@ Everything here is batched over independent *tasks*: a weight vector ``w`` of sh
 goes with inputs ``x`` of shape ``(*tasks, n, d_x)`` and labels ``y`` of shape ``(*tasks, n, d_y)``.
 Any device and floating dtype work; use float64 to check constructions.
 
-Conventions (paper Definition 1 / Definition 10, paper-notes §4 and §9.1):
+Conventions (paper Definition 1 / Definition 10, Lemma 1):
 
 * widths ``n_0 = d_x, n_1 = ... = n_{N-1} = K, n_N = d_y``; ``V_j`` has shape ``(n_j, n_{j-1})``;
 * ``p(0) = x``, ``p(j) = r(V_j p(j-1))`` — no biases, and r is applied at the output layer too
@@ -14,7 +14,7 @@ Conventions (paper Definition 1 / Definition 10, paper-notes §4 and §9.1):
 * the empirical risk is ``L_n(w) = (1/(2n)) sum_i l(f(w, x_i), y_i)`` (eq. 2.2) with the squared loss
   ``l(t, y) = ||t - y||^2``, so ``u(t, y) = 2 (t - y)``.
 
-Note (paper-notes §9.2, §10.14): the paper starts GD from ``w^(0) = 0``. For a bias-free ReLU network
+Note (docs/paper.md, erratum E14): the paper starts GD from ``w^(0) = 0``. For a bias-free ReLU network
 that point is a fixed point — every activation and every gradient is exactly zero — and for sigmoid
 it never breaks the permutation symmetry of the hidden units. Every function here therefore takes an
 arbitrary ``w^(0)``.
@@ -232,7 +232,7 @@ class NetSpec:
 
     @property
     def num_units(self) -> int:
-        """``sum_{j>=1} n_j = (N-1) K + d_y``: the size of p, r', s (paper-notes §9.2)."""
+        """``sum_{j>=1} n_j = (N-1) K + d_y``: the size of p, r', s (docs/paper.md, token layout)."""
         return sum(self.widths[1:])
 
     # -- activations ------------------------------------------------------------------------------
@@ -415,7 +415,7 @@ def project(w: Tensor, box: float | None) -> Tensor:
 
     The paper's W is a product of l2 balls per row (eq. 3.4), which no one-hidden-layer ReLU MLP
     computes exactly; the box is convex (so Lemma 14 still applies) and *is* such an MLP
-    (paper-notes §9.4 item 6).
+    (docs/paper.md, sublayers).
     """
     if box is None or math.isinf(box):
         return w

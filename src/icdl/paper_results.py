@@ -1,8 +1,8 @@
 """The paper's reported R² values (Wu et al., ICML 2025, Appendix F), as data for side-by-side reports.
 
-Provenance: /work/shared/docs/experiments.md §4 (project notes), whose values were read from the vector
+Provenance: values read from the vector
 graphics of the ICML camera-ready PDF (Figs. 3-7; accuracy about ±0.001 R²). The paper prints no table:
-every number here is a figure reading, tagged [fig] in the notes. Setting of these numbers: d = 20, inputs
+every number here is a figure reading. Setting of these numbers: d = 20, inputs
 N(-2, I) (test mixtures ω1 N(-2, I) + (1 - ω1) N(2, I)), bias-free N-layer ReLU targets, 12-layer GPT-2
 transformers trained on 50 examples, tested on 75; R² across 6,400 prompts at each k; the NN baseline is
 the per-prompt N-layer width-200 MLP with the best epoch of 100 (an oracle choice).
@@ -32,7 +32,7 @@ __all__ = [
 
 PROVENANCE = (
     "Wu et al., ICML 2025, App. F, Figs. 3-7, values read from the PDF's vector graphics "
-    "(experiments.md §4; ±0.001 R²)"
+    "(docs/protocol.md, metric; ±0.001 R²)"
 )
 
 F1_KS: tuple[int, ...] = (0, 1, 2, 5, 10, 15, 25, 30, 45, 50, 60, 75)
@@ -268,7 +268,7 @@ FLOPS: dict[str, float | str] = {
     "direct_training_gflops": 7.6,
     "icl_rule": "2 N_params T with N_params = 22.4M (GPT-2 incl. the unused vocabulary table) and T = 76",
     "direct_rule": "6 P D with P = 168,000 (6-layer width-200 net) and D = 75 examples x 100 epochs",
-    "source": "App. A.3 (the numbers); experiments.md §5 (their reconstruction)",
+    "source": "App. A.3 (the numbers); docs/protocol.md, FLOPs (their reconstruction)",
 }
 
 

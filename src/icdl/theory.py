@@ -1,9 +1,9 @@
 """The paper's formulas: sizes, head counts, error bounds and FLOP counts of the construction.
 
 Everything here is closed-form arithmetic on a :class:`~icdl.nets.NetSpec`; nothing builds weights. The
-counts describe the compiled transformer of ``icdl.construct`` exactly (paper-notes §9.2, §9.4), so a test
-can assert equality between the two; the bounds are the paper's Lemmas 2-6, Theorem 1 and Corollary 1.1
-(paper-notes §5, §6), with the paper's typos named where they matter (paper-notes §10).
+counts describe the compiled transformer of ``icdl.construct`` exactly (docs/paper.md: token layout,
+sublayers), so a test can assert equality between the two; the bounds are the paper's Lemmas 2-6,
+Theorem 1 and Corollary 1.1, with the paper's typos named where they matter (docs/paper.md, errata).
 
 Sizes (one GD step = one block of ``2N+4`` residual sublayers, Theorem 1):
 
@@ -20,7 +20,7 @@ N+2   loss         MLP             Lemma 4           ``sum_k H_u(k)``
 
 ``H_r(j)``, ``H_r'(j)`` are the numbers of sum-of-ReLU terms of layer j's activation and its derivative
 (:class:`TermCounts`); ``H_u(k)`` those of the loss derivative's k-th coordinate. After the L blocks a
-readout (not in the paper, paper-notes §9.6) runs the N forward layers once more and one MLP of hidden
+readout (not in the paper, docs/paper.md, readout) runs the N forward layers once more and one MLP of hidden
 width ``2 d_y`` that copies the query prediction into its Y slot.
 
 Notation: ``N`` depth, ``K`` width, ``d_x``/``d_y`` input/output dims (``d`` when equal), ``P = D_w``
@@ -102,7 +102,7 @@ def _check_int(name: str, value: int, low: int) -> int:
 
 def sublayers_per_step(depth: int) -> int:
     """``2N + 4``: sublayers of one GD block, ``TF^{N+2} ∘ EWML^N ∘ TF^2`` in application order
-    (Theorem 1; the paper writes ∘ left-to-right, paper-notes §10.4)."""
+    (Theorem 1; the paper writes ∘ left-to-right, docs/paper.md, erratum E4)."""
     return 2 * _check_int("depth", depth, 2) + 4
 
 
@@ -113,7 +113,7 @@ def sublayers(depth: int, steps: int) -> int:
 
 def readout_sublayers(depth: int) -> int:
     """``N + 1``: the readout appended after the last block (N forward layers + 1 MLP; not in the
-    paper, which never writes the query prediction — paper-notes §9.6, §10.11)."""
+    paper, which never writes the query prediction — docs/paper.md, readout; docs/paper.md, erratum E11)."""
     return _check_int("depth", depth, 2) + 1
 
 
@@ -123,7 +123,7 @@ def readout_sublayers(depth: int) -> int:
 
 
 def embedding_dim(spec: NetSpec) -> int:
-    """Exact token width of the compiled model (paper-notes §9.2):
+    """Exact token width of the compiled model (docs/paper.md, token layout):
 
     ``D = d_x + 2 d_y + P + 3 sum_j n_j + 2`` — slots X (d_x), Y (d_y), W (P), P_1..P_N, R_1..R_N,
     S_1..S_N (``sum_j n_j = (N-1)K + d_y`` each), G (d_y), ONE, T. With ``d_x = d_y = d`` this is
@@ -133,7 +133,7 @@ def embedding_dim(spec: NetSpec) -> int:
 
 
 def embedding_dim_closed_form(depth: int, width: int, dim: int) -> int:
-    """``6d + 2dK + (N-2)K^2 + 3(N-1)K + 2`` for ``d_x = d_y = d`` (paper-notes §6.2, own count from the
+    """``6d + 2dK + (N-2)K^2 + 3(N-1)K + 2`` for ``d_x = d_y = d`` (own count from the
     component sizes listed in Theorem 1's proof, with r̄' of the correct size ``(N-1)K + d``)."""
     N, K, d = depth, width, dim
     return 6 * d + 2 * d * K + (N - 2) * K * K + 3 * (N - 1) * K + 2
@@ -141,7 +141,8 @@ def embedding_dim_closed_form(depth: int, width: int, dim: int) -> int:
 
 def embedding_dim_as_printed(spec: NetSpec) -> int:
     """The sum of the slot sizes *as printed* in Theorem 1's proof and Lemma 3, where r̄'_i is given
-    size ``(N-2)K + d`` — a typo for ``(N-1)K + d`` (paper-notes §10.5). Equals ``embedding_dim - K``."""
+    size ``(N-2)K + d`` — a typo for ``(N-1)K + d`` (docs/paper.md, erratum E5).
+    Equals ``embedding_dim - K``."""
     return embedding_dim(spec) - spec.width
 
 
@@ -154,7 +155,8 @@ def embedding_dim_paper_bound(spec: NetSpec) -> int:
 
 def embedding_dim_leading_terms(spec: NetSpec) -> int:
     """``N K^2 + 3 N K``: the leading terms in N and K of the exact count
-    ``NK^2 + 3NK + 2dK - 2K^2 - 3K + 6d + 2`` (paper-notes §6.2, §11; the seed's "O(NK^2 + 3NK + 3K)")."""
+    ``NK^2 + 3NK + 2dK - 2K^2 - 3K + 6d + 2`` (docs/paper.md, token layout; a formula sometimes quoted as
+    "O(NK^2 + 3NK + 3K)")."""
     return spec.depth * spec.width**2 + 3 * spec.depth * spec.width
 
 
@@ -293,7 +295,7 @@ def _forward_layer(spec: NetSpec, terms: TermCounts, j: int) -> Sublayer:
 
 
 def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none") -> list[Sublayer]:
-    """The ``2N+4`` sublayers of one GD block with their sizes (paper-notes §5, §9.4).
+    """The ``2N+4`` sublayers of one GD block with their sizes (Lemmas 2-5; docs/paper.md, sublayers).
 
     Args:
         spec: the network.
@@ -309,7 +311,7 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
     units, P, dy = spec.num_units, spec.num_params, spec.out_dim
     rows = [_forward_layer(spec, terms, j) for j in range(1, N + 1)]
     # Lemma 3: heads (j, m, k), same Q/K as Lemma 2, value c'_m ONE -> R_j[k]. The paper sizes r̄' as
-    # (N-2)K + d, a typo for (N-1)K + d (paper-notes §10.5); the head count uses sum_j n_j.
+    # (N-2)K + d, a typo for (N-1)K + d (docs/paper.md, erratum E5); the head count uses sum_j n_j.
     d_heads = [w[j] * terms.r_prime[j - 1] for j in range(1, N + 1)]
     rows.append(
         Sublayer(
@@ -340,7 +342,7 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
 
 
 def readout_table(spec: NetSpec, terms: TermCounts) -> list[Sublayer]:
-    """The readout after the last block (paper-notes §9.6, not in the paper): the N forward layers once
+    """The readout after the last block (docs/paper.md, readout, not in the paper): the N forward layers once
     more, then one MLP with ``2 d_y`` hidden units writing ``P_N`` of the query into its Y slot."""
     terms.check(spec)
     rows = [_forward_layer(spec, terms, j) for j in range(1, spec.depth + 1)]
@@ -414,7 +416,7 @@ def activation_bounds(
     As printed (``corrected=False``): ``B_r^j = max_{|t| <= B_v B_r^{j-1}} |r(t)|`` and
     ``B_r'^j = max_{|t| <= B_v B_r'^{j-1}} |r'(t)|``, with ``B_r^0 = B_r'^0 = B_x``.
 
-    Two slips in the printed definitions (paper-notes §10.13): ``B_r^{j-1}`` bounds the *entries* of
+    Two slips in the printed definitions (docs/paper.md, erratum E13): ``B_r^{j-1}`` bounds the *entries* of
     ``p(j-1)``, but ``|v^T p| <= B_v ||p||_2`` needs its l2 norm, so a factor ``sqrt(n_{j-1})`` is
     missing for ``j >= 2`` (``||x||_2 <= B_x`` is already a norm); and r' at layer j is evaluated at layer
     j's pre-activation, whose range comes from ``B_r^{j-1}``, not from ``B_r'^{j-1}`` (own remark).
@@ -515,7 +517,7 @@ def lemma6_constants(
     lipschitz_r_prime: float,
     lipschitz_l: float,
 ) -> Lemma6Constants:
-    """Lemma 6's constants (paper-notes §6.1), with ``x := B_r' B_v P``:
+    """Lemma 6's constants, with ``x := B_r' B_v P``:
 
     * ``P := max{sqrt(K), sqrt(d)}`` (here ``d = max(d_x, d_y)``; the paper has ``d_x = d_y``);
     * ``B_s := max_j x^{N-j} B_r' B_l``;
@@ -545,7 +547,7 @@ def lemma6_constants(
 
 @dataclass(frozen=True)
 class Theorem1Constants:
-    """Theorem 1's error constants (proof bookkeeping after (C.7), paper-notes §6.2):
+    """Theorem 1's error constants (the proof's bookkeeping after (C.7)):
     ``C_l = N P^{3/2} B_r E_s^l``, ``C_r = N P^{3/2} B_r E_s^r + N P B_s E_r``,
     ``C_r' = N P^{3/2} B_r E_s^{r'}``, so that
     ``||∇̄L_n(w) - ∇L_n(w)||_2 <= (C_r eps_r + C_r' eps_r' + C_l eps_l) / 2``."""
@@ -600,7 +602,7 @@ def _check_cor(eps: float, lipschitz_f: float, steps: int) -> None:
 def corollary11_bound(*, eps: float, lr: float, lipschitz_f: float, steps: int) -> float:
     """Corrected Corollary 1.1: ``||w̄^l - w^l_GD||_2 <= L_f^{-1} ((1 + eta L_f)^l - 1) eps``.
 
-    Derivation (paper-notes §6.3): projection is non-expansive and ``w -> w - eta ∇L_n(w)`` is
+    Derivation (Corollary 1.1, Lemma 14): projection is non-expansive and ``w -> w - eta ∇L_n(w)`` is
     ``(1 + eta L_f)``-Lipschitz when ``∇L_n`` is ``L_f``-Lipschitz (the paper calls ``L_f`` the Lipschitz
     constant "of L_n(w)"; it must be that of ``∇L_n``, §10.9), so ``e_l <= (1 + eta L_f) e_{l-1} + eta eps``.
     """
@@ -616,7 +618,7 @@ def corollary11_loose(*, eps: float, lr: float, lipschitz_f: float, steps: int) 
 
 def corollary11_as_printed(*, eps: float, examples: int, lipschitz_f: float, steps: int) -> float:
     """Corollary 1.1 / Lemma 14 *as printed*: ``L_f^{-1} (1 + n L_f)^l eps`` with n the number of
-    examples — almost certainly a typo for ``(1 + eta L_f)^l`` (paper-notes §6.3, §10.9): the argument
+    examples — almost certainly a typo for ``(1 + eta L_f)^l`` (docs/paper.md, erratum E9): the argument
     gives no growth with n. Kept for comparison; it is the larger one whenever ``eta < n``."""
     _check_cor(eps, lipschitz_f, steps)
     _check_int("examples", examples, 1)
@@ -676,11 +678,12 @@ def direct_gd_flops(spec: NetSpec, *, examples: int, steps: int) -> int:
 
 def transformer_forward_flops(num_params: float, tokens: float) -> float:
     """``2 N_p N_t``: the usual forward-pass estimate (one MAC per parameter per token). The paper's
-    "3.3 billion" ICL FLOPs are this rule with 22M parameters and 76 tokens (experiments.md §5)."""
+    "3.3 billion" ICL FLOPs are this rule with 22M parameters and 76 tokens (docs/protocol.md, FLOPs)."""
     return 2 * num_params * tokens
 
 
 def training_flops(num_params: float, data: float) -> float:
     """``6 P D``: training on D example passes (forward + backward). The paper's "7.6 billion" for the
-    6-layer width-200 network are this rule with P = 168,000 and D = 75 x 100 = 7,500 (experiments.md §5)."""
+    6-layer width-200 network are this rule with P = 168,000 and D = 75 x 100 = 7,500
+    (docs/protocol.md, FLOPs)."""
     return 6 * num_params * data

@@ -1,7 +1,7 @@
 """The ``icdl`` command line.
 
 Each subcommand lives in its own module of this package and is imported only when it runs, so
-``icdl --help`` stays fast. Exit codes (design.md): 0 ok, 2 bad input (one line on stderr), 1 internal
+``icdl --help`` stays fast. Exit codes: 0 ok, 2 bad input (one line on stderr), 1 internal
 error (with a traceback, since that is a bug).
 """
 

@@ -19,9 +19,12 @@ import torch
 from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
 from icdl.relu_sums import ReluSum, relu_sum_for, target_function
 
+FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 
-def _write_plot(s: ReluSum, path: Path, delta: float) -> None:
-    """Function, sum (with the flat extension beyond ±R) and error, as a PNG written atomically."""
+
+def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
+    """Function, sum (with the flat extension beyond ±R) and error, written atomically as PNG, PDF or SVG
+    (by the suffix of ``path``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,6 +35,9 @@ def _write_plot(s: ReluSum, path: Path, delta: float) -> None:
         raise user_error(f"cannot write plot {str(path)!r}: directory {str(parent)!r} does not exist")
     if path.is_dir():
         raise user_error(f"cannot write plot {str(path)!r}: it is a directory")
+    fmt = FIGURE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise user_error(f"cannot write plot {str(path)!r}: the name must end in .png, .pdf or .svg")
     fn = target_function(s.target)
     r = s.radius
     wide = torch.linspace(-1.2 * r, 1.2 * r, 4001, dtype=torch.float64)
@@ -54,7 +60,7 @@ def _write_plot(s: ReluSum, path: Path, delta: float) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=120)
+            fig.savefig(fh, format=fmt, dpi=dpi)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
@@ -78,9 +84,17 @@ def _write_plot(s: ReluSum, path: Path, delta: float) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (with all terms).")
 @click.option(
-    "--plot", "plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG plot here."
+    "--plot",
+    "plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a plot here (.png, .pdf or .svg).",
 )
-def approx(function: str, eps: float, radius: float, delta: float, as_json: bool, plot: Path | None) -> None:
+@click.option(
+    "--dpi", type=click.IntRange(10, 2400), default=120, show_default=True, help="Resolution of --plot."
+)
+def approx(
+    function: str, eps: float, radius: float, delta: float, as_json: bool, plot: Path | None, dpi: int
+) -> None:
     """Fit sum_m c_m relu(a_m t + b_m) to FUNCTION on [-R, R] with measured sup error <= eps.
 
     FUNCTION is an activation (relu, sigmoid, tanh, softplus, identity) or its derivative with a
@@ -88,7 +102,7 @@ def approx(function: str, eps: float, radius: float, delta: float, as_json: bool
     """
     s = relu_sum_for(function, eps=eps, radius=radius, delta=delta)
     if plot is not None:
-        _write_plot(s, plot, delta)
+        _write_plot(s, plot, delta, dpi)
     if as_json:
         emit_json(s.to_dict())
         return

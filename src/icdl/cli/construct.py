@@ -66,7 +66,13 @@ class VariantChoice(click.Choice):
     help="In-context examples n (the prompt has n+1 tokens).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled prompt.")
-@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float64", "float32"]),
+    default="float64",
+    show_default=True,
+    help="Floating type of the weights and the prompt (float64 to verify exactness).",
+)
 @click.option(
     "--eps",
     type=POSITIVE_FLOAT,
@@ -88,7 +94,13 @@ class VariantChoice(click.Choice):
     default=None,
     help="Window of the relu' step (default 1e-9 in float64, 1e-5 in float32).",
 )
-@click.option("--projection", type=click.Choice(["none", "box"]), default="none", show_default=True)
+@click.option(
+    "--projection",
+    type=click.Choice(["none", "box"]),
+    default="none",
+    show_default=True,
+    help="Proj_W of eq. (2.3): none (plain GD) or the box |w_c| <= B (with --box B).",
+)
 @click.option("--box", type=POSITIVE_FLOAT, default=None, help="Box bound B for --projection box.")
 @click.option(
     "--variant",

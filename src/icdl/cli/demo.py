@@ -1,4 +1,4 @@
-"""``icdl demo``: the main job on a small default, end to end, in a few minutes on 2 CPU cores.
+"""``icdl demo``: the main job on a small default, end to end, in about 80 s on 2 CPU cores.
 
 It chains the other subcommands (so the demo exercises exactly what a user would run):
 
@@ -36,7 +36,7 @@ def _banner(title: str) -> None:
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Override the pretraining steps.")
 @click.pass_context
 def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None) -> None:
-    """Run the main job on a small default, end to end (a few minutes on 2 CPU cores)."""
+    """Run the main job on a small default, end to end (about 80 s on 2 CPU cores)."""
     from icdl.cli.approx import approx
     from icdl.cli.construct import construct
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from icdl.cli._common import POSITIVE_FLOAT, emit_json
+from icdl.icl.suites import suite_names
 
 
 def _ks(value: str | None) -> tuple[int, ...] | None:
@@ -55,7 +56,13 @@ def _summary_lines(res: dict) -> list[str]:
 
 @click.command(name="evaluate")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--suite", "suite", default="in-distribution", show_default=True, help="Suite name, or 'all'.")
+@click.option(
+    "--suite",
+    "suite",
+    default="in-distribution",
+    show_default=True,
+    help=f"Suite to evaluate: {', '.join(suite_names())}, or 'all'.",
+)
 @click.option(
     "--prompts", type=click.IntRange(min=2), default=None, help="Test prompts per condition [1280]."
 )
@@ -66,17 +73,47 @@ def _summary_lines(res: dict) -> list[str]:
     help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd; all; none [suite's].",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Test seed [987654321].")
-@click.option("--pooling", type=click.Choice(["pooled", "batch_mean"]), default="pooled", show_default=True)
+@click.option(
+    "--pooling",
+    type=click.Choice(["pooled", "batch_mean"]),
+    default="pooled",
+    show_default=True,
+    help="R² over all prompts at each k, or the mean of per-batch R².",
+)
 @click.option(
     "--resamples", type=click.IntRange(min=10), default=1000, show_default=True, help="Bootstrap resamples."
 )
-@click.option("--mlp-prompts", type=click.IntRange(min=2), default=64, show_default=True)
+@click.option(
+    "--mlp-prompts",
+    type=click.IntRange(min=2),
+    default=64,
+    show_default=True,
+    help="Prompts the per-prompt MLP baseline is trained on (the first ones).",
+)
 @click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
-@click.option("--mlp-width", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--mlp-epochs", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True)
-@click.option("--gd-steps", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--gd-prompts", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option(
+    "--mlp-width", type=click.IntRange(min=1), default=200, show_default=True, help="MLP baseline width."
+)
+@click.option(
+    "--mlp-epochs", type=click.IntRange(min=1), default=100, show_default=True, help="MLP baseline epochs."
+)
+@click.option(
+    "--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True, help="MLP baseline Adam learning rate."
+)
+@click.option(
+    "--gd-steps",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="GD steps of the tuned-GD baseline on the target architecture.",
+)
+@click.option(
+    "--gd-prompts",
+    type=click.IntRange(min=2),
+    default=128,
+    show_default=True,
+    help="Prompts the tuned-GD baseline runs on (the first ones).",
+)
 @click.option("--no-cost", is_flag=True, help="Skip the FLOPs / wall-time comparison.")
 @click.option("--force", is_flag=True, help="Recompute even if a current cached result exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results object as JSON on stdout.")

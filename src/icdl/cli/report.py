@@ -1,4 +1,5 @@
-"""``icdl report RUN_DIR [RUN_DIR ...] [--out DIR]`` — PNG plots and a markdown report.
+"""``icdl report RUN_DIR [RUN_DIR ...] [--out DIR] [--format png|pdf|svg] [--dpi N]`` — plots and a markdown
+report.
 
 Reads the cached results in ``RUN_DIR/eval/``; ``--evaluate auto`` (default) computes a missing
 ``in-distribution`` suite, ``all`` every missing or stale suite, ``none`` nothing (missing suites are
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from icdl.icl.suites import suite_names
+
 
 @click.command(name="report")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -20,7 +23,12 @@ import click
     default=None,
     help="Output folder [RUN_DIR/report for one run, ./report for several].",
 )
-@click.option("--suites", default=None, metavar="LIST", help="Comma-separated suites [all but depth].")
+@click.option(
+    "--suites",
+    default=None,
+    metavar="LIST",
+    help=f"Comma-separated suites out of {', '.join(suite_names())} [all but depth].",
+)
 @click.option(
     "--evaluate",
     "evaluate",
@@ -35,6 +43,17 @@ import click
 @click.option(
     "--baselines", default=None, metavar="LIST", help="Baselines for on-demand evaluation [suite's]."
 )
+@click.option(
+    "--format",
+    "figure_format",
+    type=click.Choice(["png", "pdf", "svg"]),
+    default="png",
+    show_default=True,
+    help="File format of the figures.",
+)
+@click.option(
+    "--dpi", type=click.IntRange(10, 2400), default=80, show_default=True, help="Resolution of the figures."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar; print only the report path.")
 def report(
     run_dirs: tuple[Path, ...],
@@ -43,6 +62,8 @@ def report(
     evaluate: str,
     prompts: int | None,
     baselines: str | None,
+    figure_format: str,
+    dpi: int,
     quiet: bool,
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
@@ -60,6 +81,8 @@ def report(
         prompts=prompts,
         options=EvalOptions(baselines=parse_baselines(baselines)),
         progress=False if quiet else None,
+        figure_format=figure_format,
+        dpi=dpi,
     )
     click.echo(str(rep.path))
     if rep.missing and not quiet:

@@ -89,7 +89,7 @@ def compute(
     N, K = spec.depth, spec.width
 
     # Sum-of-ReLU errors: the measured sup error of each fitted sum; exact sums (relu, identity, squared
-    # loss) contribute 0 (relu' is exact outside its delta-window, paper-notes §9.4).
+    # loss) contribute 0 (relu' is exact outside its delta-window, docs/paper.md, sublayers).
     eps_r = sums["r"]["sup_error"] if "r" in sums else 0.0
     eps_rp = sums["r_prime"]["sup_error"] if "r_prime" in sums else 0.0
     eps_l = sums["u"]["sup_error"] if "u" in sums else 0.0
@@ -287,7 +287,7 @@ def _render(r: dict[str, Any]) -> str:
     if not math.isfinite(b["assumptions"]["L_r_prime"]):
         lines.append(
             "note     r' is discontinuous (L_r' = inf): Theorem 1's bounds do not cover this activation "
-            "(paper-notes §10.1); the construction is exact outside relu's delta-window instead."
+            "(docs/paper.md, erratum E1); the construction is exact outside relu's delta-window instead."
         )
     return "\n".join(lines)
 
@@ -333,7 +333,9 @@ def _render(r: dict[str, Any]) -> str:
     help="Per-step gradient error eps of Thm 1 [default: --eps].",
 )
 @click.option(
-    "--corrected-bounds", is_flag=True, help="Use l2-correct pre-activation ranges (paper-notes §10.13)."
+    "--corrected-bounds",
+    is_flag=True,
+    help="Use l2-correct pre-activation ranges (docs/paper.md, erratum E13).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def theory(

@@ -60,6 +60,7 @@ def train(
         "steps": result.step,
         "resumed_from": result.start_step,
         "loss": result.loss,
+        "label_var": result.label_var,
         "seconds": result.seconds,
         "examples_per_s": result.examples_per_s,
         "parameters": result.num_params,
@@ -68,6 +69,8 @@ def train(
         emit_json(summary)
     elif not quiet:
         loss = "n/a" if result.loss is None else f"{result.loss:.4g}"
+        if result.loss is not None and result.label_var:
+            loss += f" (label variance {result.label_var:.4g}; ratio {result.loss / result.label_var:.3f})"
         click.echo(
             f"trained {result.step} steps (from {result.start_step}) in {result.seconds:.1f} s; "
             f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}",

@@ -5,7 +5,7 @@ Every baseline is a small object with a ``name`` and ``__call__(xs, ys) -> preds
 * ``xs``: ``(B, n, d_x)``, ``ys``: ``(B, n, d_y)`` — B prompts of n points each;
 * ``preds``: ``(B, n, d_y)`` where ``preds[:, k]`` may use only ``x_0, y_0, ..., x_{k-1}, y_{k-1}, x_k``,
   i.e. the prediction for the query ``x_k`` after ``k`` in-context examples (the layout of Garg et al.
-  2022 and of the paper, experiments.md §1-§3).
+  2022 and of the paper, docs/protocol.md, task; docs/protocol.md, baselines).
 
 Every baseline computes in the dtype and on the device of ``xs``, is seeded where random (results do not
 depend on the device's RNG or on chunk sizes), and treats all prompts at once; only the per-prefix
@@ -15,7 +15,7 @@ Baselines (defaults in brackets; docs/baselines.md has the rationale and timings
 
 * ``ZeroBaseline`` — predicts 0.
 * ``AveragingBaseline`` — the mean of the context labels ``y_0..y_{k-1}`` (0 at k = 0). On the paper's
-  ``N(-2, I)`` inputs this already scores R² ≈ 0.85 (experiments.md §1). Not Garg's ``AveragingModel``.
+  ``N(-2, I)`` inputs this already scores R² ≈ 0.85 (docs/protocol.md, task). Not Garg's ``AveragingModel``.
 * ``LeastSquaresBaseline`` — min-norm least squares on the first k examples (pinv), or ridge with
   ``ridge > 0`` [intercept column on]; 0 at k = 0.
 * ``KNNBaseline`` — mean label of the [3] nearest context inputs (Euclidean), fewer when k < 3; 0 at k = 0.
@@ -243,7 +243,7 @@ class KNNBaseline:
 
 
 # --------------------------------------------------------------------------------------------------
-# The paper's baseline: an N-layer MLP trained on each prompt (experiments.md §3)
+# The paper's baseline: an N-layer MLP trained on each prompt (docs/protocol.md, baselines)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -274,8 +274,8 @@ class MLPTrace:
     ) -> tuple[Tensor, list[int | None]]:
         """The paper's oracle: for each k, the epoch in ``1..epochs`` with the highest R²(k) across prompts.
 
-        Uses the query labels ``ys[:, k]`` to choose, so it is **not** a causal predictor (experiments.md
-        §3: "We select the highest R-squared value from each epoch"). Returns the predictions
+        Uses the query labels ``ys[:, k]`` to choose, so it is **not** a causal predictor (docs/protocol.md,
+        baselines: "We select the highest R-squared value from each epoch"). Returns the predictions
         ``(B, n, d_y)`` and the chosen epoch per k (``None`` where not evaluated or k = 0).
         """
         ys = ys if ys.dim() == 3 else ys[..., None]
@@ -300,7 +300,7 @@ class MLPTrace:
 
 @dataclass
 class MLPBaseline:
-    """The paper's baseline (experiments.md §3): train an N-layer MLP on each prompt's first k examples.
+    """The paper's baseline (docs/protocol.md): train an N-layer MLP on each prompt's first k examples.
 
     Architecture: ``d_x -> width -> ... -> width -> d_y`` with ``depth`` linear layers (N-1 hidden ReLU
     layers, linear output), **with biases**; weights He-normal ``N(0, 2 / fan_in)``, biases 0. One network

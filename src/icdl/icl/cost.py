@@ -2,7 +2,7 @@
 
 The paper (App. A.3) says the trained transformer reaches the 6-layer network's R² with "3.3 billion vs.
 7.6 billion FLOPs": ``2 N_params T`` for one forward pass (22M parameters, T = 76) against ``6 P D`` for
-training the width-200 network (P = 168,000, D = 75 examples x 100 epochs); experiments.md §5 rebuilds
+training the width-200 network (P = 168,000, D = 75 examples x 100 epochs); docs/protocol.md, FLOPs rebuilds
 both numbers. This module computes the same two rules for a run, an exact matmul count of the ICL
 forward pass (analytic, cross-checked against ``torch.utils.flop_counter``), and MEASURED wall times
 here: one ICL forward pass over a batch of prompts against the MLP baseline's training on the same

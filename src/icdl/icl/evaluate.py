@@ -87,7 +87,7 @@ SUITE_BASELINES: dict[str, tuple[str, ...]] = {
 }
 GD_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 
-# Flags of a degenerate test distribution (experiments.md §7c).
+# Flags of a degenerate test distribution (docs/protocol.md, pilot findings).
 _ZERO_FRACTION = 0.5
 _SCALE_RATIO = 10.0
 
@@ -251,7 +251,7 @@ def label_diagnostics(ys: Tensor, reference_std: float | None) -> dict[str, Any]
     labels are all equal; ``label_std_ratio``: label std over the training task's (``reference_std``).
     ``degenerate`` when more than half the labels are exactly 0, more than half the prompts are
     constant, or the label scale is off by more than 10x — then R² is dominated by a few prompts and is
-    not meaningful (experiments.md §7c: the weight shift N(-0.5, I) of bias-free ReLU targets).
+    not meaningful (docs/protocol.md, pilot findings: the weight shift N(-0.5, I) of bias-free ReLU targets).
     """
     y = ys.detach().double()
     std = float(y.std()) if y.numel() > 1 else 0.0

@@ -3,9 +3,9 @@
 Every ICL model and baseline predicts at every prefix: ``preds[:, k]`` is the prediction for the query
 ``x_k`` after the ``k`` in-context examples ``(x_0, y_0), ..., (x_{k-1}, y_{k-1})``. A *curve* is one
 number per ``k = 0 .. n-1``, computed **across prompts** at that ``k`` (one prediction per prompt and
-position cannot give an R² on its own; experiments.md §4).
+position cannot give an R² on its own; docs/protocol.md, metric).
 
-Conventions (documented defaults; experiments.md §4, §9 item 3):
+Conventions (documented defaults; docs/protocol.md, metric; docs/protocol.md, open choices item 3):
 
 * ``pooling="pooled"`` (default): over all ``B`` prompts at once,
   ``R²(k) = 1 - Σ_b Σ_c (y_bkc - ŷ_bkc)² / Σ_b Σ_c (y_bkc - ȳ_kc)²`` with ``ȳ_kc`` the mean over prompts

@@ -1,14 +1,15 @@
 """The trainable ICL transformer: a small GPT-2-style decoder over interleaved x/y tokens.
 
-Layout (Garg et al. 2022; experiments.md §2): a prompt ``(x_1, y_1, ..., x_n, y_n)`` becomes the token
-sequence ``x_1, y_1, x_2, y_2, ..., x_n, y_n`` of length ``T = 2n``; every token is a vector of size
+Layout (Garg et al. 2022; the paper's App. F; docs/protocol.md): a prompt ``(x_1, y_1, ..., x_n, y_n)``
+becomes the token sequence ``x_1, y_1, x_2, y_2, ..., x_n, y_n`` of length ``T = 2n``; every token is a
+vector of size
 ``d_tok = max(d_x, d_y)``, x zero-padded to ``d_tok`` and y written as ``[y, 0, ..., 0]``. A read-in
 ``Linear(d_tok, d_model)`` and learned absolute positions feed ``layers`` pre-LN blocks; a read-out
 ``Linear(d_model, d_y)`` on the hidden state of every x-token predicts that point's y. Because of the
 causal mask, the prediction at ``x_i`` uses only ``(x_1, y_1, ..., x_{i-1}, y_{i-1}, x_i)`` — one
 forward pass predicts at every prefix, the shared predictor signature of ``icdl.icl``.
 
-Attention (one flag, the paper's "sole difference", experiments.md §2):
+Attention (one flag, the paper's "sole difference" between its two models, App. F):
 
 * ``softmax``: GPT-2 causal softmax attention via ``F.scaled_dot_product_attention(is_causal=True)``.
 * ``relu``: ``A = relu(q k^T / sqrt(d_head))`` with future keys masked to 0, each row divided by its
@@ -21,12 +22,23 @@ Usage::
 
     model = ICLTransformer(d_x=20, d_y=1, layers=4, heads=4, d_model=64, d_mlp=256, attention="relu")
     preds = model(xs, ys)          # xs (B, n, 20), ys (B, n, 1) -> preds (B, n, 1)
+    preds, cache = model.run_with_cache(xs, ys)
+    cache[0, "attn.pattern"]       # (B, heads, 2n, 2n): block 0's attention weights per head
+
+Hook points (TransformerLens-style, keyed ``(block, hook name)``; :data:`HOOK_NAMES` in forward order):
+``resid_pre``, ``ln1``, ``attn.q``/``attn.k``/``attn.v`` ``(B, heads, T, d_head)``, ``attn.scores``
+(the pre-nonlinearity scores ``q k^T / sqrt(d_head)``, future keys masked), ``attn.pattern`` (the weights
+that multiply ``v``: softmax probabilities, or the ReLU weights already divided by the row normaliser),
+``attn.z`` (heads' outputs before the output projection), ``attn_out``, ``resid_mid``, ``ln2``,
+``mlp.pre``/``mlp.post`` (before/after GELU, ``(B, T, d_mlp)``), ``mlp_out``, ``resid_post``
+(``(B, T, d_model)`` unless stated).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -35,10 +47,49 @@ from torch import Tensor, nn
 from icdl.config import ModelConfig
 from icdl.errors import InputError
 
-__all__ = ["MLP", "Block", "CausalSelfAttention", "ICLTransformer", "build_model", "relu_attention"]
+if TYPE_CHECKING:
+    from icdl.inspect.cache import ActivationCache
+
+__all__ = [
+    "HOOK_NAMES",
+    "MLP",
+    "Block",
+    "CausalSelfAttention",
+    "HookFn",
+    "ICLTransformer",
+    "build_model",
+    "relu_attention",
+]
 
 Attention = Literal["softmax", "relu"]
 ReluNorm = Literal["causal", "length"]
+
+HOOK_NAMES: tuple[str, ...] = (
+    "resid_pre",
+    "ln1",
+    "attn.q",
+    "attn.k",
+    "attn.v",
+    "attn.scores",
+    "attn.pattern",
+    "attn.z",
+    "attn_out",
+    "resid_mid",
+    "ln2",
+    "mlp.pre",
+    "mlp.post",
+    "mlp_out",
+    "resid_post",
+)
+"""The hook names of one block, in the order the forward pass reaches them."""
+
+HookFn = Callable[[str, Tensor], Tensor]
+"""``hook(name, activation) -> activation``: called at every named point of a block (the block index is
+bound by the caller); returning a different tensor replaces the activation (an intervention)."""
+
+
+def _no_hook(name: str, t: Tensor) -> Tensor:
+    return t
 
 
 def relu_attention(q: Tensor, k: Tensor, v: Tensor, norm: ReluNorm = "causal") -> Tensor:
@@ -78,13 +129,16 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.resid_drop = nn.Dropout(dropout)
 
-    def forward(self, h: Tensor) -> Tensor:
-        """``h (B, T, d_model) -> (B, T, d_model)``."""
+    def forward(self, h: Tensor, hook: HookFn | None = None) -> Tensor:
+        """``h (B, T, d_model) -> (B, T, d_model)``; with ``hook``, the slow path that names q, k, v, the
+        scores, the pattern and z (the same function up to round-off)."""
         B, T, C = h.shape
         q, k, v = self.qkv(h).split(C, dim=-1)
         # (B, T, C) -> (B, H, T, d_head)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        if self.attention == "softmax":
+        if hook is not None:
+            a = self._attend_explicit(q, k, v, hook)
+        elif self.attention == "softmax":
             a = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
             )
@@ -92,6 +146,25 @@ class CausalSelfAttention(nn.Module):
             a = relu_attention(q, k, v, self.relu_norm)
         a = a.transpose(1, 2).reshape(B, T, C)
         return self.resid_drop(self.proj(a))
+
+    def _attend_explicit(self, q: Tensor, k: Tensor, v: Tensor, hook: HookFn) -> Tensor:
+        """Attention with every intermediate materialised and passed through ``hook``:
+        ``(B, H, T, d_head) x 3 -> z (B, H, T, d_head)``."""
+        q, k, v = hook("attn.q", q), hook("attn.k", k), hook("attn.v", v)
+        T, d_head = q.shape[-2], q.shape[-1]
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): key after query
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(d_head)).masked_fill(future, 0.0)
+        scores = hook("attn.scores", scores)
+        if self.attention == "softmax":
+            pattern = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            if self.training and self.dropout:
+                pattern = F.dropout(pattern, self.dropout)
+        else:
+            rows = torch.arange(1, T + 1, device=q.device, dtype=q.dtype).unsqueeze(-1)  # (T, 1)
+            denom = rows if self.relu_norm == "causal" else torch.full_like(rows, float(T))
+            pattern = torch.relu(scores).masked_fill(future, 0.0) / denom
+        pattern = hook("attn.pattern", pattern)  # (B, H, T, T)
+        return hook("attn.z", pattern @ v)
 
 
 class MLP(nn.Module):
@@ -103,9 +176,11 @@ class MLP(nn.Module):
         self.proj = nn.Linear(d_mlp, d_model)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Tensor, hook: HookFn = _no_hook) -> Tensor:
         """``h (B, T, d_model) -> (B, T, d_model)``."""
-        return self.drop(self.proj(F.gelu(self.fc(h), approximate="tanh")))
+        pre = hook("mlp.pre", self.fc(h))  # (B, T, d_mlp)
+        post = hook("mlp.post", F.gelu(pre, approximate="tanh"))
+        return self.drop(self.proj(post))
 
 
 class Block(nn.Module):
@@ -120,10 +195,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_mlp, dropout)
 
-    def forward(self, h: Tensor) -> Tensor:
-        """``h (B, T, d_model) -> (B, T, d_model)``."""
-        h = h + self.attn(self.ln1(h))
-        return h + self.mlp(self.ln2(h))
+    def forward(self, h: Tensor, hook: HookFn | None = None) -> Tensor:
+        """``h (B, T, d_model) -> (B, T, d_model)``; ``hook`` sees the points of :data:`HOOK_NAMES`."""
+        if hook is None:
+            h = h + self.attn(self.ln1(h))
+            return h + self.mlp(self.ln2(h))
+        h = hook("resid_pre", h)
+        h = hook("resid_mid", h + hook("attn_out", self.attn(hook("ln1", self.ln1(h)), hook)))
+        return hook("resid_post", h + hook("mlp_out", self.mlp(hook("ln2", self.ln2(h)), hook)))
 
 
 class ICLTransformer(nn.Module):
@@ -194,11 +273,15 @@ class ICLTransformer(nn.Module):
         y_tok = F.pad(ys, (0, self.d_tok - self.d_y))
         return torch.stack((x_tok, y_tok), dim=2).reshape(B, 2 * n, self.d_tok)
 
-    def forward(self, xs: Tensor, ys: Tensor) -> Tensor:
+    def forward(
+        self, xs: Tensor, ys: Tensor, hooks: Callable[[int, str, Tensor], Tensor] | None = None
+    ) -> Tensor:
         """Predict every point's label from its prefix.
 
         Args:
             xs: ``(B, n, d_x)``; ys: ``(B, n, d_y)`` (``ys[:, n-1]`` is never seen by any prediction).
+            hooks: optional ``hooks(block, name, activation) -> activation`` called at every named point
+                (:data:`HOOK_NAMES`); see :meth:`run_with_cache` and :meth:`run_with_hooks`.
 
         Returns:
             ``(B, n, d_y)``: row i uses only ``x_0, y_0, ..., x_{i-1}, y_{i-1}, x_i``.
@@ -219,10 +302,55 @@ class ICLTransformer(nn.Module):
         tok = self.tokens(xs, ys)  # (B, T, d_tok)
         pos = torch.arange(2 * n, device=xs.device)
         h = self.drop(self.read_in(tok) + self.wpe(pos))  # (B, T, d_model)
-        for block in self.blocks:
-            h = block(h)
+        for b, block in enumerate(self.blocks):
+            h = block(h) if hooks is None else block(h, lambda name, t, b=b: hooks(b, name, t))
         h = self.ln_f(h[:, 0::2])  # x-token states only: (B, n, d_model)
         return self.read_out(h)
+
+    def hook_names(self) -> list[tuple[int, str]]:
+        """Every named activation ``(block, hook name)``, in forward order."""
+        return [(b, name) for b in range(len(self.blocks)) for name in HOOK_NAMES]
+
+    @torch.no_grad()
+    def run_with_cache(
+        self, xs: Tensor, ys: Tensor, names: Callable[[tuple[int, str]], bool] | None = None
+    ) -> tuple[Tensor, ActivationCache]:
+        """Run the model and record activations (TransformerLens' ``run_with_cache``).
+
+        Args:
+            xs, ys: as :meth:`forward`.
+            names: optional filter on ``(block, hook name)``; default all of :meth:`hook_names`.
+
+        Returns:
+            ``(preds, cache)``: the predictions (equal to ``model(xs, ys)`` up to round-off) and an
+            :class:`icdl.inspect.ActivationCache` keyed ``(block, hook name)`` (detached tensors).
+        """
+        from icdl.inspect.cache import ActivationCache
+
+        store: dict[tuple[int, str], Tensor] = {}
+
+        def record(block: int, name: str, t: Tensor) -> Tensor:
+            if names is None or names((block, name)):
+                store[block, name] = t.detach()
+            return t
+
+        preds = self(xs, ys, hooks=record)
+        return preds, ActivationCache(store, kind="icl")
+
+    def run_with_hooks(
+        self, xs: Tensor, ys: Tensor, fwd_hooks: dict[tuple[int, str], Callable[[Tensor], Tensor]]
+    ) -> Tensor:
+        """Run the model with interventions: ``fwd_hooks[(block, name)](activation)`` replaces that
+        activation (e.g. zero one head's pattern) and the rest of the pass uses the result."""
+        unknown = set(fwd_hooks) - set(self.hook_names())
+        if unknown:
+            raise InputError(f"unknown hook point(s) {sorted(unknown)}; see model.hook_names()")
+
+        def apply(block: int, name: str, t: Tensor) -> Tensor:
+            fn = fwd_hooks.get((block, name))
+            return t if fn is None else fn(t)
+
+        return self(xs, ys, hooks=apply)
 
 
 def build_model(cfg: ModelConfig, d_x: int, d_y: int) -> ICLTransformer:

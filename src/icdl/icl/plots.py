@@ -3,7 +3,7 @@
 R² against the number of in-context examples k, one curve per condition or predictor, the 90 % bootstrap
 band shaded with alpha 0.3, a dashed line at R² = 1 and a dashed vertical line at the training prompt
 length. matplotlib with the Agg backend (no display needed); every function writes one PNG atomically
-and returns its path.
+and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dpi`` sets the resolution.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from icdl.errors import InputError
 
 __all__ = ["plot_conditions", "plot_depth_sweep", "plot_predictors"]
 
@@ -66,18 +68,33 @@ def _finish(ax: Any, values: list[float], train_examples: int, title: str) -> No
     ax.legend(fontsize=7, loc="lower right")
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+DEFAULT_DPI = 80
+"""Resolution of the PNG reports (small files); pass ``dpi=`` or save as PDF/SVG for print."""
+
+FORMATS = (".png", ".pdf", ".svg")
+
+
+def _save(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
+    """Write ``fig`` atomically; the suffix of ``path`` (``.png``, ``.pdf``, ``.svg``) picks the format."""
     path = Path(path)
+    fmt = path.suffix.lower()
+    if fmt not in FORMATS:
+        _plt().close(fig)
+        raise InputError(f"cannot write {str(path)!r}: figures are {', '.join(FORMATS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=80, bbox_inches="tight")
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{fmt}")
+    fig.savefig(tmp, dpi=dpi or DEFAULT_DPI, bbox_inches="tight", format=fmt[1:])
     _plt().close(fig)
     os.replace(tmp, path)
     return path
 
 
 def plot_conditions(
-    result: dict[str, Any], path: str | Path, *, baselines: Sequence[str] = ("mlp-best", "averaging")
+    result: dict[str, Any],
+    path: str | Path,
+    *,
+    baselines: Sequence[str] = ("mlp-best", "averaging"),
+    dpi: int | None = None,
 ) -> Path:
     """The paper's panel: the ICL model on every condition of a suite (one colour per condition), plus
     baselines of kinds ``baselines`` on the FIRST condition (grey, dashed for all but the first kind)."""
@@ -100,10 +117,12 @@ def plot_conditions(
         f"({run['attention']} attention, {run['target_depth']}-layer target)"
     )
     _finish(ax, values, result["suite"]["train_examples"], title)
-    return _save(fig, path)
+    return _save(fig, path, dpi)
 
 
-def plot_predictors(result: dict[str, Any], condition: str, path: str | Path) -> Path:
+def plot_predictors(
+    result: dict[str, Any], condition: str, path: str | Path, *, dpi: int | None = None
+) -> Path:
     """Every predictor (ICL model and baselines) on one condition."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -116,10 +135,10 @@ def plot_predictors(result: dict[str, Any], condition: str, path: str | Path) ->
         )
     run = result["run"]
     _finish(ax, values, result["suite"]["train_examples"], f"{run['name']}: {c['label']}")
-    return _save(fig, path)
+    return _save(fig, path, dpi)
 
 
-def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, dpi: int | None = None) -> Path:
     """R² against the number of transformer layers, one line per (attention, k) (the paper's Fig. 7)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
@@ -140,4 +159,4 @@ def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     ax.set_title("Transformer depth sweep", fontsize=10)
     ax.grid(alpha=0.25)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return _save(fig, path, dpi)

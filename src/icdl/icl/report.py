@@ -127,7 +127,9 @@ def statements(result: dict[str, Any], condition: str) -> list[str]:
     return out
 
 
-def _suite_section(result: dict[str, Any], out_dir: Path, run_slug: str, status: str) -> list[str]:
+def _suite_section(
+    result: dict[str, Any], out_dir: Path, run_slug: str, status: str, fig: tuple[str, int | None]
+) -> list[str]:
     suite = result["suite"]
     E = suite["train_examples"]
     lines = [f"### Suite `{suite['name']}`", "", suite["description"] + ".", ""]
@@ -139,11 +141,11 @@ def _suite_section(result: dict[str, Any], out_dir: Path, run_slug: str, status:
     conds = result["conditions"]
     # One PNG per suite (the report must stay small): the paper-style panel over conditions, or, for a
     # single-condition suite, every predictor on it.
-    png = out_dir / f"{run_slug}__{_slug(suite['name'])}.png"
+    png = out_dir / f"{run_slug}__{_slug(suite['name'])}.{fig[0]}"
     if len(conds) > 1:
-        img = plots.plot_conditions(result, png)
+        img = plots.plot_conditions(result, png, dpi=fig[1])
     else:
-        img = plots.plot_predictors(result, next(iter(conds)), png)
+        img = plots.plot_predictors(result, next(iter(conds)), png, dpi=fig[1])
     lines += [f"![{suite['name']}]({img.name})", ""]
     for cname, c in conds.items():
         max_k = c["points"] - 1
@@ -209,14 +211,14 @@ def _cost_section(cost: dict[str, Any]) -> list[str]:
     ]
 
 
-def _depth_section(rows: list[dict[str, Any]], out_dir: Path) -> list[str]:
+def _depth_section(rows: list[dict[str, Any]], out_dir: Path, fig: tuple[str, int | None]) -> list[str]:
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["attention"], r["target_depth"]), []).append(r)
     sweep = [r for g in groups.values() if len({x["layers"] for x in g}) >= 2 for r in g]
     if not sweep:
         return []
-    img = plots.plot_depth_sweep(sweep, out_dir / "depth_sweep.png")
+    img = plots.plot_depth_sweep(sweep, out_dir / f"depth_sweep.{fig[0]}", dpi=fig[1])
     lines = ["## Transformer depth sweep (F.3)", "", f"![depth sweep]({img.name})", ""]
     lines += [
         "| attention | target depth | layers | k | R² [90% band] | paper (k = 15/30/45, same layers) |",
@@ -242,8 +244,12 @@ def build_report(
     prompts: int | None = None,
     options: EvalOptions | None = None,
     progress: bool | None = None,
+    figure_format: str = "png",
+    dpi: int | None = None,
 ) -> Report:
-    """Render ``out_dir/report.md`` and its PNGs for ``run_dirs``.
+    """Render ``out_dir/report.md`` and its figures for ``run_dirs``.
+
+    ``figure_format``: ``png`` (default), ``pdf`` or ``svg``; ``dpi``: figure resolution (default 80).
 
     ``evaluate``: ``"auto"`` computes a missing ``in-distribution`` suite only, ``"all"`` every missing or
     stale suite in ``suites``, ``"none"`` nothing (missing suites are listed with the command to run).
@@ -256,6 +262,9 @@ def build_report(
     for s in suites:
         if s not in suite_names():
             raise InputError(f"unknown suite {s!r}; choose one of {', '.join(suite_names())}")
+    if figure_format not in ("png", "pdf", "svg"):
+        raise InputError(f"figure format must be png, pdf or svg, got {figure_format!r}")
+    fig = (figure_format, dpi)
     if evaluate not in ("auto", "all", "none"):
         raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
     for rd in run_dirs:
@@ -311,7 +320,7 @@ def build_report(
             "",
         ]
         for res, status in results.values():
-            body += _suite_section(res, out, slug, status)
+            body += _suite_section(res, out, slug, status, fig)
         cost = next((r["cost"] for r, _ in results.values() if r.get("cost")), None)
         if cost:
             body += _cost_section(cost)
@@ -334,7 +343,7 @@ def build_report(
             )
     lines += [*summary, ""]
     rows = depth_sweep(run_dirs, evaluate_missing=False)
-    lines += _depth_section(rows, out)
+    lines += _depth_section(rows, out, fig)
     lines += body
     if missing:
         lines += ["## Not evaluated", "", "Run these (or `icdl report --evaluate all`):", ""]

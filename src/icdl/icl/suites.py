@@ -4,7 +4,8 @@ A :class:`Condition` is a :class:`icdl.config.TaskConfig` (the training task wit
 the number of points per test prompt and a label; a :class:`Suite` is a named list of conditions plus
 the number of test prompts and the test seed. Suites serialise to plain dicts (``to_dict`` /
 ``from_dict``), and the dict is written into every result file, so a result says exactly which
-distribution it was measured on (experiments.md §4, §7, §9; the dtsip "suites as data" anchor).
+distribution it was measured on (docs/protocol.md: metric, configurations, open choices; the dtsip
+"suites as data" anchor).
 
 Suites (``SUITES``; ``E`` = training examples per prompt, test prompts have ``E_test = 1.5 E`` examples,
 capped by the model's positions, as the paper's 50 -> 75):
@@ -13,7 +14,7 @@ capped by the model's positions, as the paper's 50 -> 75):
 * ``mixture`` / ``mixture-prompt`` — inputs ``ω1 N(m, I) + (1 - ω1) N(m', I)`` for ω1 in 1, 0.9, 0.7, 0.5,
   with ``m`` the training mean and ``m' = m + 4`` toward the other side of 0 (the paper: -2 and +2); the
   component is drawn per POINT (``mixture``) or once per PROMPT (``mixture-prompt``). The paper does not
-  say which; the choice changes the results a lot (experiments.md §7c).
+  say which; the choice changes the results a lot (docs/protocol.md, pilot findings).
 * ``weight-shift`` — target weights ``N(μ, I)`` for μ in 0, -0.5, +0.5, as written in the paper (F.2).
   Degenerate for bias-free ReLU targets on ``N(-2, I)`` inputs (μ = -0.5: almost every label is exactly 0;
   μ = +0.5: the label scale explodes with depth); :mod:`icdl.icl.evaluate` measures and flags this.
@@ -69,7 +70,7 @@ WEIGHT_SHIFTS: tuple[float, ...] = (0.0, -0.5, 0.5)
 DEPTH_KS: tuple[int, ...] = (15, 30, 45)
 MIXTURE_GAP = 4.0  # distance between the two mixture components (the paper: -2 and +2)
 LONG_FACTORS: tuple[float, ...] = (1.0, 1.5, 2.0)
-DEFAULT_PROMPTS = 1280  # 20 batches of 64 (experiments.md §7b); the paper used 6,400
+DEFAULT_PROMPTS = 1280  # 20 batches of 64 (docs/protocol.md, configurations); the paper used 6,400
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,8 @@ def _weight_shift(standardize: bool) -> Callable[[Config], Built]:
             notes = (
                 "As written, this shift is degenerate for bias-free ReLU targets on N(-2, I) inputs: "
                 "with N(-0.5, I) almost every label is exactly 0 and with N(+0.5, I) the label scale "
-                "explodes with depth (experiments.md §7c). Conditions flagged 'degenerate' in the results "
+                "explodes with depth (docs/protocol.md, pilot findings). Conditions flagged 'degenerate' "
+                "in the results "
                 "are not meaningful; see weight-shift-std for the standardised form.",
             )
         return desc, conds, (), notes

@@ -2,7 +2,7 @@
 
 A *task* is a distribution over prompts ``(x_1, y_1, ..., x_n, y_n)`` with ``y_i = f(w, x_i) + noise``,
 ``f`` the paper's N-layer network (:mod:`icdl.nets`, Definition 1) and a fresh ``w`` per prompt
-(experiments.md §1). It is data, a :class:`icdl.config.TaskConfig`, so evaluation suites describe
+(docs/protocol.md, task). It is data, a :class:`icdl.config.TaskConfig`, so evaluation suites describe
 shifts (mixture weights, per-point or per-prompt components, weight mean shift, standardisation) by
 changing fields, not code.
 

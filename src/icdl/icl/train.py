@@ -1,4 +1,4 @@
-"""Resumable pretraining of the ICL transformer on freshly sampled prompts (experiments.md §7).
+"""Resumable pretraining of the ICL transformer on freshly sampled prompts (docs/protocol.md, configurations).
 
 One loop, readable in one sitting (nanoGPT-style): every step draws the GLOBAL batch of ``step`` from
 ``(train.seed, step)`` (:func:`icdl.icl.tasks.sample_batch`), takes this rank's slice, and minimises
@@ -81,6 +81,9 @@ class TrainResult:
     seconds: float
     examples_per_s: float | None
     num_params: int
+    # Variance of the labels over the same interval: the loss of the best constant predictor, so
+    # loss / label_var is the fraction of the label variance the model leaves unexplained.
+    label_var: float | None = None
 
 
 @dataclass(frozen=True)
@@ -457,6 +460,7 @@ def _train_loop(
     first_bad = torch.full((), t.steps + 1, device=device, dtype=torch.float64)
     interval_steps, interval_t = 0, time.perf_counter()
     last_loss: float | None = None
+    last_var: float | None = None
     last_rate: float | None = None
     last_saved = start_step if ckpt is not None else -1
     model.train()
@@ -522,6 +526,7 @@ def _train_loop(
                 last_loss = stats[0].item() / (interval_steps * dist.world_size)
                 # Variance of every label of the interval: the MSE of the best constant predictor.
                 y_var = stats[2].item() / stats[3].item() - (stats[1].item() / stats[3].item()) ** 2
+                last_var = y_var
                 last_rate = n_ex / max(now - interval_t, 1e-9)
                 record = {
                     "step": done,
@@ -539,7 +544,9 @@ def _train_loop(
                 if tb is not None:
                     for key in ("loss", "y_var", "lr", "examples_per_s"):
                         tb.add_scalar(f"train/{key}", record[key], done)
-                bar.set_postfix(loss=f"{last_loss:.4g}", ex_s=f"{last_rate:.0f}", refresh=False)
+                bar.set_postfix(
+                    loss=f"{last_loss:.4g}", y_var=f"{y_var:.4g}", ex_s=f"{last_rate:.0f}", refresh=False
+                )
                 bar.update(interval_steps if is_log else 0)
                 sums.zero_()
                 interval_steps, interval_t = 0, time.perf_counter()
@@ -554,7 +561,14 @@ def _train_loop(
         if tb is not None:
             tb.close()
     return TrainResult(
-        run_dir, t.steps, start_step, last_loss, time.perf_counter() - t0, last_rate, _nparams(model)
+        run_dir,
+        t.steps,
+        start_step,
+        last_loss,
+        time.perf_counter() - t0,
+        last_rate,
+        _nparams(model),
+        label_var=last_var,
     )
 
 

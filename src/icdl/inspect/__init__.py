@@ -1,0 +1,51 @@
+"""Look inside compiled and trained models: named activations, attention patterns, plots.
+
+One naming scheme for both model kinds (:class:`ActivationCache`):
+
+* trained ICL transformer: ``model.run_with_cache(xs, ys)`` keyed ``(block, hook name)``;
+* compiled GD transformer: :func:`run_with_cache` keyed ``(step, sublayer name[, slot])``.
+
+Plot helpers (matplotlib, return the ``Figure``): :func:`plot_residual` (token x slot heatmap with slot
+labels), :func:`plot_head_pattern` (one head's score pattern), :func:`plot_slot_trajectory` (a slot over
+the GD steps next to reference GD). :func:`dense_sublayer` exports a compiled sublayer as ordinary
+``Q, K, V`` (attention) or ``W1, W2`` (MLP) matrices, the way the paper writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ActivationCache",
+    "dense_sublayer",
+    "head_pattern",
+    "plot_block_map",
+    "plot_head_pattern",
+    "plot_residual",
+    "plot_slot_trajectory",
+    "run_with_cache",
+    "slot_trajectory",
+    "slot_usage",
+]
+
+_WHERE = {
+    "ActivationCache": "icdl.inspect.cache",
+    "run_with_cache": "icdl.inspect.compiled",
+    "head_pattern": "icdl.inspect.compiled",
+    "dense_sublayer": "icdl.inspect.compiled",
+    "slot_trajectory": "icdl.inspect.compiled",
+    "slot_usage": "icdl.inspect.compiled",
+    "plot_block_map": "icdl.inspect.plots",
+    "plot_residual": "icdl.inspect.plots",
+    "plot_head_pattern": "icdl.inspect.plots",
+    "plot_slot_trajectory": "icdl.inspect.plots",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: matplotlib and the compiler load only when a helper is used.
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'icdl.inspect' has no attribute {name!r}")

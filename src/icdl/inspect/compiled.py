@@ -1,0 +1,220 @@
+"""Inspect a compiled GD transformer: named activations, head score patterns, slot trajectories, dense export.
+
+Names follow the construction (paper Theorem 1: one block of ``2N+4`` sublayers per GD step, Lemmas 2-5):
+every sublayer names itself (``m.info.name``: ``forward_1 .. forward_N`` (Lemma 2), ``derivative``
+(Lemma 3), ``loss`` (Lemma 4), ``backward_N .. backward_1`` (Lemma 5), ``update`` and ``project`` (the
+proof of Theorem 1) for the paper's variant; other variants name theirs). An activation is the residual
+stream after a sublayer, keyed ``(step, name)`` with a 0-based step, or ``("readout", name)`` for the
+readout after the last step; ``(0, "prompt")`` is the input. A slot name from ``model.layout`` as a third
+key element slices its coordinates: ``cache[2, "update", "W"]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from icdl.errors import InputError
+from icdl.inspect.cache import ActivationCache
+
+if TYPE_CHECKING:
+    from icdl.construct.compile import CompiledModel, TracePoint
+
+__all__ = [
+    "DENSE_LIMIT",
+    "READOUT",
+    "dense_sublayer",
+    "head_pattern",
+    "run_with_cache",
+    "slot_labels",
+    "slot_trajectory",
+    "slot_usage",
+    "sublayer_names",
+    "sublayer_table",
+]
+
+DENSE_LIMIT = 50_000_000
+"""Largest number of entries :func:`dense_sublayer` materialises (400 MB in float64) unless told more."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Naming: every sublayer describes itself (``m.info``, :class:`icdl.sublayer.SublayerInfo`); its
+# ``info.name`` is unique within the block and within the readout.
+# --------------------------------------------------------------------------------------------------
+
+READOUT = "readout"
+"""The step key of the readout sublayers: ``cache["readout", "readout"]`` is the final stream."""
+
+
+def sublayer_table(model: CompiledModel) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]]]:
+    """``(block, readout)``: the named sublayers of one GD step and of the readout, in execution order."""
+    return (
+        [(m.info.name, m) for m in model.block_layers],
+        [(m.info.name, m) for m in model.readout_layers],
+    )
+
+
+def sublayer_names(model: CompiledModel) -> list[str]:
+    """The names of one block's sublayers, in execution order (``2N+4`` for the paper's variant)."""
+    return [n for n, _ in sublayer_table(model)[0]]
+
+
+def slot_labels(model: CompiledModel) -> list[str]:
+    """One label per residual coordinate: ``W[3]``, ``P_2[0]``, ``ONE`` ... (from ``model.layout``)."""
+    return list(model.layout.labels())
+
+
+def slot_usage(model: CompiledModel, readout: bool = False) -> tuple[list[str], list[str], Tensor]:
+    """Which slots each sublayer of one block reads and writes: ``(sublayer names, slot labels, U)``.
+
+    ``U[i, c]`` is 1 if sublayer i reads slot c, 2 if it writes it, 3 if both (from the sublayers'
+    metadata; ``W[V_2]`` counts as ``W``). With ``readout`` the readout sublayers follow the block, named
+    ``"readout: <name>"``.
+    """
+    block, ro = sublayer_table(model)
+    rows = block + ([(f"{READOUT}: {n}", m) for n, m in ro] if readout else [])
+    labels = [sl.label for sl in model.layout.slots]
+    U = torch.zeros(len(rows), len(labels), dtype=torch.int64)
+    for i, (_, m) in enumerate(rows):
+        for code, names in ((1, m.info.reads), (2, m.info.writes)):
+            for lab in names:
+                base = lab.split("[", 1)[0]
+                if base in labels:
+                    U[i, labels.index(base)] |= code
+    return [n for n, _ in rows], labels, U
+
+
+def _slots(model: CompiledModel) -> dict[str, list[int]]:
+    return {s.label: list(s.indices) for s in model.layout.slots}
+
+
+def _get_sublayer(model: CompiledModel, name: str, readout: bool = False) -> nn.Module:
+    block, ro = sublayer_table(model)
+    table = dict(ro if readout else block)
+    if name not in table:
+        raise InputError(f"unknown sublayer {name!r}; sublayers: {', '.join(table)}")
+    return table[name]
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations
+# --------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def run_with_cache(
+    model: CompiledModel, H: Tensor, *, readout: bool = True, steps: list[int] | None = None
+) -> tuple[Tensor, ActivationCache]:
+    """Run the compiled model on prompt ``H (B, n+1, D)`` and record the residual stream after every sublayer.
+
+    Args:
+        model: a :class:`icdl.construct.CompiledModel`.
+        H: its prompt (``model.build_prompt(...)``).
+        readout: run (and record) the readout sublayers too.
+        steps: record only these GD steps (default all; ``(0, "prompt")`` is always kept).
+
+    Returns:
+        ``(out, cache)``: ``out`` equals ``model.run(H, readout=readout)``; ``cache[step, name]`` is
+        ``(B, n+1, D)`` and ``cache[step, name, slot]`` its slot's coordinates (``step`` is ``"readout"``
+        for the readout sublayers).
+    """
+    store: dict[tuple[Any, ...], Tensor] = {(0, "prompt"): H.detach().clone()}
+
+    def trace(point: TracePoint, Hs: Tensor) -> None:
+        if steps is not None and point.step is not None and point.step not in steps:
+            return
+        store[READOUT if point.step is None else point.step, point.name] = Hs.detach().clone()
+
+    out = model.run(H, trace=trace, readout=readout)
+    return out, ActivationCache(store, kind="compiled", slots=_slots(model))
+
+
+def slot_trajectory(cache: ActivationCache, model: CompiledModel, slot: str, token: int = -1) -> Tensor:
+    """A slot's value at block start and after every GD step: ``(L+1, B, width)`` (row 0 from the prompt).
+
+    Read at the end of each block (after ``project``), where the construction guarantees the GD-token
+    format ``[x; y; w^(l); 0; 1; t]`` (Theorem 1).
+    """
+    last = sublayer_names(model)[-1]
+    rows = [cache[0, "prompt", slot][:, token]]
+    rows += [cache[step, last, slot][:, token] for step in range(model.steps)]
+    return torch.stack(rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# Heads and dense matrices
+# --------------------------------------------------------------------------------------------------
+
+
+def head_pattern(
+    model: CompiledModel, H_in: Tensor, name: str, head: int, *, readout: bool = False
+) -> Tensor:
+    """One head's attention weights on the residual stream ``H_in (B, T, D)`` *entering* sublayer ``name``.
+
+    Returns ``(B, T_query, T_key)``: ``relu(<Q h_i, K h_s>) / T`` for ReLU attention (Definition 7),
+    ``softmax_s <Q h_i, K h_s>`` for softmax attention, and for an EWML layer (Definition 6: each token
+    with itself only) the diagonal matrix of scores ``<Q h_i, K h_i>``. Computed from the dense ``Q_m, K_m``
+    of the head, independently of the compiled forward pass.
+    """
+    from icdl.construct.layers import EWML, ReLUMLP, SoftmaxAttention
+
+    m = _get_sublayer(model, name, readout)
+    if isinstance(m, ReLUMLP):
+        raise InputError(f"sublayer {name!r} is an MLP: it has no attention heads")
+    if not 0 <= head < m.num_heads:
+        raise InputError(f"sublayer {name!r} has {m.num_heads} heads; head {head} does not exist")
+    Q, K, _ = _dense_head(m, head)  # (d_h, D), (d_h, D)
+    Hd = H_in.to(Q.dtype)
+    q, k = Hd @ Q.T, Hd @ K.T  # (B, T, d_h)
+    S = q @ k.transpose(-1, -2)  # (B, T_query, T_key)
+    if isinstance(m, EWML):
+        return torch.diag_embed(torch.diagonal(S, dim1=-2, dim2=-1))
+    if isinstance(m, SoftmaxAttention):
+        return torch.softmax(S, dim=-1)
+    return torch.relu(S) / S.shape[-1]
+
+
+def _dense_head(m: nn.Module, head: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Dense ``Q_m, K_m (d_h, D)`` and ``V_m (D, D)`` of one head, built from its compact tables."""
+    D, dh = m.dim, m.head_dim
+    dt = m.q_coef.dtype
+    Q = torch.zeros(dh, D, dtype=dt).index_put_(
+        (torch.arange(dh), m.q_idx[head]), m.q_coef[head], accumulate=True
+    )
+    K = torch.zeros(dh, D, dtype=dt).index_put_(
+        (torch.arange(dh), m.k_idx[head]), m.k_coef[head], accumulate=True
+    )
+    V = torch.zeros(D, D, dtype=dt).index_put_(
+        (m.v_dst[head], m.v_src[head]), m.v_coef[head], accumulate=True
+    )
+    return Q, K, V
+
+
+def dense_sublayer(
+    model: CompiledModel, name: str, *, readout: bool = False, limit: int = DENSE_LIMIT
+) -> dict[str, Tensor]:
+    """A compiled sublayer as ordinary matrices, the way the paper writes it (Definitions 6-8).
+
+    Returns ``{"Q", "K", "V"}`` of shapes ``(M, d_h, D), (M, d_h, D), (M, D, D)`` for an attention or EWML
+    sublayer with ``M`` heads (``Q_m h`` is the head's query; the paper pads ``Q_m`` to ``D x D`` with zero
+    rows), or ``{"W1", "W2"}`` of shapes ``(U, D), (D, U)`` for an MLP with ``U`` hidden units.
+
+    Raises :class:`InputError` when the dense form would hold more than ``limit`` entries (the compact
+    tables stay small while ``M * D^2`` grows fast: a 66-head sublayer at ``D = 511`` is 17M entries).
+    """
+    from icdl.construct.layers import ReLUMLP
+
+    m = _get_sublayer(model, name, readout)
+    D = m.dim
+    size = 2 * m.hidden * D if isinstance(m, ReLUMLP) else m.num_heads * (2 * m.head_dim * D + D * D)
+    if size > limit:
+        raise InputError(
+            f"dense form of {name!r} has {size:,} entries (limit {limit:,}); pass limit= to allow it"
+        )
+    if isinstance(m, ReLUMLP):
+        W1, W2 = m.dense()
+        return {"W1": W1, "W2": W2}
+    Q, K, V = m.dense()
+    return {"Q": Q, "K": K, "V": V}
