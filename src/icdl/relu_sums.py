@@ -127,8 +127,19 @@ class ReluSum:
         if self.num_terms == 0:
             return torch.zeros_like(t)
         step = max(1, _EVAL_CHUNK_ELEMS // self.num_terms)
-        parts = [torch.relu(x[:, None] * a + b) @ c for x in flat.split(step)]
-        out = torch.cat(parts) if parts else flat.new_zeros(0)
+        if flat.requires_grad or a.requires_grad or b.requires_grad or c.requires_grad:
+            parts = [torch.relu(x[:, None] * a + b) @ c for x in flat.split(step)]
+            out = torch.cat(parts) if parts else flat.new_zeros(0)
+            return out.reshape(t.shape)
+        # One reused (chunk, H) buffer: allocating a fresh ~32 MB temporary per chunk fragments the
+        # C heap until memory grows with the number of chunks (GBs for a 1e-9 fit).
+        out = flat.new_empty(flat.shape)
+        buf = flat.new_empty((min(step, flat.numel()), self.num_terms))
+        for i, x in enumerate(flat.split(step)):
+            view = buf[: x.numel()]
+            torch.mul(x[:, None], a, out=view)
+            view.add_(b).relu_()
+            torch.mv(view, c, out=out[i * step : i * step + x.numel()])
         return out.reshape(t.shape)
 
     @property
