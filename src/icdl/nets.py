@@ -227,13 +227,13 @@ class NetSpec:
 
     @property
     def num_params(self) -> int:
-        """``D_N = (d_x + d_y) K + (N - 2) K^2`` (eq. 3.2, Lemma 15)."""
-        return self.offsets[-1]
+        """``D_N = (d_x + d_y) K + (N - 2) K^2`` (eq. 3.2, Lemma 15), in closed form (O(1) in N)."""
+        return (self.in_dim + self.out_dim) * self.width + (self.depth - 2) * self.width**2
 
     @property
     def num_units(self) -> int:
         """``sum_{j>=1} n_j = (N-1) K + d_y``: the size of p, r', s (paper-notes §9.2)."""
-        return sum(self.widths[1:])
+        return (self.depth - 1) * self.width + self.out_dim
 
     # -- activations ------------------------------------------------------------------------------
     @property
