@@ -116,9 +116,10 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | N
 def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool = False) -> Path:
     """Raise :class:`InputError` unless ``path`` can be written (checked before any work starts).
 
-    ``directory=False``: a file; it may exist (it is replaced) but must not be a directory.
-    ``directory=True``: a directory that may exist. In both cases the nearest existing ancestor must be a
-    writable directory (missing parents are created at write time). Nothing is created here.
+    ``directory=False``: a file in an existing directory; it may exist (it is replaced by a rename) but
+    must not be a directory. ``directory=True``: a directory that may exist; missing parents are created
+    at write time, so the nearest existing ancestor must be a writable directory. Nothing is created
+    here.
     """
     p = Path(path)
     if p.exists():
@@ -132,6 +133,8 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool =
             raise InputError(f"{what} {str(p)!r} is not writable")
         return p
     parent = p.absolute().parent
+    if not directory and not parent.exists():
+        raise InputError(f"{what} {str(p)!r}: directory {str(p.parent)!r} does not exist")
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
