@@ -42,17 +42,21 @@ class Estimate:
     """Peak memory (bytes) and run time (seconds, None when unknown) of one piece of work.
 
     ``what`` names the work in the refusal message (``"icdl construct"``), ``detail`` says where the
-    size comes from (``"(2N+4)L+N+1 = 513 traced states of 33 x 16.8M float64"``).
+    size comes from (``"(2N+4)L+N+1 = 513 traced states of 33 x 16.8M float64"``). Adding two estimates
+    adds their times and keeps the larger memory (the parts run one after the other).
     """
 
     what: str
     bytes: float
     seconds: float | None = None
     detail: str = ""
+    count: float | None = None  # the size the estimate is about, when it has one (e.g. ReLU-sum terms)
 
     def __add__(self, other: Estimate) -> Estimate:
-        secs = None if self.seconds is None and other.seconds is None else (
-            (self.seconds or 0.0) + (other.seconds or 0.0)
+        secs = (
+            None
+            if self.seconds is None and other.seconds is None
+            else ((self.seconds or 0.0) + (other.seconds or 0.0))
         )
         detail = "; ".join(d for d in (self.detail, other.detail) if d)
         return Estimate(self.what, max(self.bytes, other.bytes), secs, detail)
@@ -91,9 +95,7 @@ def format_seconds(s: float) -> str:
     return f"{s:.2g} s"
 
 
-def check(
-    est: Estimate, *, allow: bool, max_seconds: float | None = None, option: str = "--yes"
-) -> Estimate:
+def check(est: Estimate, *, allow: bool, max_seconds: float | None = None, option: str = "--yes") -> Estimate:
     """Raise :class:`InputError` with the estimate when it exceeds the limits, unless ``allow``."""
     limit = MAX_SECONDS if max_seconds is None else max_seconds
     if est.too_large(limit) and not allow:

@@ -357,13 +357,14 @@ def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Est
     ``_MAX_GRID``) and needs about ``H = 0.27 * int sqrt|f''| dt / sqrt(eps)`` terms (the count of a
     piecewise-linear interpolant within eps; 0.25-0.27 measured for every smooth activation here);
     checking it evaluates the ``n x H`` term table twice (grid and midpoints). Exact sums cost nothing.
+    The estimated ``H`` is returned as ``Estimate.count``.
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
     name, deriv = _parse_target(target)
     label = f"{name}'" if deriv else name
     if name in ("relu", "identity"):
-        return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 0.1, "exact")
+        return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 0.1, "exact", 2.0)
     with torch.no_grad():
         probe = _grid(radius)
         f = torch.as_tensor(target_function(label)(probe), dtype=_F64).numpy()
@@ -371,10 +372,10 @@ def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Est
     d2 = np.abs(np.diff(f, 2)) / h**2
     curv = max(float(np.nan_to_num(d2, nan=np.inf).max()), 1e-300)
     want = 2 * radius / math.sqrt(8 * _SAMPLING_REL * eps / curv) + 1
-    if not want <= _MAX_GRID:  # the fit refuses at once ("eps too small"): nothing to estimate
-        return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 1.0, "refused by the grid cap")
-    n = max(_MIN_GRID, math.ceil(want))
     terms = 2 + 0.27 * float(np.sum(np.sqrt(d2)) * h) / math.sqrt(eps)
+    if not want <= _MAX_GRID:  # the fit refuses at once ("eps too small"): nothing to estimate
+        return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 1.0, "refused by the grid cap", terms)
+    n = max(_MIN_GRID, math.ceil(want))
     # The fit stops before evaluating more than max_terms (200 000) terms; a retry may double the grid.
     work = 2 * min(2 * n, _MAX_GRID) * min(terms, 200_000)
     return Estimate(
@@ -382,6 +383,7 @@ def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Est
         40 * 8 * n + 8 * _EVAL_CHUNK_ELEMS + 300 * 2**20,
         1.0 + work / 1.5e8,
         f"about {terms:.3g} terms on a grid of {n} points",
+        terms,
     )
 
 

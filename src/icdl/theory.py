@@ -38,7 +38,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from icdl.budget import Estimate
+from icdl.budget import CPU_FLOPS, Estimate
 from icdl.errors import InputError
 from icdl.nets import ACTIVATIONS, NetSpec, get_loss
 
@@ -54,6 +54,7 @@ __all__ = [
     "block_table",
     "compute",
     "compute_estimate",
+    "construction_estimate",
     "corollary11_as_printed",
     "corollary11_bound",
     "corollary11_loose",
@@ -974,3 +975,67 @@ def compute_estimate(
     if loss not in EXACT_LOSS_TERMS:
         est = est + Estimate(est.what, 1.5 * 2**30, 60.0, "a two-argument ReLU sum of the loss derivative")
     return est
+
+
+def construction_estimate(
+    spec: NetSpec,
+    *,
+    loss: str = "squared",
+    steps: int,
+    examples: int,
+    eps: float = 1e-3,
+    radius: float = 10.0,
+    projection: Projection = "none",
+    itemsize: int = 8,
+) -> Estimate:
+    """Memory and time of compiling the construction for ``spec`` and verifying it on one prompt
+    (``icdl construct``), from this module's sizes, before anything is built.
+
+    Memory is dominated by the verifier's trace: one ``T x D`` state per sublayer,
+    ``(2N+4)L + N+1`` of them (:func:`sublayers`, :func:`readout_sublayers`, :func:`embedding_dim`),
+    or by the compiler's dense ``D x D`` temporaries, plus the stored coefficients of the unique
+    sublayers and the ReLU-sum fits. Time is the compiled
+    forward pass's FLOPs (:func:`model_flops`) a few times over (forward, traced forward, per-sublayer
+    checks) at :data:`icdl.budget.CPU_FLOPS`, plus the fits. Term counts of smooth activations come from
+    :func:`icdl.relu_sums.fit_estimate`; a non-squared loss is counted at its cap of 1201 terms.
+    """
+    from icdl import relu_sums
+
+    _check_int("steps", steps, 0)
+    _check_int("examples", examples, 1)
+    N, T = spec.depth, examples + 1
+    fits = Estimate("icdl construct", 0.0, 0.0)
+    kwargs: dict[str, int] = {}
+    if any(spec.layer_act(j).name not in EXACT_TERMS for j in range(1, min(N, 2) + 1)):
+        counts = []
+        for target in (spec.activation, spec.activation + "'"):
+            fit = relu_sums.fit_estimate(target, eps=eps, radius=radius)
+            fits = fits + Estimate(fits.what, fit.bytes, fit.seconds, fit.detail)
+            counts.append(max(1, math.ceil(min(fit.count or 1.0, 1e15))))
+        kwargs.update(r_terms=counts[0], r_prime_terms=counts[1])
+    if loss not in EXACT_LOSS_TERMS:
+        kwargs["u_terms"] = 1201
+        fits = fits + Estimate(fits.what, 1.5 * 2**30, 60.0, "a two-argument ReLU sum of the loss derivative")
+    # Sizes through the closed forms only: no O(N) table is built for a depth that will be refused.
+    D = embedding_dim(spec)
+    H = max(kwargs.get("r_terms", 1), kwargs.get("r_prime_terms", 2))
+    K = spec.width
+    heads = max(K, spec.out_dim, spec.in_dim) * H * N + 2 * spec.num_units
+    hidden = (2 * spec.num_params if projection == "box" else 0) + 2 * (3 * spec.num_units + spec.out_dim)
+    hidden += spec.out_dim * kwargs.get("u_terms", 2)
+    # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
+    # unit a few entries; the update sublayer writes P weights.
+    coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
+    states = sublayers(N, steps) + readout_sublayers(N) + 4
+    trace = states * T * D * itemsize
+    work = heads * (max(K, spec.in_dim) + 3) * T * T * 2 * (2 * steps + 1) + 2 * D * hidden * T * steps
+    # Compiling holds a few dense D x D float64 temporaries (measured: peak ~ 2.7 D^2 x 8 bytes for
+    # N=3, K=32..96); counted as 3 D^2 x 8.
+    compile_bytes = 3 * D * D * 8
+    est = Estimate(
+        "icdl construct",
+        _float(trace + compile_bytes + 3 * coeffs * itemsize + 8 * T * D * itemsize + 300 * 2**20),
+        1.0 + _float(work) * 1.2 / CPU_FLOPS + _float(trace) / 1e9,
+        f"{states} traced states of {T} tokens x D={D} ({'float64' if itemsize == 8 else 'float32'})",
+    )
+    return est + fits

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
+from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
 
 
 @click.command(name="construct")
@@ -89,6 +89,7 @@ from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
 @click.option(
     "--explain", is_flag=True, help="List every sublayer (index, kind, role, lemma, heads, reads -> writes)."
 )
+@yes_option
 def construct(
     depth: int,
     width: int,
@@ -112,8 +113,21 @@ def construct(
     save_dir: str | None,
     as_json: bool,
     explain: bool,
+    yes: bool = False,
 ) -> None:
     """Compile the (2N+4)L-sublayer transformer of Theorem 1 and verify it against reference GD."""
+    # Bounded work (icdl.budget): output checked and the size estimated before anything is built.
+    from icdl.budget import QUICK_SECONDS
+    from icdl.nets import NetSpec as _Spec
+    from icdl.theory import construction_estimate
+
+    check_output(save_dir, "--save", directory=True)
+    _est_spec = _Spec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
+    _est = construction_estimate(
+        _est_spec, loss=loss, steps=steps, examples=examples, eps=eps, radius=radius,
+        projection=projection, itemsize=8 if dtype == "float64" else 4,  # type: ignore[arg-type]
+    )  # fmt: skip
+    guard(_est, yes, max_seconds=QUICK_SECONDS)
     from icdl.construct import compile_gd_transformer, sample_task
     from icdl.construct.store import save
     from icdl.construct.verify import verify
