@@ -33,7 +33,7 @@ MAX_SECONDS = 24 * 3600.0  # ... or above a day (long jobs: train, evaluate, rep
 QUICK_SECONDS = 120.0  # ... or above two minutes (interactive commands: theory, approx, construct)
 # Assumed sustained throughputs for time estimates (dense float32 work, one process): conservative for a
 # laptop core, and for a datacenter GPU.
-CPU_FLOPS = 2e9
+CPU_FLOPS = 2e10
 GPU_FLOPS = 2e13
 
 

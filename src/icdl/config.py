@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from icdl.errors import InputError
+from icdl.io import read_text
 from icdl.nets import ACTIVATIONS
 
 __all__ = [
@@ -377,10 +378,14 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     ``name`` defaults to the preset name / file stem. Raises InputError on any problem.
     """
     path = preset_path(name_or_path)
+    text = read_text(path, what="config")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"config {str(path)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if data is None:
+        # An empty file is almost always a mistake (a failed copy, a wrong path); never run on defaults.
+        raise InputError(f"config {str(path)!r} is empty; give at least one section (task, model, train)")
     if not isinstance(data, dict):
         raise InputError(f"config {str(path)!r} must be a mapping at top level")
     data.setdefault("name", path.stem)
