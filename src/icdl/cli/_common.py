@@ -40,6 +40,10 @@ class PositiveFloat(click.ParamType):
 POSITIVE_FLOAT = PositiveFloat()
 
 
+# Any integer of sane size; the library (e.g. EvalOptions) checks the lower bounds.
+BOUNDED_INT = click.IntRange(min=-MAX_COUNT, max=MAX_COUNT)
+
+
 def count(low: int, high: int = MAX_COUNT) -> click.IntRange:
     """An integer option type in ``[low, high]`` (default ceiling :data:`MAX_COUNT`)."""
     return click.IntRange(min=low, max=high)

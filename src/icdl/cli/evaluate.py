@@ -13,7 +13,17 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json
+from icdl.cli._common import (
+    BOUNDED_INT,
+    POSITIVE_FLOAT,
+    check_output,
+    count,
+    emit_json,
+    guard,
+    yes_option,
+)
+from icdl.icl.evaluate import POOLINGS, EvalOptions
+from icdl.icl.suites import DEFAULT_PROMPTS, EVAL_SEED
 
 
 def _ks(value: str | None) -> tuple[int, ...] | None:
@@ -53,11 +63,14 @@ def _summary_lines(res: dict) -> list[str]:
     return lines
 
 
+_D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions validates the values
+
+
 @click.command(name="evaluate")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--suite", "suite", default="in-distribution", show_default=True, help="Suite name, or 'all'.")
 @click.option(
-    "--prompts", type=click.IntRange(min=2), default=None, help="Test prompts per condition [1280]."
+    "--prompts", type=count(2), default=None, help=f"Test prompts per condition [{DEFAULT_PROMPTS}]."
 )
 @click.option(
     "--baselines",
@@ -65,22 +78,37 @@ def _summary_lines(res: dict) -> list[str]:
     metavar="LIST",
     help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd; all; none [suite's].",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Test seed [987654321].")
-@click.option("--pooling", type=click.Choice(["pooled", "batch_mean"]), default="pooled", show_default=True)
+@click.option("--seed", type=count(0), default=None, help=f"Test seed [{EVAL_SEED}].")
 @click.option(
-    "--resamples", type=click.IntRange(min=10), default=1000, show_default=True, help="Bootstrap resamples."
+    "--pooling", type=click.Choice(POOLINGS), default=_D.pooling, show_default=True, help="R² pooling."
 )
-@click.option("--mlp-prompts", type=click.IntRange(min=2), default=64, show_default=True)
+@click.option(
+    "--resamples", type=BOUNDED_INT, default=_D.resamples, show_default=True, help="Bootstrap resamples."
+)
+@click.option(
+    "--mlp-prompts", type=BOUNDED_INT, default=_D.mlp_prompts, show_default=True, help="MLP baseline prompts."
+)
 @click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
-@click.option("--mlp-width", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--mlp-epochs", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True)
-@click.option("--gd-steps", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--gd-prompts", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option(
+    "--mlp-width", type=BOUNDED_INT, default=_D.mlp_width, show_default=True, help="MLP baseline width."
+)
+@click.option(
+    "--mlp-epochs", type=BOUNDED_INT, default=_D.mlp_epochs, show_default=True, help="MLP Adam epochs."
+)
+@click.option(
+    "--mlp-lr", type=POSITIVE_FLOAT, default=_D.mlp_lr, show_default=True, help="MLP Adam step size."
+)
+@click.option(
+    "--gd-steps", type=BOUNDED_INT, default=_D.gd_steps, show_default=True, help="GD baseline steps."
+)
+@click.option(
+    "--gd-prompts", type=BOUNDED_INT, default=_D.gd_prompts, show_default=True, help="GD baseline prompts."
+)
 @click.option("--no-cost", is_flag=True, help="Skip the FLOPs / wall-time comparison.")
-@click.option("--force", is_flag=True, help="Recompute even if a current cached result exists.")
+@click.option("--force", is_flag=True, help="Recompute even if a cached result exists (or is damaged).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results object as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary.")
+@yes_option
 def evaluate(
     run_dir: Path,
     suite: str,
@@ -100,13 +128,22 @@ def evaluate(
     force: bool,
     as_json: bool,
     quiet: bool,
+    yes: bool = False,
 ) -> None:
     """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
     from icdl.errors import InputError
-    from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_run, parse_baselines, result_path
-    from icdl.icl.suites import EVAL_SEED, suite_names
+    from icdl.icl.evaluate import (
+        checkpoint_info,
+        evaluate_estimate,
+        evaluate_run,
+        parse_baselines,
+        result_path,
+    )
+    from icdl.icl.suites import suite_names
+    from icdl.icl.train import read_run_config
 
     checkpoint_info(run_dir)  # bad run directory: one line, exit 2
+    check_output(run_dir / "eval", "the evaluation cache folder", directory=True)
     names = [s for s in suite_names() if s != "depth"] if suite == "all" else [suite]
     if suite != "all" and suite not in suite_names():
         raise InputError(f"unknown suite {suite!r}; choose one of {', '.join(suite_names())}, all")
@@ -123,6 +160,10 @@ def evaluate(
         gd_prompts=gd_prompts,
         cost=not no_cost,
     )
+    cfg = read_run_config(run_dir)
+    test_seed = EVAL_SEED if seed is None else seed
+    for name in names:
+        guard(evaluate_estimate(cfg, name, prompts=prompts, seed=test_seed, options=opts), yes)
     out = {}
     for name in names:
         res = evaluate_run(

@@ -9,10 +9,11 @@ and returns its path.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from icdl.io import atomic_write
 
 __all__ = ["plot_conditions", "plot_depth_sweep", "plot_predictors"]
 
@@ -67,13 +68,12 @@ def _finish(ax: Any, values: list[float], train_examples: int, title: str) -> No
 
 
 def _save(fig: Any, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=80, bbox_inches="tight")
-    _plt().close(fig)
-    os.replace(tmp, path)
-    return path
+    try:
+        return atomic_write(
+            path, lambda fh: fig.savefig(fh, format="png", dpi=80, bbox_inches="tight"), binary=True
+        )
+    finally:
+        _plt().close(fig)
 
 
 def plot_conditions(

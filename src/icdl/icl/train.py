@@ -64,6 +64,7 @@ __all__ = [
     "find_checkpoint",
     "load_run",
     "lr_at",
+    "read_run_config",
     "train",
     "train_estimate",
 ]
@@ -265,7 +266,8 @@ def _restore(module: Any, state: dict[str, Any], file: Path) -> None:
         ) from None
 
 
-def _read_saved_config(run_dir: Path) -> Config:
+def read_run_config(run_dir: Path) -> Config:
+    """The validated ``config.yaml`` of a run directory (one InputError line when missing or damaged)."""
     try:
         data = yaml.safe_load(read_text(run_dir / "config.yaml", what="run config"))
     except yaml.YAMLError as exc:
@@ -286,7 +288,7 @@ def load_run(
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise InputError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    cfg = _read_saved_config(run_dir)
+    cfg = read_run_config(run_dir)
     path = run_dir / "checkpoints" / str(checkpoint) if checkpoint is not None else find_checkpoint(run_dir)
     if path is None or not (path / "model.safetensors").is_file():
         raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")
@@ -364,7 +366,7 @@ def _prepare_run_dir(run_dir: Path, cfg: Config) -> tuple[Path | None, int]:
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"--out {str(run_dir)!r} exists and is not a directory")
     if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
-        _check_resume(_read_saved_config(run_dir), cfg)
+        _check_resume(read_run_config(run_dir), cfg)
         ckpt = find_checkpoint(run_dir)
         if ckpt is None:
             return None, 0
