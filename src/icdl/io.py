@@ -104,7 +104,11 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None],
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
-    return atomic_write(path, lambda fh: fh.write(text), binary=False)
+
+    def write(fh: IO[Any]) -> None:
+        fh.write(text)
+
+    return atomic_write(path, write, binary=False)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 1) -> Path:

@@ -439,12 +439,18 @@ def _chain_terms(
     ys = np.array([k[1] for k in knots])
     slopes = np.concatenate([[0.0], np.diff(ys) / np.diff(xs), [0.0]]) if len(xs) > 1 else np.zeros(2)
     dslope = np.diff(slopes)
-    a, b, c = [], [], []
+    a: list[float] = []
+    b: list[float] = []
+    c: list[float] = []
     if not zero_start and ys[0] != 0.0:
-        a.append(0.0), b.append(1.0), c.append(float(ys[0]))
+        a.append(0.0)
+        b.append(1.0)
+        c.append(float(ys[0]))
     for xi, ds in zip(xs, dslope, strict=True):
         if ds != 0.0:
-            a.append(1.0), b.append(float(-xi)), c.append(float(ds))
+            a.append(1.0)
+            b.append(float(-xi))
+            c.append(float(ds))
     return a, b, c
 
 

@@ -211,10 +211,11 @@ def construct(
         "saved": save_dir,
     }
     if explain:
-        result["explain"] = [
-            {"index": i + 1, **m.info.to_dict()}
-            for i, m in enumerate(model.block)  # type: ignore[union-attr]
-        ] + [{"index": f"R{i + 1}", **m.info.to_dict()} for i, m in enumerate(model.readout)]  # type: ignore[union-attr]
+        block: Any = model.block
+        readout: Any = model.readout
+        result["explain"] = [{"index": i + 1, **m.info.to_dict()} for i, m in enumerate(block)] + [
+            {"index": f"R{i + 1}", **m.info.to_dict()} for i, m in enumerate(readout)
+        ]
     if as_json:
         emit_json(result)
         return

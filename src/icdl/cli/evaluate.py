@@ -149,7 +149,7 @@ def evaluate(
         raise InputError(f"unknown suite {suite!r}; choose one of {', '.join(suite_names())}, all")
     opts = EvalOptions(
         baselines=parse_baselines(baselines),
-        pooling=pooling,
+        pooling=pooling,  # type: ignore[arg-type]  # click.Choice(POOLINGS) checked it
         resamples=resamples,
         mlp_prompts=mlp_prompts,
         mlp_ks=_ks(mlp_ks),

@@ -42,7 +42,8 @@ _CLASSES = {c.__name__: c for c in (ReLUAttention, SoftmaxAttention, EWML, MLP)}
 
 
 def _module_meta(m: torch.nn.Module) -> dict[str, Any]:
-    d: dict[str, Any] = {"class": type(m).__name__, "info": m.info.to_dict()}  # type: ignore[union-attr]
+    info: Any = m.info
+    d: dict[str, Any] = {"class": type(m).__name__, "info": info.to_dict()}
     if isinstance(m, ReLUAttention):
         d["accumulate"] = m.accumulate
     return d
@@ -138,7 +139,7 @@ def _rebuild(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Compiled
     layout = Layout.from_dict(cfg.spec, meta["layout"])
 
     def build(part: str) -> list[torch.nn.Module]:
-        out = []
+        out: list[torch.nn.Module] = []
         for i, d in enumerate(meta[part]):
             cls = _CLASSES[d["class"]]
             prefix = f"{part}.{i}."

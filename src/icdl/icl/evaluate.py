@@ -104,7 +104,7 @@ class EvalOptions:
     """
 
     baselines: tuple[str, ...] | None = None
-    pooling: str = "pooled"
+    pooling: metrics.Pooling = "pooled"
     resamples: int = 1000
     level: float = 0.9
     ridge: float = 1.0
@@ -372,7 +372,7 @@ def paired_difference(
     ys: Tensor,
     ranges: Sequence[tuple[int, int]],
     *,
-    pooling: str = "pooled",
+    pooling: metrics.Pooling = "pooled",
     batch_size: int = 64,
     resamples: int = 1000,
     level: float = 0.9,
@@ -481,7 +481,7 @@ def _run_baselines(
     xs64, ys64 = pb.xs.double(), pb.ys.double()
     n = pb.xs.shape[1]
     out: list[_Pred] = []
-    simple = {
+    simple: dict[str, Any] = {
         "zero": ZeroBaseline(),
         "averaging": AveragingBaseline(),
         "least-squares": LeastSquaresBaseline(),
@@ -511,7 +511,7 @@ def _run_baselines(
             tr = mlp.trace(pb.xs[:m], pb.ys[:m])
             secs = time.perf_counter() - t0
             best, epochs = tr.best(pb.ys[:m], pooling=opts.pooling)
-            meta = {
+            meta: dict[str, Any] = {
                 "prompts": m,
                 "ks": ks,
                 "width": opts.mlp_width,
@@ -539,7 +539,7 @@ def _run_baselines(
             m = min(opts.gd_prompts, pb.xs.shape[0])
             gd = GDBaseline(net_spec(cfg.task), steps=opts.gd_steps, seed=suite.seed)
             tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)  # held-out prompts
-            meta: dict[str, Any] = {
+            meta = {
                 "prompts": m,
                 "steps": opts.gd_steps,
                 "tune_prompts": opts.gd_tune_prompts,

@@ -487,7 +487,7 @@ def _train_loop(
         weights, _ = _load_weights(ckpt, device)
         _restore(model, weights, ckpt / "model.safetensors")
         state = _load_state(ckpt, device)
-        _restore(optimizer, state.get("optimizer"), ckpt / "state.pt")
+        _restore(optimizer, state.get("optimizer") or {}, ckpt / "state.pt")
         _set_rng_state(
             {
                 k: (v.cpu() if isinstance(v, torch.Tensor) else [x.cpu() for x in v])
@@ -505,7 +505,7 @@ def _train_loop(
         atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
         _truncate_metrics(run_dir / "metrics.jsonl", start_step)
 
-    fwd: nn.Module = model
+    fwd: Any = model
     if dist.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
