@@ -30,7 +30,7 @@ __all__ = [
 
 MAX_BYTES = 4 * 2**30  # refuse estimates above 4 GiB of memory
 MAX_SECONDS = 24 * 3600.0  # ... or above a day (long jobs: train, evaluate, report)
-QUICK_SECONDS = 120.0  # ... or above two minutes (interactive commands: theory, approx, construct)
+QUICK_SECONDS = 60.0  # ... or above a minute (interactive commands: theory, approx, construct)
 # Assumed sustained throughputs for time estimates (dense float32 work, one process): conservative for a
 # laptop core, and for a datacenter GPU.
 CPU_FLOPS = 2e10

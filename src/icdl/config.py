@@ -48,7 +48,8 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: no float setting is meaningful as NaN or infinity (one line, exit 2).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,14 +236,14 @@ class TrainConfig(_Strict):
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.999, ge=0, lt=1)
     grad_clip: float | None = Field(1.0, gt=0)
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**63 - 1)  # torch seeds are 64-bit
     checkpoint_every: int = Field(500, ge=1)
     keep_checkpoints: int = Field(1, ge=1)
     log_every: int = Field(10, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     compile: bool = False
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=4096)
     tensorboard: bool = False
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
 

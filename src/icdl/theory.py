@@ -954,7 +954,8 @@ def compute_estimate(
     """Memory and time of :func:`compute` (and of printing its result), before running it.
 
     Its cost is linear in the depth N: ``3N + 5`` rows of the per-sublayer tables and ``4N`` per-layer
-    bounds (about 4 KB and 0.4 ms per layer, measured with ``icdl theory --depth 100000 --json``),
+    bounds (about 4 KB and 0.4 ms per layer, measured with ``icdl theory --depth 100000 --json``), and
+    ``d_y`` loss-term counts (about 30 B and 6 us each, ``--out-dim 1000000``; counted as 100 B, 10 us),
     plus the ReLU-sum fits of a smooth activation or non-squared loss
     (:func:`icdl.relu_sums.fit_estimate`).
     """
@@ -963,8 +964,8 @@ def compute_estimate(
     N, dy = spec.depth, spec.out_dim
     est = Estimate(
         "icdl theory",
-        200 * 2**20 + 4e3 * N + 200 * dy,
-        1.0 + 4e-4 * N + 1e-6 * dy,
+        200 * 2**20 + 4e3 * N + 100 * dy,
+        1.0 + 4e-4 * N + 1e-5 * dy,
         f"N={N}: {3 * N + 5} table rows; d_y={dy} loss-term counts",
     )
     act = spec.activation

@@ -46,7 +46,13 @@ from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, use
     show_default=True,
     help="In-context examples n (the prompt has n+1 tokens).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled prompt.")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    default=0,
+    show_default=True,
+    help="Seed of the sampled prompt.",
+)
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
 @click.option(
     "--eps",
