@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,8 @@ KEYS = {
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    src = str(Path(__file__).resolve().parents[1] / "src")  # this tree, not whatever icdl is installed
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     return subprocess.run(
         [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
     )

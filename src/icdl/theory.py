@@ -974,7 +974,7 @@ def compute_estimate(
             fit = relu_sums.fit_estimate(target, eps=eps, radius=radius)
             est = est + Estimate(est.what, fit.bytes, fit.seconds, fit.detail)
     if loss not in EXACT_LOSS_TERMS:
-        est = est + Estimate(est.what, 1.5 * 2**30, 60.0, "a two-argument ReLU sum of the loss derivative")
+        est = est + Estimate(est.what, 600 * 2**20, 10.0, "a two-argument ReLU sum of the loss derivative")
     return est
 
 
@@ -1021,7 +1021,7 @@ def construction_estimate(
         kwargs.update(r_terms=counts[0], r_prime_terms=counts[1])
     if loss not in EXACT_LOSS_TERMS:
         kwargs["u_terms"] = 1201
-        fits = fits + Estimate(fits.what, 1.5 * 2**30, 60.0, "a two-argument ReLU sum of the loss derivative")
+        fits = fits + Estimate(fits.what, 600 * 2**20, 10.0, "a two-argument ReLU sum of the loss derivative")
     # Sizes through the closed forms only: no O(N) table is built for a depth that will be refused.
     D = embedding_dim(spec)
     H = max(kwargs.get("r_terms", 1), kwargs.get("r_prime_terms", 2))
