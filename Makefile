@@ -1,7 +1,7 @@
 # One place for the commands the README and CI use.
 PY ?= python3
 
-.PHONY: install test test-all lint bench demo docs docs-serve tutorial
+.PHONY: install test test-all lint typecheck bench demo docs docs-serve tutorial
 
 install:
 	$(PY) -m pip install torch==2.13.0
@@ -15,7 +15,10 @@ test-all:
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 tests
 
 lint:
-	ruff check . && ruff format --check .
+	ruff check . && ruff format --check . && $(PY) -m mypy
+
+typecheck:
+	$(PY) -m mypy
 
 demo:
 	icdl demo

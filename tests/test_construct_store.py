@@ -47,3 +47,49 @@ def test_bad_directories(tmp_path) -> None:
     (tmp_path / "b" / "weights.safetensors").write_bytes(b"")
     with pytest.raises(InputError, match="format"):
         load(tmp_path / "b")
+
+
+def _saved(tmp_path):
+    spec = NetSpec(2, 2, 2, 1)
+    return save(compile_gd_transformer(spec, steps=1, n=3), tmp_path / "m")
+
+
+def test_file_modes_match(tmp_path) -> None:
+    path = _saved(tmp_path)
+    modes = {(p.stat().st_mode & 0o777) for p in path.iterdir()}
+    assert len(modes) == 1
+    (mode,) = modes
+    assert path.stat().st_mode & 0o777 == mode | ((mode & 0o444) >> 2)  # the directory: same + x bits
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate-weights", "garbage-weights", "truncate-json", "not-json", "drop-entry", "edit-entry", "list"],
+)
+def test_corrupt_or_tampered_save_is_one_line_error(tmp_path, damage: str) -> None:
+    path = _saved(tmp_path)
+    w, m = path / "weights.safetensors", path / "model.json"
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    if damage == "truncate-weights":
+        w.write_bytes(w.read_bytes()[: len(w.read_bytes()) // 2])
+    elif damage == "garbage-weights":
+        w.write_bytes(b"\x00" * 64)
+    elif damage == "truncate-json":
+        m.write_text(m.read_text()[:100])
+    elif damage == "not-json":
+        m.write_bytes(b"\xff\xfe garbage")
+    elif damage == "list":
+        m.write_text("[]")
+    else:
+        meta = json.loads(m.read_text())
+        if damage == "drop-entry":
+            meta["block"].pop()
+        else:
+            meta["config"]["lr"] = 0.5
+        m.write_text(json.dumps(meta))
+    damaged = {p.name: p.read_bytes() for p in path.iterdir()}
+    with pytest.raises(InputError) as exc:
+        load(path)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(path) in msg
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == damaged != before  # evidence kept

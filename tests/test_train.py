@@ -166,7 +166,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(
     assert all(torch.isfinite(v).all() for v in weights(run).values())
 
 
-def test_cli_non_finite_exit_1_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_non_finite_exit_3_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "blowup"
     with pytest.raises(SystemExit) as info:  # 1e30 weights overflow float32 at the first layer
         main(
@@ -182,7 +182,7 @@ def test_cli_non_finite_exit_1_one_line(tmp_path: Path, capsys: pytest.CaptureFi
                 "train.steps=5",
             ]
         )
-    assert info.value.code == 1
+    assert info.value.code == 3  # its own code: 1 is for bugs, 2 for bad input
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "non-finite loss at step 1" in err and "Traceback" not in err
     assert find_checkpoint(run) is None

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from icdl.errors import InputError
+from icdl.io import read_text
 from icdl.nets import ACTIVATIONS
 
 __all__ = [
@@ -47,7 +48,8 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: no float setting is meaningful as NaN or infinity (one line, exit 2).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,14 +236,14 @@ class TrainConfig(_Strict):
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.999, ge=0, lt=1)
     grad_clip: float | None = Field(1.0, gt=0)
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**63 - 1)  # torch seeds are 64-bit
     checkpoint_every: int = Field(500, ge=1)
     keep_checkpoints: int = Field(1, ge=1)
     log_every: int = Field(10, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     compile: bool = False
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=4096)
     tensorboard: bool = False
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
 
@@ -410,10 +412,14 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     ``name`` defaults to the preset name / file stem. Raises InputError on any problem.
     """
     path = preset_path(name_or_path)
+    text = read_text(path, what="config")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"config {str(path)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if data is None:
+        # An empty file is almost always a mistake (a failed copy, a wrong path); never run on defaults.
+        raise InputError(f"config {str(path)!r} is empty; give at least one section (task, model, train)")
     if not isinstance(data, dict):
         raise InputError(f"config {str(path)!r} must be a mapping at top level")
     data.setdefault("name", path.stem)

@@ -227,8 +227,8 @@ class NetSpec:
 
     @property
     def num_params(self) -> int:
-        """``D_N = (d_x + d_y) K + (N - 2) K^2`` (eq. 3.2, Lemma 15)."""
-        return self.offsets[-1]
+        """``D_N = (d_x + d_y) K + (N - 2) K^2`` (eq. 3.2, Lemma 15), in closed form (O(1) in N)."""
+        return (self.in_dim + self.out_dim) * self.width + (self.depth - 2) * self.width**2
 
     @property
     def num_units(self) -> int:

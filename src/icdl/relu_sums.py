@@ -35,11 +35,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icdl.budget import Estimate
 from icdl.errors import InputError
 from icdl.nets import ACTIVATIONS, HUBER_DELTA, LOSSES
 
 __all__ = [
     "ReluSum",
+    "fit_estimate",
     "fit_relu_sum",
     "fit_relu_sum2",
     "loss_derivative_sum",
@@ -148,13 +150,29 @@ class ReluSum:
         b, c = (v.to(dtype=dtype, device=device) for v in (self.b, self.c))
         flats = [t.reshape(-1) for t in ts]
         step = max(1, _EVAL_CHUNK_ELEMS // self.num_terms)
-        parts = []
-        for chunk in zip(*(f.split(step) for f in flats), strict=True):
-            pre = chunk[0][:, None] * A[:, 0]
-            for i in range(1, len(chunk)):
-                pre = pre + chunk[i][:, None] * A[:, i]
-            parts.append(torch.relu(pre + b) @ c)
-        out = torch.cat(parts) if parts else flats[0].new_zeros(0)
+        A = A.contiguous()
+        if any(t.requires_grad for t in flats) or any(v.requires_grad for v in (A, b, c)):
+            parts = []
+            for chunk in zip(*(f.split(step) for f in flats), strict=True):
+                pre = chunk[0][:, None] * A[:, 0]
+                for i in range(1, len(chunk)):
+                    pre = pre + chunk[i][:, None] * A[:, i]
+                parts.append(torch.relu(pre + b) @ c)
+            out = torch.cat(parts) if parts else flats[0].new_zeros(0)
+            return out.reshape(shape)
+        # One reused (chunk, H) buffer: allocating a fresh ~32 MB temporary per chunk fragments the
+        # C heap until memory grows with the number of chunks (GBs for a 1e-9 fit).
+        n = flats[0].numel()
+        out = flats[0].new_empty((n,))
+        buf = flats[0].new_empty((min(step, n), self.num_terms))
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            view = buf[: stop - start]
+            torch.mul(flats[0][start:stop, None], A[:, 0], out=view)
+            for i in range(1, len(flats)):
+                view.addcmul_(flats[i][start:stop, None], A[:, i])
+            view.add_(b).relu_()
+            torch.mv(view, c, out=out[start:stop])
         return out.reshape(shape)
 
     @property
@@ -286,6 +304,43 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
     return fit_relu_sum(fn, radius=radius, eps=eps, target=label)
 
 
+def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Estimate:
+    """Memory and time :func:`relu_sum_for` will need, from a 20001-point probe of ``target`` (O(1)).
+
+    The fit runs on a grid of ``n = 2R / sqrt(8 * 1e-2 * eps / max|f''|)`` points (at most
+    ``_MAX_GRID``) and needs about ``H = 0.27 * int sqrt|f''| dt / sqrt(eps)`` terms (the count of a
+    piecewise-linear interpolant within eps; 0.25-0.27 measured for every smooth activation here);
+    checking it evaluates the ``n x H`` term table twice (grid and midpoints). Exact sums cost nothing.
+    The estimated ``H`` is returned as ``Estimate.count``.
+    """
+    eps = _check_positive("eps", eps)
+    radius = _check_positive("radius", radius)
+    name, deriv = _parse_target(target)
+    label = f"{name}'" if deriv else name
+    if name in ("relu", "identity"):
+        return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 0.1, "exact", 2.0)
+    with torch.no_grad():
+        probe = _grid(radius)
+        f = torch.as_tensor(target_function(label)(probe), dtype=_F64).numpy()
+    h = 2 * radius / (len(probe) - 1)
+    d2 = np.abs(np.diff(f, 2)) / h**2
+    curv = max(float(np.nan_to_num(d2, nan=np.inf).max()), 1e-300)
+    want = 2 * radius / math.sqrt(8 * _SAMPLING_REL * eps / curv) + 1
+    terms = 2 + 0.27 * float(np.sum(np.sqrt(d2)) * h) / math.sqrt(eps)
+    if not want <= _MAX_GRID:  # the fit refuses at once ("eps too small"): nothing to estimate
+        return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 1.0, "refused by the grid cap", terms)
+    n = max(_MIN_GRID, math.ceil(want))
+    # The fit stops before evaluating more than max_terms (200 000) terms; a retry may double the grid.
+    work = 2 * min(2 * n, _MAX_GRID) * min(terms, 200_000)
+    return Estimate(
+        f"the ReLU sum of {label} at eps={eps:g} on [-{radius:g}, {radius:g}]",
+        40 * 8 * n + 8 * _EVAL_CHUNK_ELEMS + 300 * 2**20,
+        1.0 + work / 1.5e8,
+        f"about {terms:.3g} terms on a grid of {n} points",
+        terms,
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Scalar fit: greedy longest pieces inside the tube |g - f| <= eps
 # --------------------------------------------------------------------------------------------------
@@ -338,7 +393,9 @@ def _chain_terms(
     ys = np.array([k[1] for k in knots])
     slopes = np.concatenate([[0.0], np.diff(ys) / np.diff(xs), [0.0]]) if len(xs) > 1 else np.zeros(2)
     dslope = np.diff(slopes)
-    a, b, c = [], [], []
+    a: list[float] = []
+    b: list[float] = []
+    c: list[float] = []
     if not zero_start and ys[0] != 0.0:
         a.append(0.0)
         b.append(1.0)

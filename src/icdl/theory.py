@@ -33,13 +33,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from icdl.budget import Estimate
 from icdl.errors import InputError
-from icdl.nets import NetSpec, get_loss
+from icdl.nets import ACTIVATIONS, NetSpec, get_loss
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -53,6 +54,9 @@ __all__ = [
     "Theorem1Constants",
     "activation_bounds",
     "block_table",
+    "compute",
+    "compute_estimate",
+    "construction_estimate",
     "corollary11_as_printed",
     "corollary11_bound",
     "corollary11_loose",
@@ -98,6 +102,45 @@ def _check_int(name: str, value: int, low: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
     return value
+
+
+def _pow(base: float, exp: float) -> float:
+    """``base ** exp`` in floats, ``inf`` instead of Python's OverflowError (the bounds grow like
+    ``x^N`` and may exceed the float range for deep networks; ``inf`` is the honest answer)."""
+    try:
+        return float(base) ** exp
+    except OverflowError:
+        return math.inf
+
+
+def _float(x: int | float) -> float:
+    """``float(x)``, ``inf`` for an integer too large for a float."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
+def _div(a: float, b: float) -> float:
+    """``a / b`` with ``inf`` for overflow or a zero denominator (``a > 0``)."""
+    try:
+        return a / b
+    except ZeroDivisionError:
+        return math.inf if a > 0 else math.nan
+    except OverflowError:
+        return math.inf
+
+
+def _geo(q: float, m: int) -> float:
+    """``sum_{l=0}^{m-1} q^l`` in closed form (no O(m) loop): ``(q^m - 1) / (q - 1)``, ``m`` when
+    ``q = 1``; ``inf`` on overflow."""
+    if m <= 0:
+        return 0.0
+    if q == 1:
+        return float(m)
+    if q < 1:
+        return (1 - _pow(q, m)) / (1 - q)
+    return _div(_pow(q, m) - 1, q - 1)
 
 
 def sublayers_per_step(depth: int) -> int:
@@ -361,10 +404,17 @@ def max_heads(spec: NetSpec, terms: TermCounts) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def _sup_abs(fn: Callable[[Tensor], Tensor], radius: float) -> float:
-    """``max_{|t| <= radius} |fn(t)|`` on a dense float64 grid (endpoints and 0 included)."""
+def _sup_abs(fn: Callable[[Tensor], Tensor], radius: float, *, unimodal: bool = False) -> float:
+    """``max_{|t| <= radius} |fn(t)|`` on a dense float64 grid (endpoints and 0 included).
+
+    ``unimodal=True`` is for functions whose ``|fn|`` on ``[-radius, radius]`` peaks at an endpoint or
+    at 0 (every activation of :data:`icdl.nets.ACTIVATIONS` and its derivative): then those three points
+    give the same maximum in O(1), which keeps deep networks (N in the millions) fast."""
     if radius < 0 or math.isnan(radius):
         raise InputError(f"radius must be >= 0, got {radius}")
+    if unimodal:
+        t = torch.tensor([-radius, 0.0, radius], dtype=torch.float64)
+        return float(fn(t).abs().nan_to_num(nan=math.inf).max())
     if not math.isfinite(radius):
         t = torch.tensor([-math.inf, math.inf], dtype=torch.float64)
         grid = torch.linspace(-1e6, 1e6, 20001, dtype=torch.float64)
@@ -427,16 +477,17 @@ def activation_bounds(
     for name, v in (("bound_x", bound_x), ("bound_v", bound_v)):
         if not (v > 0):
             raise InputError(f"{name} must be > 0, got {v}")
-    w = spec.widths
     B_r, B_rp, pre = [float(bound_x)], [float(bound_x)], []
     for j in range(1, spec.depth + 1):
         act = spec.layer_act(j)
-        norm_fix = math.sqrt(w[j - 1]) if (corrected and j >= 2) else 1.0
+        known = ACTIVATIONS.get(act.name) is act
+        fan_in = spec.in_dim if j == 1 else spec.width
+        norm_fix = math.sqrt(fan_in) if (corrected and j >= 2) else 1.0
         rng = bound_v * norm_fix * B_r[-1]
         rng_prime = rng if corrected else bound_v * B_rp[-1]
         pre.append(rng)
-        B_r.append(_sup_abs(act.fn, rng))
-        B_rp.append(_sup_abs(act.deriv, rng_prime))
+        B_r.append(_sup_abs(act.fn, rng, unimodal=known))
+        B_rp.append(_sup_abs(act.deriv, rng_prime, unimodal=known))
     return ActivationBounds(tuple(B_r), tuple(B_rp), tuple(pre))
 
 
@@ -448,14 +499,16 @@ def lemma2_layer_factors(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -
     """
     K, N = spec.width, spec.depth
     q = math.sqrt(K) * lipschitz_r * bound_v
-    geo = [sum(q**l for l in range(j)) for j in range(1, N + 1)]
-    return tuple([g * math.sqrt(K) for g in geo[:-1]] + [geo[-1] * math.sqrt(spec.out_dim)])
+    rk = math.sqrt(K)
+    return tuple([_geo(q, j) * rk for j in range(1, N)] + [_geo(q, N) * math.sqrt(spec.out_dim)])
 
 
 def lemma2_E_r(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -> float:
     """``E_r := max_j ||eps(i, j)||_2 / eps_r`` (eqs. 3.10-3.11), so ``||p̄(j) - p(j)||_2 <= E_r eps_r``
-    (3.12)."""
-    return max(lemma2_layer_factors(spec, lipschitz_r=lipschitz_r, bound_v=bound_v))
+    (3.12). The geometric sums grow with j, so the maximum is at ``j = N - 1`` or ``j = N`` (O(1))."""
+    K, N = spec.width, spec.depth
+    q = math.sqrt(K) * lipschitz_r * bound_v
+    return max(_geo(q, N - 1) * math.sqrt(K), _geo(q, N) * math.sqrt(spec.out_dim))
 
 
 def lemma3_error(
@@ -530,18 +583,22 @@ def lemma6_constants(
     N = spec.depth
     P = _pmax((spec.width, spec.in_dim, spec.out_dim))
     x = B_r_prime * bound_v * P
-    js = range(1, N + 1)
+    # Every maximum over j = 1..N below is of  A geo(m) + B x^m  with m = N - j and A, B >= 0, which is
+    # monotone in m (A/(1-x) + x^m (B - A/(1-x)) for x != 1, linear for x = 1): the maximum is at
+    # m = 0 or m = N - 1, so no O(N) loop is needed.
+    ends = (0, N - 1)
 
-    def geo(j: int) -> float:
-        return sum(x**l for l in range(N - j))
+    def xm(m: int) -> float:
+        return _pow(x, m)
 
-    B_s = max(x ** (N - j) * B_r_prime * B_l for j in js)
-    inner_r = _prod(B_l, lipschitz_r_prime, bound_v, E_r) + B_r_prime * lipschitz_l * E_r
+    B_s = max(_prod(xm(m), B_r_prime, B_l) for m in ends)
+    inner_r = _prod(B_l, lipschitz_r_prime, bound_v, E_r) + _prod(B_r_prime, lipschitz_l, E_r)
     E_s_r = max(
-        _prod(lipschitz_r_prime, E_r, P, B_s, bound_v**2, geo(j)) + x ** (N - j) * inner_r for j in js
+        _prod(lipschitz_r_prime, E_r, P, B_s, _pow(bound_v, 2), _geo(x, m)) + _prod(xm(m), inner_r)
+        for m in ends
     )
-    E_s_rp = max(P * B_s * bound_v * geo(j) + x ** (N - j) * B_l for j in js)
-    E_s_l = max(x ** (N - j) * B_r_prime for j in js)
+    E_s_rp = max(_prod(P, B_s, bound_v, _geo(x, m)) + _prod(xm(m), B_l) for m in ends)
+    E_s_l = max(_prod(xm(m), B_r_prime) for m in ends)
     return Lemma6Constants(P, B_s, E_s_r, E_s_rp, E_s_l)
 
 
@@ -578,7 +635,7 @@ def theorem1_constants(
 ) -> Theorem1Constants:
     """``C_l``, ``C_r``, ``C_r'`` of Theorem 1's proof from Lemma 6's constants, ``B_r`` and ``E_r``."""
     N, P = spec.depth, lemma6.P
-    c = N * P**1.5 * B_r
+    c = _prod(N, _pow(P, 1.5), B_r)
     return Theorem1Constants(
         C_l=_prod(c, lemma6.E_s_l),
         C_r=_prod(c, lemma6.E_s_r) + N * P * lemma6.B_s * E_r,
@@ -607,13 +664,13 @@ def corollary11_bound(*, eps: float, lr: float, lipschitz_f: float, steps: int) 
     constant "of L_n(w)"; it must be that of ``∇L_n``, §10.9), so ``e_l <= (1 + eta L_f) e_{l-1} + eta eps``.
     """
     _check_cor(eps, lipschitz_f, steps)
-    return ((1 + lr * lipschitz_f) ** steps - 1) * eps / lipschitz_f
+    return _prod(_pow(1 + lr * lipschitz_f, steps) - 1, eps) / lipschitz_f
 
 
 def corollary11_loose(*, eps: float, lr: float, lipschitz_f: float, steps: int) -> float:
     """``L_f^{-1} (1 + eta L_f)^l eps``: the corrected bound without the ``- 1`` (always looser)."""
     _check_cor(eps, lipschitz_f, steps)
-    return (1 + lr * lipschitz_f) ** steps * eps / lipschitz_f
+    return _prod(_pow(1 + lr * lipschitz_f, steps), eps) / lipschitz_f
 
 
 def corollary11_as_printed(*, eps: float, examples: int, lipschitz_f: float, steps: int) -> float:
@@ -622,7 +679,7 @@ def corollary11_as_printed(*, eps: float, examples: int, lipschitz_f: float, ste
     gives no growth with n. Kept for comparison; it is the larger one whenever ``eta < n``."""
     _check_cor(eps, lipschitz_f, steps)
     _check_int("examples", examples, 1)
-    return (1 + examples * lipschitz_f) ** steps * eps / lipschitz_f
+    return _prod(_pow(1 + examples * lipschitz_f, steps), eps) / lipschitz_f
 
 
 # --------------------------------------------------------------------------------------------------
@@ -662,12 +719,12 @@ def paper_construction_flops(*, examples: int, steps: int, depth: int, width: in
     (App. A.3), with the O-constant set to 1."""
     if not (eps > 0):
         raise InputError(f"eps must be > 0, got {eps}")
-    return examples * steps * depth**3 * width**5 / eps**2
+    return _div(_float(examples * steps * depth**3 * width**5), _pow(eps, 2))
 
 
 def paper_direct_flops(*, examples: int, steps: int, depth: int, width: int) -> float:
     """The paper's cost of L direct GD steps, ``n L N K^2`` (App. A.3), O-constant 1."""
-    return float(examples * steps * depth * width**2)
+    return _float(examples * steps * depth * width**2)
 
 
 def direct_gd_flops(spec: NetSpec, *, examples: int, steps: int) -> int:
@@ -687,3 +744,296 @@ def training_flops(num_params: float, data: float) -> float:
     6-layer width-200 network are this rule with P = 168,000 and D = 75 x 100 = 7,500
     (docs/protocol.md, FLOPs)."""
     return 6 * num_params * data
+
+
+# --------------------------------------------------------------------------------------------------
+# Everything at once (``icdl theory``)
+# --------------------------------------------------------------------------------------------------
+
+
+def _fitted_counts(
+    spec: NetSpec, loss: str, eps: float, radius: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fit the non-exact sums with icdl.relu_sums; return (kwargs for term_counts, sums info for output)."""
+    kwargs: dict[str, Any] = {}
+    info: dict[str, Any] = {}
+    needs_act = any(spec.layer_act(j).name not in EXACT_TERMS for j in range(1, spec.depth + 1))
+    needs_loss = loss not in EXACT_LOSS_TERMS
+    if not (needs_act or needs_loss):
+        return kwargs, info
+    from icdl import relu_sums
+
+    if needs_act:
+        r = relu_sums.relu_sum_for(spec.activation, eps=eps, radius=radius)
+        rp = relu_sums.relu_sum_for(spec.activation + "'", eps=eps, radius=radius)
+        kwargs.update(r_terms=r.num_terms, r_prime_terms=rp.num_terms)
+        info["r"], info["r_prime"] = _sum_info(r.to_dict()), _sum_info(rp.to_dict())
+    if needs_loss:
+        u = relu_sums.loss_derivative_sum(loss, eps=eps, radius=radius)
+        kwargs["u_terms"] = u.num_terms
+        info["u"] = _sum_info(u.to_dict())
+    return kwargs, info
+
+
+def _sum_info(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != "terms"}
+
+
+def compute(
+    spec: NetSpec,
+    *,
+    loss: str,
+    steps: int,
+    examples: int,
+    lr: float,
+    eps: float,
+    radius: float,
+    projection: Projection,
+    bound_x: float,
+    bound_y: float,
+    bound_v: float,
+    grad_lipschitz: float,
+    grad_eps: float,
+    corrected_bounds: bool,
+) -> dict[str, Any]:
+    """Everything ``icdl theory`` reports, as one JSON-ready dict (keys documented in docs/theory.md).
+
+    Fits the ReLU sums a smooth activation or a non-squared loss needs (``eps`` on ``[-radius, radius]``)
+    and evaluates every size, bound and FLOP count of this module for ``spec``. Cost: O(N) in the depth
+    (the per-sublayer table); :func:`compute_estimate` gives its memory and time beforehand.
+    """
+
+    kwargs, sums = _fitted_counts(spec, loss, eps, radius)
+    terms = term_counts(spec, loss, **kwargs)
+    block = block_table(spec, terms, projection)
+    readout = readout_table(spec, terms)
+    N, K = spec.depth, spec.width
+
+    # Sum-of-ReLU errors: the measured sup error of each fitted sum; exact sums (relu, identity, squared
+    # loss) contribute 0 (relu' is exact outside its delta-window, docs/paper.md, sublayers).
+    eps_r = sums["r"]["sup_error"] if "r" in sums else 0.0
+    eps_rp = sums["r_prime"]["sup_error"] if "r_prime" in sums else 0.0
+    eps_l = sums["u"]["sup_error"] if "u" in sums else 0.0
+
+    acts = [spec.layer_act(j) for j in range(1, N + 1)]
+    L_r = max(a.lipschitz for a in acts)
+    L_rp = max(a.deriv_lipschitz for a in acts)
+    L_l = get_loss(loss).deriv_lipschitz
+    ab = activation_bounds(spec, bound_x=bound_x, bound_v=bound_v, corrected=corrected_bounds)
+    E_r = lemma2_E_r(spec, lipschitz_r=L_r, bound_v=bound_v)
+    B_l = loss_derivative_bound(loss, bound_t=ab.B_r[-1], bound_y=bound_y)
+    l6 = lemma6_constants(
+        spec,
+        E_r=E_r,
+        B_r_prime=ab.max_r_prime,
+        B_l=B_l,
+        bound_v=bound_v,
+        lipschitz_r_prime=L_rp,
+        lipschitz_l=L_l,
+    )
+    t1 = theorem1_constants(spec, l6, B_r=ab.max_r, E_r=E_r)
+    flops = model_flops(spec, terms, examples=examples, steps=steps, projection=projection)
+    direct = direct_gd_flops(spec, examples=examples, steps=steps)
+    ranges = {
+        "R_1": max(bound_v * ab.max_r, 1.0),
+        "R_2": max(bound_v * ab.max_r_prime, 1.0),
+        "R_3": max(bound_v * ab.max_r, bound_y, 1.0),
+    }
+    return {
+        "network": {
+            "depth": N,
+            "width": K,
+            "in_dim": spec.in_dim,
+            "out_dim": spec.out_dim,
+            "activation": spec.activation,
+            "output": spec.output,
+            "loss": loss,
+        },
+        "steps": steps,
+        "examples": examples,
+        "tokens": examples + 1,
+        "lr": lr,
+        "eps": eps,
+        "range": radius,
+        "projection": projection,
+        "num_params": spec.num_params,
+        "num_units": spec.num_units,
+        "sublayers": sublayers(N, steps),
+        "sublayers_per_step": sublayers_per_step(N),
+        "readout_sublayers": readout_sublayers(N),
+        "total_sublayers": sublayers(N, steps) + readout_sublayers(N),
+        "embedding_dim": embedding_dim(spec),
+        "embedding_dim_closed_form": (
+            embedding_dim_closed_form(N, K, spec.in_dim) if spec.in_dim == spec.out_dim else None
+        ),
+        "embedding_dim_as_printed": embedding_dim_as_printed(spec),
+        "embedding_dim_paper_bound": embedding_dim_paper_bound(spec),
+        "embedding_dim_leading_terms": embedding_dim_leading_terms(spec),
+        "max_heads": max_heads(spec, terms),
+        "max_mlp_hidden": max(s.hidden for s in block + readout),
+        "terms": {"r": list(terms.r), "r_prime": list(terms.r_prime), "u": list(terms.u)},
+        "relu_sums": sums,
+        "per_sublayer": [{"index": i + 1, **s.to_dict()} for i, s in enumerate(block)],
+        "readout": [{"index": i + 1, **s.to_dict()} for i, s in enumerate(readout)],
+        "bounds": {
+            "assumptions": {
+                "B_x": bound_x,
+                "B_y": bound_y,
+                "B_v": bound_v,
+                "L_r": L_r,
+                "L_r_prime": L_rp,
+                "L_l": L_l,
+                "corrected": corrected_bounds,
+            },
+            "B_r_layers": list(ab.B_r),
+            "B_r_prime_layers": list(ab.B_r_prime),
+            "B_r": ab.max_r,
+            "B_r_prime": ab.max_r_prime,
+            "B_l": B_l,
+            "required_ranges": ranges,
+            "range_sufficient": all(radius >= v for v in ranges.values()),
+            "sum_errors": {"eps_r": eps_r, "eps_r_prime": eps_rp, "eps_l": eps_l},
+            "lemma2_layer_factors": list(lemma2_layer_factors(spec, lipschitz_r=L_r, bound_v=bound_v)),
+            "E_r": E_r,
+            "lemma2_error": E_r * eps_r,
+            "lemma3_error": lemma3_error(
+                eps_r_prime=eps_rp, eps_r=eps_r, lipschitz_r_prime=L_rp, bound_v=bound_v, E_r=E_r
+            ),
+            "lemma4_error": lemma4_error(eps_l=eps_l, eps_r=eps_r, lipschitz_l=L_l, E_r=E_r),
+            "lemma6": {
+                "P": l6.P,
+                "B_s": l6.B_s,
+                "E_s_r": l6.E_s_r,
+                "E_s_r_prime": l6.E_s_r_prime,
+                "E_s_l": l6.E_s_l,
+                "error": l6.error(eps_r=eps_r, eps_r_prime=eps_rp, eps_l=eps_l),
+            },
+            "theorem1": {
+                "C_l": t1.C_l,
+                "C_r": t1.C_r,
+                "C_r_prime": t1.C_r_prime,
+                "grad_eps": grad_eps,
+                "split": t1.split(grad_eps),
+                "grad_error_bound": t1.grad_error(eps_r=eps_r, eps_r_prime=eps_rp, eps_l=eps_l),
+            },
+            "corollary11": {
+                "L_f": grad_lipschitz,
+                "eps": grad_eps,
+                "corrected": corollary11_bound(eps=grad_eps, lr=lr, lipschitz_f=grad_lipschitz, steps=steps),
+                "loose": corollary11_loose(eps=grad_eps, lr=lr, lipschitz_f=grad_lipschitz, steps=steps),
+                "as_printed": corollary11_as_printed(
+                    eps=grad_eps, examples=examples, lipschitz_f=grad_lipschitz, steps=steps
+                ),
+            },
+        },
+        "flops": {
+            "compiled_forward": flops["total"],
+            "compiled_per_block": flops["per_block"],
+            "compiled_readout": flops["readout"],
+            "direct_gd": direct,
+            "ratio_compiled_to_direct": _div(_float(flops["total"]), _float(direct)) if direct else None,
+            "paper_construction": paper_construction_flops(
+                examples=examples, steps=steps, depth=N, width=K, eps=eps
+            ),
+            "paper_direct": paper_direct_flops(examples=examples, steps=steps, depth=N, width=K),
+        },
+    }
+
+
+def compute_estimate(
+    spec: NetSpec, *, loss: str = "squared", eps: float = 1e-3, radius: float = 10.0
+) -> Estimate:
+    """Memory and time of :func:`compute` (and of printing its result), before running it.
+
+    Its cost is linear in the depth N: ``3N + 5`` rows of the per-sublayer tables and ``4N`` per-layer
+    bounds (about 4 KB and 0.4 ms per layer, measured with ``icdl theory --depth 100000 --json``), and
+    ``d_y`` loss-term counts (about 30 B and 6 us each, ``--out-dim 1000000``; counted as 100 B, 10 us),
+    plus the ReLU-sum fits of a smooth activation or non-squared loss
+    (:func:`icdl.relu_sums.fit_estimate`).
+    """
+    from icdl import relu_sums
+
+    N, dy = spec.depth, spec.out_dim
+    est = Estimate(
+        "icdl theory",
+        200 * 2**20 + 4e3 * N + 100 * dy,
+        1.0 + 4e-4 * N + 1e-5 * dy,
+        f"N={N}: {3 * N + 5} table rows; d_y={dy} loss-term counts",
+    )
+    act = spec.activation
+    if any(spec.layer_act(j).name not in EXACT_TERMS for j in (1, N)):
+        for target in (act, act + "'"):
+            fit = relu_sums.fit_estimate(target, eps=eps, radius=radius)
+            est = est + Estimate(est.what, fit.bytes, fit.seconds, fit.detail)
+    if loss not in EXACT_LOSS_TERMS:
+        est = est + Estimate(est.what, 600 * 2**20, 10.0, "a two-argument ReLU sum of the loss derivative")
+    return est
+
+
+# The compiled model's small gathers and per-head matmuls run far below dense-matmul peak: measured
+# about 2e9 FLOP/s (icdl construct --depth 6 --width 32 --steps 20, sigmoid: 27 s).
+_CONSTRUCT_FLOPS = 2e9
+
+
+def construction_estimate(
+    spec: NetSpec,
+    *,
+    loss: str = "squared",
+    steps: int,
+    examples: int,
+    eps: float = 1e-3,
+    radius: float = 10.0,
+    projection: Projection = "none",
+    itemsize: int = 8,
+) -> Estimate:
+    """Memory and time of compiling the construction for ``spec`` and verifying it on one prompt
+    (``icdl construct``), from this module's sizes, before anything is built.
+
+    Memory is dominated by the verifier's trace: one ``T x D`` state per sublayer,
+    ``(2N+4)L + N+1`` of them (:func:`sublayers`, :func:`readout_sublayers`, :func:`embedding_dim`),
+    or by the compiler's dense ``D x D`` temporaries, plus the stored coefficients of the unique
+    sublayers and the ReLU-sum fits. Time is the compiled
+    forward pass's FLOPs (:func:`model_flops`) a few times over (forward, traced forward, per-sublayer
+    checks) at about 2e9 FLOP/s, plus the fits. Term counts of smooth activations come from
+    :func:`icdl.relu_sums.fit_estimate`; a non-squared loss is counted at its cap of 1201 terms.
+    """
+    from icdl import relu_sums
+
+    _check_int("steps", steps, 0)
+    _check_int("examples", examples, 1)
+    N, T = spec.depth, examples + 1
+    fits = Estimate("icdl construct", 0.0, 0.0)
+    kwargs: dict[str, int] = {}
+    if any(spec.layer_act(j).name not in EXACT_TERMS for j in range(1, min(N, 2) + 1)):
+        counts = []
+        for target in (spec.activation, spec.activation + "'"):
+            fit = relu_sums.fit_estimate(target, eps=eps, radius=radius)
+            fits = fits + Estimate(fits.what, fit.bytes, fit.seconds, fit.detail)
+            counts.append(max(1, math.ceil(min(fit.count or 1.0, 1e15))))
+        kwargs.update(r_terms=counts[0], r_prime_terms=counts[1])
+    if loss not in EXACT_LOSS_TERMS:
+        kwargs["u_terms"] = 1201
+        fits = fits + Estimate(fits.what, 600 * 2**20, 10.0, "a two-argument ReLU sum of the loss derivative")
+    # Sizes through the closed forms only: no O(N) table is built for a depth that will be refused.
+    D = embedding_dim(spec)
+    H = max(kwargs.get("r_terms", 1), kwargs.get("r_prime_terms", 2))
+    K = spec.width
+    heads = max(K, spec.out_dim, spec.in_dim) * H * N + 2 * spec.num_units
+    hidden = (2 * spec.num_params if projection == "box" else 0) + 2 * (3 * spec.num_units + spec.out_dim)
+    hidden += spec.out_dim * kwargs.get("u_terms", 2)
+    # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
+    # unit a few entries; the update sublayer writes P weights.
+    coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
+    states = sublayers(N, steps) + readout_sublayers(N) + 4
+    trace = states * T * D * itemsize
+    work = heads * (max(K, spec.in_dim) + 3) * T * T * 2 * (2 * steps + 1) + 2 * D * hidden * T * steps
+    # Compiling holds a few dense D x D float64 temporaries (measured: peak ~ 2.7 D^2 x 8 bytes for
+    # N=3, K=32..96); counted as 3 D^2 x 8.
+    compile_bytes = 3 * D * D * 8
+    est = Estimate(
+        "icdl construct",
+        _float(trace + compile_bytes + 3 * coeffs * itemsize + 8 * T * D * itemsize + 300 * 2**20),
+        1.0 + _float(work) * 1.2 / _CONSTRUCT_FLOPS + _float(trace) / 1e9,
+        f"{states} traced states of {T} tokens x D={D} ({'float64' if itemsize == 8 else 'float32'})",
+    )
+    return est + fits

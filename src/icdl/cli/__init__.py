@@ -8,6 +8,7 @@ error (with a traceback, since that is a bug).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import click
@@ -85,4 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message(), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except MemoryError:
+        # Every command estimates its memory first (icdl.budget); this is the safety net.
+        _fail("out of memory; try smaller sizes (the estimate before the run was too low)")
     sys.exit(rv if isinstance(rv, int) else 0)

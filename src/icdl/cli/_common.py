@@ -1,15 +1,25 @@
-"""Small helpers shared by the subcommands: JSON output, numeric option types, user errors."""
+"""Small helpers shared by the subcommands: JSON output, numeric option types, user errors, the work
+budget (``--yes``) and output checks."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from icdl import budget
 from icdl.errors import InputError
+from icdl.io import check_writable, clean_json
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Largest integer any count option accepts: beyond it no size is meaningful and floats overflow.
+MAX_COUNT = 10**12
 
 
 class PositiveFloat(click.ParamType):
@@ -30,20 +40,45 @@ class PositiveFloat(click.ParamType):
 POSITIVE_FLOAT = PositiveFloat()
 
 
+# Any integer of sane size; the library (e.g. EvalOptions) checks the lower bounds.
+BOUNDED_INT = click.IntRange(min=-MAX_COUNT, max=MAX_COUNT)
+
+
+def count(low: int, high: int = MAX_COUNT) -> click.IntRange:
+    """An integer option type in ``[low, high]`` (default ceiling :data:`MAX_COUNT`)."""
+    return click.IntRange(min=low, max=high)
+
+
 def emit_json(obj: Any) -> None:
     """Print one JSON object on stdout (NaN/inf become null, numbers stay numbers)."""
-
-    def clean(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return v
-
-    json.dump(clean(obj), sys.stdout, indent=2)
+    json.dump(clean_json(obj), sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+def yes_option(f: F) -> F:
+    """The ``--yes`` flag: run even when the work estimate is above the limit (see :mod:`icdl.budget`)."""
+    return click.option(
+        "--yes",
+        "-y",
+        "yes",
+        is_flag=True,
+        help="Run even when the memory/time estimate is above the limit (otherwise: exit 2 with it).",
+    )(f)
+
+
+def guard(est: budget.Estimate, yes: bool, *, max_seconds: float | None = None) -> budget.Estimate:
+    """Refuse (``InputError``, exit 2, one line with the estimate) work past the limits unless ``yes``.
+
+    ``max_seconds`` replaces :data:`icdl.budget.MAX_SECONDS` for this check (interactive commands use
+    :data:`icdl.budget.QUICK_SECONDS`).
+    """
+    return budget.check(est, allow=yes, max_seconds=max_seconds)
+
+
+def check_output(path: str | os.PathLike[str] | None, option: str, *, directory: bool = False) -> None:
+    """One line, exit 2, before any work, when ``option``'s output path cannot be written."""
+    if path is not None:
+        check_writable(path, what=option, directory=directory)
 
 
 def user_error(message: str) -> InputError:

@@ -9,15 +9,15 @@ Examples::
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import click
 import torch
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
-from icdl.relu_sums import ReluSum, relu_sum_for, target_function
+from icdl.budget import QUICK_SECONDS
+from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
+from icdl.io import atomic_write
+from icdl.relu_sums import ReluSum, fit_estimate, relu_sum_for, target_function
 
 FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 
@@ -30,11 +30,6 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise user_error(f"cannot write plot {str(path)!r}: directory {str(parent)!r} does not exist")
-    if path.is_dir():
-        raise user_error(f"cannot write plot {str(path)!r}: it is a directory")
     fmt = FIGURE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise user_error(f"cannot write plot {str(path)!r}: the name must end in .png, .pdf or .svg")
@@ -57,20 +52,12 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     ax2.set_ylabel("function - sum")
     ax2.set_xlabel("t")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format=fmt, dpi=dpi)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
-        os.replace(tmp, path)
+        atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi), binary=True)
     except OSError as exc:
         raise user_error(f"cannot write plot {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 @click.command(name="approx")
@@ -92,14 +79,26 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
 @click.option(
     "--dpi", type=click.IntRange(10, 2400), default=120, show_default=True, help="Resolution of --plot."
 )
+@yes_option
 def approx(
-    function: str, eps: float, radius: float, delta: float, as_json: bool, plot: Path | None, dpi: int
+    function: str,
+    eps: float,
+    radius: float,
+    delta: float,
+    as_json: bool,
+    plot: Path | None,
+    dpi: int,
+    yes: bool,
 ) -> None:
     """Fit sum_m c_m relu(a_m t + b_m) to FUNCTION on [-R, R] with measured sup error <= eps.
 
     FUNCTION is an activation (relu, sigmoid, tanh, softplus, identity) or its derivative with a
     trailing prime (sigmoid') or -deriv suffix. The sum is constant outside [-R, R].
     """
+    check_output(plot, "--plot")
+    if plot is not None and plot.suffix.lower() not in FIGURE_FORMATS:
+        raise user_error(f"cannot write plot {str(plot)!r}: the name must end in .png, .pdf or .svg")
+    guard(fit_estimate(function, eps=eps, radius=radius), yes, max_seconds=QUICK_SECONDS)
     s = relu_sum_for(function, eps=eps, radius=radius, delta=delta)
     if plot is not None:
         _write_plot(s, plot, delta, dpi)

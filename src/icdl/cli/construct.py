@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
+from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
 
 
 class VariantChoice(click.Choice):
@@ -65,7 +65,13 @@ class VariantChoice(click.Choice):
     show_default=True,
     help="In-context examples n (the prompt has n+1 tokens).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled prompt.")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    default=0,
+    show_default=True,
+    help="Seed of the sampled prompt.",
+)
 @click.option(
     "--dtype",
     type=click.Choice(["float64", "float32"]),
@@ -128,6 +134,7 @@ class VariantChoice(click.Choice):
     is_flag=True,
     help="List every sublayer (name, kind, lemma, heads, reads -> writes) before the verification.",
 )
+@yes_option
 def construct(
     depth: int,
     width: int,
@@ -151,14 +158,17 @@ def construct(
     save_dir: str | None,
     as_json: bool,
     explain: bool,
+    yes: bool = False,
 ) -> None:
     """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD."""
     from pathlib import Path
 
+    from icdl.budget import QUICK_SECONDS
     from icdl.construct import GDConfig, compile_gd_transformer, sample_task
     from icdl.construct.store import save
     from icdl.construct.verify import verify
     from icdl.nets import NetSpec
+    from icdl.theory import construction_estimate
 
     if save_dir is not None and Path(save_dir).exists():
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")
@@ -177,6 +187,19 @@ def construct(
         variant=variant,
         dtype=dtype,
     )
+    # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
+    check_output(save_dir, "--save", directory=True)
+    estimate = construction_estimate(
+        spec,
+        loss=loss,
+        steps=steps,
+        examples=examples,
+        eps=eps,
+        radius=radius,
+        projection=config.projection,
+        itemsize=8 if dtype == "float64" else 4,
+    )
+    guard(estimate, yes, max_seconds=QUICK_SECONDS)
     t0 = time.perf_counter()
     model = compile_gd_transformer(config)
     seconds_compile = time.perf_counter() - t0

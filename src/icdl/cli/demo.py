@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from icdl.cli._common import check_output, count, guard, yes_option
+
 
 def _banner(title: str) -> None:
     click.echo("")
@@ -33,12 +35,21 @@ def _banner(title: str) -> None:
     help="Directory for the demo's pretraining run, evaluation and report.",
 )
 @click.option("--skip-train", is_flag=True, help="Only the construction part (seconds).")
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Override the pretraining steps.")
+@click.option("--steps", type=count(1), default=None, help="Override the pretraining steps.")
+@yes_option
 @click.pass_context
-def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None) -> None:
+def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes: bool = False) -> None:
     """Run the main job on a small default, end to end (about 80 s on 2 CPU cores)."""
     from icdl.cli.approx import approx
     from icdl.cli.construct import construct
+
+    if not skip_train:  # the pretraining part is the only sizeable one: check it before anything runs
+        from icdl.config import load_config
+        from icdl.icl.train import train_estimate
+
+        check_output(out, "--out", directory=True)
+        overrides = [] if steps is None else [f"train.steps={steps}"]
+        guard(train_estimate(load_config("demo", overrides)), yes)
 
     _banner("1. A sum of ReLUs for the sigmoid on [-10, 10] (Definition 4)")
     ctx.invoke(approx, function="sigmoid", eps=1e-3, radius=10.0)
@@ -54,10 +65,10 @@ def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None) -> 
 
     if skip_train:
         return
-    _run_icl_part(ctx, out, steps)
+    _run_icl_part(ctx, out, steps, yes)
 
 
-def _run_icl_part(ctx: click.Context, out: Path, steps: int | None) -> None:
+def _run_icl_part(ctx: click.Context, out: Path, steps: int | None, yes: bool) -> None:
     from icdl.cli.evaluate import evaluate
     from icdl.cli.report import report
     from icdl.cli.train import train
@@ -65,7 +76,7 @@ def _run_icl_part(ctx: click.Context, out: Path, steps: int | None) -> None:
     run_dir = out / "run"
     overrides = [] if steps is None else [f"train.steps={steps}"]
     _banner(f"3. Pretrain an ICL transformer (preset demo, resumable) -> {run_dir}")
-    ctx.invoke(train, config="demo", overrides=tuple(overrides), out=run_dir)
+    ctx.invoke(train, config="demo", overrides=tuple(overrides), out=run_dir, yes=yes)
 
     _banner("4. Evaluate: R² per number of in-context examples against baselines")
     ctx.invoke(

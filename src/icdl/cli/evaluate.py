@@ -13,8 +13,17 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json
-from icdl.icl.suites import suite_names
+from icdl.cli._common import (
+    BOUNDED_INT,
+    POSITIVE_FLOAT,
+    check_output,
+    count,
+    emit_json,
+    guard,
+    yes_option,
+)
+from icdl.icl.evaluate import POOLINGS, EvalOptions
+from icdl.icl.suites import DEFAULT_PROMPTS, EVAL_SEED, suite_names
 
 
 def _ks(value: str | None) -> tuple[int, ...] | None:
@@ -54,6 +63,9 @@ def _summary_lines(res: dict) -> list[str]:
     return lines
 
 
+_D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions validates the values
+
+
 @click.command(name="evaluate")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option(
@@ -64,7 +76,7 @@ def _summary_lines(res: dict) -> list[str]:
     help=f"Suite to evaluate: {', '.join(suite_names())}, or 'all'.",
 )
 @click.option(
-    "--prompts", type=click.IntRange(min=2), default=None, help="Test prompts per condition [1280]."
+    "--prompts", type=count(2), default=None, help=f"Test prompts per condition [{DEFAULT_PROMPTS}]."
 )
 @click.option(
     "--baselines",
@@ -72,52 +84,53 @@ def _summary_lines(res: dict) -> list[str]:
     metavar="LIST",
     help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd; all; none [suite's].",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Test seed [987654321].")
+@click.option("--seed", type=count(0), default=None, help=f"Test seed [{EVAL_SEED}].")
 @click.option(
     "--pooling",
-    type=click.Choice(["pooled", "batch_mean"]),
-    default="pooled",
+    type=click.Choice(POOLINGS),
+    default=_D.pooling,
     show_default=True,
-    help="R² over all prompts at each k, or the mean of per-batch R².",
+    help="R² over all prompts at each k (pooled), or the mean of per-batch R² (batch_mean).",
 )
 @click.option(
-    "--resamples", type=click.IntRange(min=10), default=1000, show_default=True, help="Bootstrap resamples."
+    "--resamples", type=BOUNDED_INT, default=_D.resamples, show_default=True, help="Bootstrap resamples."
 )
 @click.option(
     "--mlp-prompts",
-    type=click.IntRange(min=2),
-    default=64,
+    type=BOUNDED_INT,
+    default=_D.mlp_prompts,
     show_default=True,
     help="Prompts the per-prompt MLP baseline is trained on (the first ones).",
 )
 @click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
 @click.option(
-    "--mlp-width", type=click.IntRange(min=1), default=200, show_default=True, help="MLP baseline width."
+    "--mlp-width", type=BOUNDED_INT, default=_D.mlp_width, show_default=True, help="MLP baseline width."
 )
 @click.option(
-    "--mlp-epochs", type=click.IntRange(min=1), default=100, show_default=True, help="MLP baseline epochs."
+    "--mlp-epochs", type=BOUNDED_INT, default=_D.mlp_epochs, show_default=True, help="MLP Adam epochs."
 )
 @click.option(
-    "--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True, help="MLP baseline Adam learning rate."
+    "--mlp-lr", type=POSITIVE_FLOAT, default=_D.mlp_lr, show_default=True, help="MLP Adam step size."
 )
 @click.option(
     "--gd-steps",
-    type=click.IntRange(min=1),
-    default=10,
+    type=BOUNDED_INT,
+    default=_D.gd_steps,
     show_default=True,
     help="GD steps of the tuned-GD baseline on the target architecture.",
 )
 @click.option(
     "--gd-prompts",
-    type=click.IntRange(min=2),
-    default=128,
+    type=BOUNDED_INT,
+    default=_D.gd_prompts,
     show_default=True,
     help="Prompts the tuned-GD baseline runs on (the first ones).",
 )
 @click.option("--no-cost", is_flag=True, help="Skip the FLOPs / wall-time comparison.")
-@click.option("--force", is_flag=True, help="Recompute even if a current cached result exists.")
+@click.option("--force", is_flag=True, help="Recompute even if a cached result exists (or is damaged).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results object as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary.")
+@yes_option
 def evaluate(
     run_dir: Path,
     suite: str,
@@ -137,19 +150,28 @@ def evaluate(
     force: bool,
     as_json: bool,
     quiet: bool,
+    yes: bool = False,
 ) -> None:
     """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
     from icdl.errors import InputError
-    from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_run, parse_baselines, result_path
-    from icdl.icl.suites import EVAL_SEED, suite_names
+    from icdl.icl.evaluate import (
+        checkpoint_info,
+        evaluate_estimate,
+        evaluate_run,
+        parse_baselines,
+        result_path,
+    )
+    from icdl.icl.suites import suite_names
+    from icdl.icl.train import read_run_config
 
     checkpoint_info(run_dir)  # bad run directory: one line, exit 2
+    check_output(run_dir / "eval", "the evaluation cache folder", directory=True)
     names = [s for s in suite_names() if s != "depth"] if suite == "all" else [suite]
     if suite != "all" and suite not in suite_names():
         raise InputError(f"unknown suite {suite!r}; choose one of {', '.join(suite_names())}, all")
     opts = EvalOptions(
         baselines=parse_baselines(baselines),
-        pooling=pooling,
+        pooling=pooling,  # type: ignore[arg-type]  # click.Choice(POOLINGS) checked it
         resamples=resamples,
         mlp_prompts=mlp_prompts,
         mlp_ks=_ks(mlp_ks),
@@ -160,6 +182,10 @@ def evaluate(
         gd_prompts=gd_prompts,
         cost=not no_cost,
     )
+    cfg = read_run_config(run_dir)
+    test_seed = EVAL_SEED if seed is None else seed
+    for name in names:
+        guard(evaluate_estimate(cfg, name, prompts=prompts, seed=test_seed, options=opts), yes)
     out = {}
     for name in names:
         res = evaluate_run(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from icdl.cli._common import check_output, count, guard, yes_option
 from icdl.icl.suites import suite_names
 
 
@@ -37,9 +38,7 @@ from icdl.icl.suites import suite_names
     show_default=True,
     help="Which missing suites to evaluate on demand.",
 )
-@click.option(
-    "--prompts", type=click.IntRange(min=2), default=None, help="Test prompts for on-demand evaluation."
-)
+@click.option("--prompts", type=count(2), default=None, help="Test prompts for on-demand evaluation.")
 @click.option(
     "--baselines", default=None, metavar="LIST", help="Baselines for on-demand evaluation [suite's]."
 )
@@ -55,6 +54,7 @@ from icdl.icl.suites import suite_names
     "--dpi", type=click.IntRange(10, 2400), default=80, show_default=True, help="Resolution of the figures."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar; print only the report path.")
+@yes_option
 def report(
     run_dirs: tuple[Path, ...],
     out: Path | None,
@@ -65,21 +65,37 @@ def report(
     figure_format: str,
     dpi: int,
     quiet: bool,
+    yes: bool = False,
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
-    from icdl.icl.evaluate import EvalOptions, parse_baselines
-    from icdl.icl.report import build_report
+    from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_estimate, parse_baselines
+    from icdl.icl.report import REPORT_SUITES, build_report
+    from icdl.icl.suites import EVAL_SEED, suite_names
+    from icdl.icl.train import read_run_config
 
     if out is None:
         out = run_dirs[0] / "report" if len(run_dirs) == 1 else Path("report")
+    check_output(out, "--out", directory=True)
     names = [s.strip() for s in suites.split(",") if s.strip()] if suites else None
+    # On-demand evaluation is the costly part: estimate every suite it may compute, before any work.
+    options = EvalOptions(baselines=parse_baselines(baselines))
+    wanted = list(REPORT_SUITES if names is None else names)
+    todo = {"all": wanted, "auto": [s for s in wanted if s == "in-distribution"], "none": []}[evaluate]
+    for rd in run_dirs:
+        checkpoint_info(rd)
+        for s in todo:
+            if s in suite_names():
+                est = evaluate_estimate(
+                    read_run_config(rd), s, prompts=prompts, seed=EVAL_SEED, options=options
+                )
+                guard(est, yes)
     rep = build_report(
         list(run_dirs),
         out,
         suites=names,
         evaluate=evaluate,  # type: ignore[arg-type]
         prompts=prompts,
-        options=EvalOptions(baselines=parse_baselines(baselines)),
+        options=options,
         progress=False if quiet else None,
         figure_format=figure_format,
         dpi=dpi,

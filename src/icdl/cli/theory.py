@@ -16,209 +16,17 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json, user_error
+from icdl.budget import QUICK_SECONDS
+from icdl.cli._common import POSITIVE_FLOAT, count, emit_json, guard, yes_option
 from icdl.nets import ACTIVATIONS, LOSSES, NetSpec, get_activation, get_loss
+from icdl.theory import compute, compute_estimate
 
 
-def _fitted_counts(
-    spec: NetSpec, loss: str, eps: float, radius: float
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Fit the non-exact sums with icdl.relu_sums; return (kwargs for term_counts, sums info for output)."""
-    from icdl import theory
-
-    kwargs: dict[str, Any] = {}
-    info: dict[str, Any] = {}
-    needs_act = any(spec.layer_act(j).name not in theory.EXACT_TERMS for j in range(1, spec.depth + 1))
-    needs_loss = loss not in theory.EXACT_LOSS_TERMS
-    if not (needs_act or needs_loss):
-        return kwargs, info
+def _float(x: float) -> float:
     try:
-        from icdl import relu_sums
-    except ImportError as exc:
-        raise user_error(
-            f"activation {spec.activation!r} / loss {loss!r} need fitted ReLU sums, but icdl.relu_sums "
-            f"is unavailable ({exc})"
-        ) from None
-    missing = [
-        name
-        for name, needed in (("relu_sum_for", needs_act), ("loss_derivative_sum", needs_loss))
-        if needed and not hasattr(relu_sums, name)
-    ]
-    if missing:
-        raise user_error(f"icdl.relu_sums has no {', '.join(missing)} yet; cannot count the fitted terms")
-    if needs_act:
-        r = relu_sums.relu_sum_for(spec.activation, eps=eps, radius=radius)
-        rp = relu_sums.relu_sum_for(spec.activation + "'", eps=eps, radius=radius)
-        kwargs.update(r_terms=r.num_terms, r_prime_terms=rp.num_terms)
-        info["r"], info["r_prime"] = _sum_info(r.to_dict()), _sum_info(rp.to_dict())
-    if needs_loss:
-        u = relu_sums.loss_derivative_sum(loss, eps=eps, radius=radius)
-        kwargs["u_terms"] = u.num_terms
-        info["u"] = _sum_info(u.to_dict())
-    return kwargs, info
-
-
-def _sum_info(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if k != "terms"}
-
-
-def compute(
-    spec: NetSpec,
-    *,
-    loss: str,
-    steps: int,
-    examples: int,
-    lr: float,
-    eps: float,
-    radius: float,
-    projection: str,
-    bound_x: float,
-    bound_y: float,
-    bound_v: float,
-    grad_lipschitz: float,
-    grad_eps: float,
-    corrected_bounds: bool,
-) -> dict[str, Any]:
-    """Everything ``icdl theory`` reports, as one JSON-ready dict (keys documented in docs/theory.md)."""
-    from icdl import theory as th
-
-    kwargs, sums = _fitted_counts(spec, loss, eps, radius)
-    terms = th.term_counts(spec, loss, **kwargs)
-    block = th.block_table(spec, terms, projection)  # type: ignore[arg-type]
-    readout = th.readout_table(spec, terms)
-    N, K = spec.depth, spec.width
-
-    # Sum-of-ReLU errors: the measured sup error of each fitted sum; exact sums (relu, identity, squared
-    # loss) contribute 0 (relu' is exact outside its delta-window, docs/paper.md, sublayers).
-    eps_r = sums["r"]["sup_error"] if "r" in sums else 0.0
-    eps_rp = sums["r_prime"]["sup_error"] if "r_prime" in sums else 0.0
-    eps_l = sums["u"]["sup_error"] if "u" in sums else 0.0
-
-    acts = [spec.layer_act(j) for j in range(1, N + 1)]
-    L_r = max(a.lipschitz for a in acts)
-    L_rp = max(a.deriv_lipschitz for a in acts)
-    L_l = get_loss(loss).deriv_lipschitz
-    ab = th.activation_bounds(spec, bound_x=bound_x, bound_v=bound_v, corrected=corrected_bounds)
-    E_r = th.lemma2_E_r(spec, lipschitz_r=L_r, bound_v=bound_v)
-    B_l = th.loss_derivative_bound(loss, bound_t=ab.B_r[-1], bound_y=bound_y)
-    l6 = th.lemma6_constants(
-        spec,
-        E_r=E_r,
-        B_r_prime=ab.max_r_prime,
-        B_l=B_l,
-        bound_v=bound_v,
-        lipschitz_r_prime=L_rp,
-        lipschitz_l=L_l,
-    )
-    t1 = th.theorem1_constants(spec, l6, B_r=ab.max_r, E_r=E_r)
-    flops = th.model_flops(spec, terms, examples=examples, steps=steps, projection=projection)  # type: ignore[arg-type]
-    direct = th.direct_gd_flops(spec, examples=examples, steps=steps)
-    ranges = {
-        "R_1": max(bound_v * ab.max_r, 1.0),
-        "R_2": max(bound_v * ab.max_r_prime, 1.0),
-        "R_3": max(bound_v * ab.max_r, bound_y, 1.0),
-    }
-    return {
-        "network": {
-            "depth": N,
-            "width": K,
-            "in_dim": spec.in_dim,
-            "out_dim": spec.out_dim,
-            "activation": spec.activation,
-            "output": spec.output,
-            "loss": loss,
-        },
-        "steps": steps,
-        "examples": examples,
-        "tokens": examples + 1,
-        "lr": lr,
-        "eps": eps,
-        "range": radius,
-        "projection": projection,
-        "num_params": spec.num_params,
-        "num_units": spec.num_units,
-        "sublayers": th.sublayers(N, steps),
-        "sublayers_per_step": th.sublayers_per_step(N),
-        "readout_sublayers": th.readout_sublayers(N),
-        "total_sublayers": th.sublayers(N, steps) + th.readout_sublayers(N),
-        "embedding_dim": th.embedding_dim(spec),
-        "embedding_dim_closed_form": (
-            th.embedding_dim_closed_form(N, K, spec.in_dim) if spec.in_dim == spec.out_dim else None
-        ),
-        "embedding_dim_as_printed": th.embedding_dim_as_printed(spec),
-        "embedding_dim_paper_bound": th.embedding_dim_paper_bound(spec),
-        "embedding_dim_leading_terms": th.embedding_dim_leading_terms(spec),
-        "max_heads": th.max_heads(spec, terms),
-        "max_mlp_hidden": max(s.hidden for s in block + readout),
-        "terms": {"r": list(terms.r), "r_prime": list(terms.r_prime), "u": list(terms.u)},
-        "relu_sums": sums,
-        "per_sublayer": [{"index": i + 1, **s.to_dict()} for i, s in enumerate(block)],
-        "readout": [{"index": i + 1, **s.to_dict()} for i, s in enumerate(readout)],
-        "bounds": {
-            "assumptions": {
-                "B_x": bound_x,
-                "B_y": bound_y,
-                "B_v": bound_v,
-                "L_r": L_r,
-                "L_r_prime": L_rp,
-                "L_l": L_l,
-                "corrected": corrected_bounds,
-            },
-            "B_r_layers": list(ab.B_r),
-            "B_r_prime_layers": list(ab.B_r_prime),
-            "B_r": ab.max_r,
-            "B_r_prime": ab.max_r_prime,
-            "B_l": B_l,
-            "required_ranges": ranges,
-            "range_sufficient": all(radius >= v for v in ranges.values()),
-            "sum_errors": {"eps_r": eps_r, "eps_r_prime": eps_rp, "eps_l": eps_l},
-            "lemma2_layer_factors": list(th.lemma2_layer_factors(spec, lipschitz_r=L_r, bound_v=bound_v)),
-            "E_r": E_r,
-            "lemma2_error": E_r * eps_r,
-            "lemma3_error": th.lemma3_error(
-                eps_r_prime=eps_rp, eps_r=eps_r, lipschitz_r_prime=L_rp, bound_v=bound_v, E_r=E_r
-            ),
-            "lemma4_error": th.lemma4_error(eps_l=eps_l, eps_r=eps_r, lipschitz_l=L_l, E_r=E_r),
-            "lemma6": {
-                "P": l6.P,
-                "B_s": l6.B_s,
-                "E_s_r": l6.E_s_r,
-                "E_s_r_prime": l6.E_s_r_prime,
-                "E_s_l": l6.E_s_l,
-                "error": l6.error(eps_r=eps_r, eps_r_prime=eps_rp, eps_l=eps_l),
-            },
-            "theorem1": {
-                "C_l": t1.C_l,
-                "C_r": t1.C_r,
-                "C_r_prime": t1.C_r_prime,
-                "grad_eps": grad_eps,
-                "split": t1.split(grad_eps),
-                "grad_error_bound": t1.grad_error(eps_r=eps_r, eps_r_prime=eps_rp, eps_l=eps_l),
-            },
-            "corollary11": {
-                "L_f": grad_lipschitz,
-                "eps": grad_eps,
-                "corrected": th.corollary11_bound(
-                    eps=grad_eps, lr=lr, lipschitz_f=grad_lipschitz, steps=steps
-                ),
-                "loose": th.corollary11_loose(eps=grad_eps, lr=lr, lipschitz_f=grad_lipschitz, steps=steps),
-                "as_printed": th.corollary11_as_printed(
-                    eps=grad_eps, examples=examples, lipschitz_f=grad_lipschitz, steps=steps
-                ),
-            },
-        },
-        "flops": {
-            "compiled_forward": flops["total"],
-            "compiled_per_block": flops["per_block"],
-            "compiled_readout": flops["readout"],
-            "direct_gd": direct,
-            "ratio_compiled_to_direct": flops["total"] / direct if direct else None,
-            "paper_construction": th.paper_construction_flops(
-                examples=examples, steps=steps, depth=N, width=K, eps=eps
-            ),
-            "paper_direct": th.paper_direct_flops(examples=examples, steps=steps, depth=N, width=K),
-        },
-    }
+        return float(x)
+    except OverflowError:
+        return math.inf
 
 
 def _fmt(x: Any) -> str:
@@ -280,8 +88,8 @@ def _render(r: dict[str, Any]) -> str:
         f"bound at these sums {_fmt(t1['grad_error_bound'])}",
         f"Cor 1.1  ||w_bar^L - w_GD^L|| <= {_fmt(c11['corrected'])} (corrected), {_fmt(c11['loose'])} "
         f"(loose), {_fmt(c11['as_printed'])} (as printed, (1+nL_f)^L) with L_f={_fmt(c11['L_f'])}",
-        f"FLOPs    compiled forward {_fmt(float(f['compiled_forward']))} vs direct GD 6PnL "
-        f"{_fmt(float(f['direct_gd']))}; paper O(nLN^3K^5/eps^2) ~ {_fmt(f['paper_construction'])} vs "
+        f"FLOPs    compiled forward {_fmt(_float(f['compiled_forward']))} vs direct GD 6PnL "
+        f"{_fmt(_float(f['direct_gd']))}; paper O(nLN^3K^5/eps^2) ~ {_fmt(f['paper_construction'])} vs "
         f"O(nLNK^2) ~ {_fmt(f['paper_direct'])}",
     ]
     if not math.isfinite(b["assumptions"]["L_r_prime"]):
@@ -293,11 +101,11 @@ def _render(r: dict[str, Any]) -> str:
 
 
 @click.command(name="theory")
-@click.option("--depth", type=click.IntRange(min=2), required=True, help="Network depth N (>= 2).")
-@click.option("--width", type=click.IntRange(min=1), required=True, help="Hidden width K (>= 1).")
-@click.option("--in-dim", type=click.IntRange(min=1), required=True, help="Input dimension d_x.")
-@click.option("--out-dim", type=click.IntRange(min=1), required=True, help="Output dimension d_y.")
-@click.option("--steps", type=click.IntRange(min=1), required=True, help="GD steps L.")
+@click.option("--depth", type=count(2), required=True, help="Network depth N (>= 2).")
+@click.option("--width", type=count(1), required=True, help="Hidden width K (>= 1).")
+@click.option("--in-dim", type=count(1), required=True, help="Input dimension d_x.")
+@click.option("--out-dim", type=count(1), required=True, help="Output dimension d_y.")
+@click.option("--steps", type=count(1), required=True, help="GD steps L.")
 @click.option("--activation", default="relu", show_default=True, help=f"One of {', '.join(ACTIVATIONS)}.")
 @click.option(
     "--output",
@@ -314,7 +122,7 @@ def _render(r: dict[str, Any]) -> str:
 @click.option(
     "--projection", type=click.Choice(["none", "box"]), default="none", show_default=True, help="Proj_W."
 )
-@click.option("--examples", type=click.IntRange(min=1), default=10, show_default=True, help="Examples n.")
+@click.option("--examples", type=count(1), default=10, show_default=True, help="Examples n.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="Step size eta.")
 @click.option("--bound-x", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_x >= ||x||_2.")
 @click.option("--bound-y", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_y >= ||y||_2.")
@@ -338,6 +146,7 @@ def _render(r: dict[str, Any]) -> str:
     help="Use l2-correct pre-activation ranges (docs/paper.md, erratum E13).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@yes_option
 def theory(
     depth: int,
     width: int,
@@ -359,11 +168,13 @@ def theory(
     grad_eps: float | None,
     corrected_bounds: bool,
     as_json: bool,
+    yes: bool,
 ) -> None:
     """Print the paper's sizes, head counts, error bounds and FLOPs for an N-layer network."""
     get_activation(activation)
     get_loss(loss)
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
+    guard(compute_estimate(spec, loss=loss, eps=eps, radius=radius), yes, max_seconds=QUICK_SECONDS)
     result = compute(
         spec,
         loss=loss,
@@ -372,7 +183,7 @@ def theory(
         lr=lr,
         eps=eps,
         radius=radius,
-        projection=projection,
+        projection=projection,  # type: ignore[arg-type]
         bound_x=bound_x,
         bound_y=bound_y,
         bound_v=bound_v,

@@ -2,8 +2,10 @@
 
 CONFIG is a preset name (``tiny``, ``cpu-small``, ``paper-relu``, ``paper-softmax``) or a YAML path.
 Resumes when DIR already holds a checkpoint of the same config. Under ``torchrun`` it trains with
-DistributedDataParallel (``train.batch_size`` is the global batch). Exit codes: 0 ok, 2 bad input
-(nothing written), 1 when the loss became non-finite (the last good checkpoint is kept).
+DistributedDataParallel (``train.batch_size`` is the global batch). Exit codes: 0 ok (also when the run
+was already complete: nothing is trained and that is said), 2 bad input, an unwritable ``--out``, a
+damaged run directory or an estimate above the limit (nothing written; ``--yes`` runs a large job
+anyway), 3 when the loss became non-finite (the last good checkpoint is kept), 1 only for bugs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import emit_json
+from icdl.cli._common import check_output, emit_json, guard, yes_option
+
+# Exit code of a run stopped by a non-finite loss (1 is reserved for bugs, 2 for bad input).
+EXIT_DIVERGED = 3
 
 
 @click.command(name="train")
@@ -30,8 +35,15 @@ from icdl.cli._common import emit_json
 @click.option(
     "--print-config", is_flag=True, help="Print the resolved config as YAML and exit (writes nothing)."
 )
+@yes_option
 def train(
-    config: str, overrides: tuple[str, ...], out: Path | None, quiet: bool, as_json: bool, print_config: bool
+    config: str,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    quiet: bool,
+    as_json: bool,
+    print_config: bool,
+    yes: bool = False,
 ) -> None:
     """Pretrain an ICL transformer (resumable; torchrun for data parallel).
 
@@ -44,20 +56,26 @@ def train(
     if print_config:
         click.echo(dump_config(cfg), nl=False)
         return
-    from icdl.icl.train import TrainingDiverged, dist_from_env
+    from icdl.icl.train import TrainingDiverged, dist_from_env, find_checkpoint, train_estimate
     from icdl.icl.train import train as run_training
 
     run_dir = out if out is not None else Path("runs") / cfg.name
+    check_output(run_dir, "--out", directory=True)
+    ckpt = find_checkpoint(run_dir) if (run_dir / "config.yaml").is_file() else None
+    start = int(ckpt.name.rsplit("_", 1)[-1]) if ckpt is not None and ckpt.name[-1:].isdigit() else 0
+    guard(train_estimate(cfg, start_step=start), yes)
     try:
         result = run_training(cfg, run_dir, quiet=quiet)
     except TrainingDiverged as exc:
         click.echo(f"icdl: error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_DIVERGED)
     if not dist_from_env().is_main:
         return
+    trained = result.step - result.start_step
     summary = {
         "run_dir": str(result.run_dir),
         "steps": result.step,
+        "trained_steps": trained,
         "resumed_from": result.start_step,
         "loss": result.loss,
         "label_var": result.label_var,
@@ -67,6 +85,12 @@ def train(
     }
     if as_json:
         emit_json(summary)
+    elif trained == 0:
+        click.echo(
+            f"nothing to train: run {result.run_dir} is already complete ({result.step} steps); "
+            "raise train.steps to continue it",
+            err=True,
+        )
     elif not quiet:
         loss = "n/a" if result.loss is None else f"{result.loss:.4g}"
         if result.loss is not None and result.label_var:

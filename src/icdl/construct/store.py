@@ -2,10 +2,17 @@
 layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next
 to the target, which is then renamed. :func:`load` rebuilds the modules from the stored tables (no
 recompilation), so the loaded model reproduces the saved one bit for bit.
+
+``model.json`` records ``content_sha256``, the SHA-256 of the rest of ``model.json`` (canonical JSON)
+followed by the bytes of ``weights.safetensors``. :func:`load` recomputes it, so a description that no
+longer matches its weights (an entry removed from ``model.json``, a table edited) is refused instead of
+silently computing something else. Every failure to load (missing, truncated, corrupt, tampered) is one
+:class:`~icdl.errors.InputError` line that names the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
 
 from icdl import __version__
 from icdl.construct.compile import CompiledModel, GDConfig, SumTerms
@@ -22,11 +30,12 @@ from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAtt
 from icdl.construct.rows import RowAttention, RowMLP
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError
+from icdl.io import file_mode, fsync_dir, one_line, read_json
 from icdl.sublayer import SublayerInfo
 
 __all__ = ["FORMAT", "load", "save"]
 
-FORMAT = "icdl-compiled-model/1"
+FORMAT = "icdl-compiled-model/2"  # /2: model.json carries content_sha256
 WEIGHTS = "weights.safetensors"
 META = "model.json"
 _CLASSES: dict[str, type[Sublayer]] = {
@@ -42,6 +51,14 @@ def _module_meta(m: Sublayer) -> dict[str, Any]:
     if extra is not None:
         d["kwargs"] = extra()
     return d
+
+
+def content_hash(meta: dict[str, Any], weights: bytes) -> str:
+    """SHA-256 of ``meta`` (canonical JSON, without its ``content_sha256`` entry) followed by ``weights``."""
+    body = {k: v for k, v in meta.items() if k != "content_sha256"}
+    h = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    h.update(weights)
+    return h.hexdigest()
 
 
 def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -65,13 +82,21 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
         "terms": model.terms.to_dict(),
         "summary": model.summary(),
     }
+    weights = save_bytes(tensors, metadata={"format": FORMAT})
+    meta["content_sha256"] = content_hash(meta, weights)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT})
+        (tmp / WEIGHTS).write_bytes(weights)
         (tmp / META).write_text(json.dumps(meta, indent=2))
+        for f in (tmp / WEIGHTS, tmp / META):
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        # mkdtemp makes the directory 0700; give it the mode its files get (0777/0666 minus the umask).
+        os.chmod(tmp, file_mode() | ((file_mode() & 0o444) >> 2))
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
+        fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -83,10 +108,33 @@ def load(directory: str | os.PathLike[str]) -> CompiledModel:
     src = Path(directory)
     if not (src / META).is_file() or not (src / WEIGHTS).is_file():
         raise InputError(f"{src} is not a saved compiled model (needs {META} and {WEIGHTS})")
-    meta = json.loads((src / META).read_text())
+    meta = read_json(src / META, what="saved model description")
+    if not isinstance(meta, dict):
+        raise InputError(f"{src / META} is corrupt (not a JSON object)")
     if meta.get("format") != FORMAT:
         raise InputError(f"{src}: unsupported format {meta.get('format')!r} (expected {FORMAT})")
-    tensors = load_file(str(src / WEIGHTS))
+    try:
+        weights = (src / WEIGHTS).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {src / WEIGHTS}: {exc.strerror or one_line(exc)}") from None
+    if meta.get("content_sha256") != content_hash(meta, weights):
+        raise InputError(
+            f"{src}: {META} and {WEIGHTS} do not match their content hash (content_sha256); the files were "
+            "changed or truncated after saving — recompile instead of loading them"
+        )
+    try:
+        tensors = load_bytes(weights)
+    except Exception as exc:  # safetensors raises its own SafetensorError for corrupt headers
+        raise InputError(f"{src / WEIGHTS} is corrupt ({one_line(exc)})") from None
+    try:
+        return _rebuild(src, meta, tensors)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{src / META} does not describe a loadable model ({one_line(repr(exc))})") from None
+
+
+def _rebuild(src: Path, meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> CompiledModel:
     cfg = GDConfig.from_dict(meta["config"])
     layout = get_variant(cfg.variant).layout(cfg.spec)  # a variant's layout may be a Layout subclass
     if layout.to_dict() != meta["layout"]:

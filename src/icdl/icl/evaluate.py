@@ -26,11 +26,8 @@ recorded in the results), ``gd`` (plain GD on the target's bias-free architectur
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import metrics
@@ -53,6 +51,8 @@ from icdl.icl.baselines import (
 )
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
 from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
+from icdl.io import atomic_write_json, clean_json, read_json
+from icdl.nets import NetSpec
 
 __all__ = [
     "BASELINES",
@@ -61,6 +61,7 @@ __all__ = [
     "EvalOptions",
     "checkpoint_info",
     "depth_sweep",
+    "evaluate_estimate",
     "evaluate_run",
     "k_ranges",
     "label_diagnostics",
@@ -86,6 +87,7 @@ SUITE_BASELINES: dict[str, tuple[str, ...]] = {
     "depth": ("averaging",),
 }
 GD_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+POOLINGS: tuple[str, ...] = ("pooled", "batch_mean")
 
 # Flags of a degenerate test distribution (docs/protocol.md, pilot findings).
 _ZERO_FRACTION = 0.5
@@ -102,7 +104,7 @@ class EvalOptions:
     """
 
     baselines: tuple[str, ...] | None = None
-    pooling: str = "pooled"
+    pooling: metrics.Pooling = "pooled"
     resamples: int = 1000
     level: float = 0.9
     ridge: float = 1.0
@@ -118,6 +120,31 @@ class EvalOptions:
     gd_grid: tuple[float, ...] = GD_GRID
     batch: int = 64
     cost: bool = True
+
+    def __post_init__(self) -> None:
+        """Validate every field (the CLI's options are checked here, not repeated there)."""
+        lows = {
+            "resamples": 10, "knn": 1, "mlp_width": 1, "mlp_epochs": 1, "mlp_prompts": 2, "gd_steps": 1,
+            "gd_prompts": 2, "gd_tune_prompts": 1, "batch": 1,
+        }  # fmt: skip
+        for name, low in lows.items():
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise InputError(f"{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
+        for name in ("mlp_lr", "ridge"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise InputError(f"{name.replace('_', '-')} must be a finite number > 0, got {v!r}")
+        if not (isinstance(self.level, float) and 0 < self.level < 1):
+            raise InputError(f"level must be in (0, 1), got {self.level!r}")
+        if self.pooling not in POOLINGS:
+            raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.mlp_ks is not None and (not self.mlp_ks or min(self.mlp_ks) < 1):
+            raise InputError("mlp-ks values must be integers >= 1")
+        if not self.gd_grid or not all(math.isfinite(g) and g > 0 for g in self.gd_grid):
+            raise InputError("gd_grid must hold finite step sizes > 0")
+        if self.baselines is not None:
+            parse_baselines(self.baselines)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -176,13 +203,22 @@ def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_result(run_dir: str | Path, suite: str) -> dict[str, Any] | None:
-    """The cached result of ``suite`` for a run, or None (missing or unreadable)."""
+    """The cached result of ``suite`` for a run, or None when there is none.
+
+    A cache file that exists but is truncated, corrupt or of another format is an InputError (one line
+    naming it) rather than None: recomputing would silently overwrite it; ``--force`` does so on purpose.
+    """
     path = result_path(run_dir, suite)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    if not path.exists():
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    data = read_json(path, what="evaluation cache")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(
+            f"evaluation cache {str(path)!r} is not an {FORMAT} result; delete it or use --force"
+        )
+    if not isinstance(data.get("checkpoint"), dict) or not isinstance(data.get("conditions"), dict):
+        raise InputError(f"evaluation cache {str(path)!r} is incomplete; delete it or use --force")
+    return data
 
 
 def _is_stale(cached: dict[str, Any], ck: dict[str, Any]) -> bool:
@@ -200,28 +236,67 @@ def result_status(run_dir: str | Path, suite: str) -> str:
     return "stale" if _is_stale(cached, checkpoint_info(run_dir)) else "ok"
 
 
-def _atomic_write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_clean(obj), f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+# --------------------------------------------------------------------------------------------------
+# Work estimate (icdl.budget)
+# --------------------------------------------------------------------------------------------------
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
+def evaluate_estimate(
+    cfg: Config,
+    suite: str,
+    *,
+    prompts: int | None = None,
+    seed: int = EVAL_SEED,
+    options: EvalOptions | None = None,
+) -> Estimate:
+    """Memory and time of :func:`evaluate_run` for a run's config, before any prompt is drawn.
+
+    Per condition: the prompts (``prompts x points x (d_x + d_y)``), the ICL forward passes, the bootstrap
+    (a ``resamples x prompts`` count matrix per predictor), the closed-form baselines (a ``d x d`` system
+    per prompt and k), the MLP baseline (``mlp_prompts x |ks| x epochs`` full-batch Adam steps of a
+    ``task.depth``-layer, ``mlp_width``-wide network) and GD (``gd_prompts x (grid + 1) x gd_steps``
+    steps), FLOPs at :data:`icdl.budget.CPU_FLOPS`.
+    """
+    opts = options or EvalOptions()
+    st = build_suite(
+        suite, cfg, prompts=prompts, seed=EVAL_SEED + 1 if cfg.train.seed == EVAL_SEED else EVAL_SEED
+    )
+    names = opts.baselines if opts.baselines is not None else SUITE_BASELINES[suite]
+    task, m = cfg.task, cfg.model
+    P, R = st.prompts, opts.resamples
+    n = max(c.points for c in st.conditions)
+    dx, dy = task.dim, task.out_dim
+    T = 2 * n
+    icl_params = m.layers * (4 * m.d_model**2 + 2 * m.d_model * m.d_mlp)
+    net = NetSpec(task.depth, task.width, dx, dy)
+    mlp = NetSpec(task.depth, opts.mlp_width, dx, dy)
+    n_ks = len(opts.mlp_ks) if opts.mlp_ks is not None else 5
+    preds = 1 + len(names) + (1 if "mlp" in names else 0)
+    mem = 4 * P * n * (dx + dy) * 8 + 4 * opts.batch * T * m.layers * (
+        8 * m.d_model + 2 * m.d_mlp + m.heads * T
+    )
+    mem += 24 * R * P + 8 * 6 * R * n * dy + 8 * P * n * max(n, dx * dx)
+    flops = 2 * icl_params * P * T + preds * 2 * R * P * n * dy
+    flops += sum(2 * P * n * (n * dx * dx + dx**3) for b in names if b in ("least-squares", "ridge"))
+    flops += 2 * P * n * n * dx if "knn" in names else 0
+    if "mlp" in names:
+        mp = min(opts.mlp_prompts, P)
+        mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth
+        flops += 6 * mp * n_ks * opts.mlp_epochs * n * mlp.num_params
+    if "gd" in names:
+        gp = min(opts.gd_prompts, P)
+        flops += 6 * gp * (len(opts.gd_grid) + 1) * opts.gd_steps * n * net.num_params
+    flops *= len(st.conditions)
+    if opts.cost:
+        flops += 6 * opts.batch * opts.mlp_epochs * n * mlp.num_params
+        mem += 16 * opts.batch * mlp.num_params * 4
+    return Estimate(
+        f"icdl evaluate --suite {suite}",
+        float(mem + 400 * 2**20),
+        float(flops) / CPU_FLOPS + 5.0,
+        f"{len(st.conditions)} condition(s) x {P} prompts x {n} points, {R} resamples, baselines "
+        + (", ".join(names) or "none"),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -297,7 +372,7 @@ def paired_difference(
     ys: Tensor,
     ranges: Sequence[tuple[int, int]],
     *,
-    pooling: str = "pooled",
+    pooling: metrics.Pooling = "pooled",
     batch_size: int = 64,
     resamples: int = 1000,
     level: float = 0.9,
@@ -406,7 +481,7 @@ def _run_baselines(
     xs64, ys64 = pb.xs.double(), pb.ys.double()
     n = pb.xs.shape[1]
     out: list[_Pred] = []
-    simple = {
+    simple: dict[str, Any] = {
         "zero": ZeroBaseline(),
         "averaging": AveragingBaseline(),
         "least-squares": LeastSquaresBaseline(),
@@ -436,7 +511,7 @@ def _run_baselines(
             tr = mlp.trace(pb.xs[:m], pb.ys[:m])
             secs = time.perf_counter() - t0
             best, epochs = tr.best(pb.ys[:m], pooling=opts.pooling)
-            meta = {
+            meta: dict[str, Any] = {
                 "prompts": m,
                 "ks": ks,
                 "width": opts.mlp_width,
@@ -464,7 +539,7 @@ def _run_baselines(
             m = min(opts.gd_prompts, pb.xs.shape[0])
             gd = GDBaseline(net_spec(cfg.task), steps=opts.gd_steps, seed=suite.seed)
             tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)  # held-out prompts
-            meta: dict[str, Any] = {
+            meta = {
                 "prompts": m,
                 "steps": opts.gd_steps,
                 "tune_prompts": opts.gd_tune_prompts,
@@ -494,7 +569,7 @@ def _reference_std(cfg: Config, suite: Suite, points: int) -> float:
 
 
 def _request(suite: Suite, opts: EvalOptions, baselines: tuple[str, ...]) -> dict[str, Any]:
-    return _clean({"suite": suite.to_dict(), "options": {**opts.to_dict(), "baselines": list(baselines)}})
+    return clean_json({"suite": suite.to_dict(), "options": {**opts.to_dict(), "baselines": list(baselines)}})
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
@@ -530,8 +605,8 @@ def evaluate_run(
     baselines = opts.baselines if opts.baselines is not None else SUITE_BASELINES[suite]
     request = _request(st, opts, baselines)
     path = result_path(run_dir, suite)
-    cached = load_result(run_dir, suite)
-    if not force and cached is not None and cached.get("request") == request and not _is_stale(cached, ck):
+    cached = None if force else load_result(run_dir, suite)
+    if cached is not None and cached.get("request") == request and not _is_stale(cached, ck):
         cached["from_cache"] = True
         return cached
 
@@ -666,8 +741,8 @@ def evaluate_run(
         "warnings": warnings + list(st.notes),
         "depth_ks": list(st.ks) if st.ks else list(depth_ks(max_k_all)),
     }
-    result = _clean(result)
-    _atomic_write_json(path, result)
+    result = clean_json(result)
+    atomic_write_json(path, result)
     result["from_cache"] = False
     return result
 

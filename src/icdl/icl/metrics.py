@@ -25,10 +25,7 @@ Conventions (documented defaults; docs/protocol.md, metric; docs/protocol.md, op
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +34,7 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
+from icdl.io import atomic_write_json, read_json
 
 __all__ = [
     "Pooling",
@@ -254,21 +252,19 @@ class R2Curve:
         return cls(**d)
 
     def save(self, path: str | Path) -> None:
-        """Write JSON atomically (temp file in the same folder, then rename)."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_dict(), f, indent=1)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write JSON atomically (temp file in the same folder, then rename; :func:`icdl.io.atomic_write`)."""
+        atomic_write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> R2Curve:
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """Read a curve written by :meth:`save` (a damaged file is one InputError line naming it)."""
+        data = read_json(path, what="R² curve")
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(f"R² curve {str(path)!r} is incomplete ({exc!r})") from None
 
     def mean(self, k_lo: int, k_hi: int) -> float:
         """Mean R² over ``k_lo <= k <= k_hi`` (the paper's "mean 1-50" summaries)."""

@@ -9,12 +9,12 @@ and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dp
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from icdl.errors import InputError
+from icdl.io import atomic_write
 
 __all__ = ["plot_conditions", "plot_depth_sweep", "plot_predictors"]
 
@@ -78,15 +78,16 @@ def _save(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
     """Write ``fig`` atomically; the suffix of ``path`` (``.png``, ``.pdf``, ``.svg``) picks the format."""
     path = Path(path)
     fmt = path.suffix.lower()
-    if fmt not in FORMATS:
+    try:
+        if fmt not in FORMATS:
+            raise InputError(f"cannot write {str(path)!r}: figures are {', '.join(FORMATS)}")
+        return atomic_write(
+            path,
+            lambda fh: fig.savefig(fh, format=fmt[1:], dpi=dpi or DEFAULT_DPI, bbox_inches="tight"),
+            binary=True,
+        )
+    finally:
         _plt().close(fig)
-        raise InputError(f"cannot write {str(path)!r}: figures are {', '.join(FORMATS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{fmt}")
-    fig.savefig(tmp, dpi=dpi or DEFAULT_DPI, bbox_inches="tight", format=fmt[1:])
-    _plt().close(fig)
-    os.replace(tmp, path)
-    return path
 
 
 def plot_conditions(

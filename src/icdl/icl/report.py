@@ -18,7 +18,6 @@ the missing ones are listed with the command that computes them), renders the pl
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from icdl.errors import InputError
 from icdl.icl import plots
 from icdl.icl.evaluate import EvalOptions, evaluate_run, load_result, result_status
 from icdl.icl.suites import suite_names
+from icdl.io import atomic_write_text, check_writable
 
 __all__ = ["REPORT_SUITES", "Report", "build_report", "statements"]
 
@@ -269,6 +269,7 @@ def build_report(
         raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
     for rd in run_dirs:
         checkpoint_info(rd)  # one-line error for a bad run directory, before any work
+    check_writable(out_dir, what="report folder", directory=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -348,9 +349,6 @@ def build_report(
     if missing:
         lines += ["## Not evaluated", "", "Run these (or `icdl report --evaluate all`):", ""]
         lines += [f"- `{cmd}`" for cmd in missing] + [""]
-    path = out / "report.md"
-    tmp = out / f".report.md.tmp-{os.getpid()}"
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+    path = atomic_write_text(out / "report.md", "\n".join(lines))
     images = sorted(out / ln.split("](", 1)[1].rstrip(")") for ln in lines if ln.startswith("!["))
     return Report(path, images, missing)

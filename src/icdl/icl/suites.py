@@ -323,7 +323,7 @@ def _long_prompts(cfg: Config) -> Built:
                 {"factor": f, "examples": n - 1},
             )
         )
-    notes = ()
+    notes: tuple[str, ...] = ()
     if len(conds) < len(LONG_FACTORS):
         notes = (
             f"Prompt lengths are capped by model.max_points = {cfg.model.max_points} (learned positions).",

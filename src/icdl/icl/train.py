@@ -48,19 +48,25 @@ import yaml
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from icdl.budget import CPU_FLOPS, GPU_FLOPS, Estimate
 from icdl.config import RESUMABLE_KEYS, Config, config_diff, dump_config, validate
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.tasks import sample_batch
+from icdl.io import atomic_write_text, fsync_dir, one_line, read_text
+from icdl.nets import NetSpec
 
 __all__ = [
     "DistInfo",
     "TrainResult",
     "TrainingDiverged",
+    "clean_stale_temporaries",
     "find_checkpoint",
     "load_run",
     "lr_at",
+    "read_run_config",
     "train",
+    "train_estimate",
 ]
 
 CHECKPOINT_FORMAT = "icdl-icl-v1"
@@ -138,36 +144,43 @@ def lr_at(cfg: Config, step: int) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def find_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint directory of a run (via ``checkpoints/latest``), or None."""
+    """The newest complete checkpoint directory of a run (via ``checkpoints/latest``), or None when the
+    run has none yet. A ``latest`` that names no complete checkpoint is an InputError (one line naming
+    it): the run directory was damaged, and starting over would overwrite the evidence."""
     ck = Path(run_dir) / "checkpoints"
     latest = ck / "latest"
     if not latest.is_file():
         return None
-    path = ck / latest.read_text().strip()
-    if not (path / "model.safetensors").is_file() or not (path / "state.pt").is_file():
-        return None
+    try:
+        name = latest.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"checkpoint pointer {str(latest)!r} is unreadable ({one_line(exc)})") from None
+    path = ck / name
+    complete = (path / "model.safetensors").is_file() and (path / "state.pt").is_file()
+    if not name or "/" in name or not complete:
+        raise InputError(
+            f"checkpoint pointer {str(latest)!r} names {name[:80]!r}, which is not a complete checkpoint; "
+            "the run directory is damaged (restore it, or train into a new --out)"
+        )
     return path
+
+
+def clean_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Remove the temporary checkpoint folders (``checkpoints/.tmp-*``) a killed run left behind.
+
+    They are never read (a checkpoint becomes visible only by its rename), so removing them at the next
+    start loses nothing. Returns the removed paths."""
+    ck = Path(run_dir) / "checkpoints"
+    removed = []
+    if ck.is_dir():
+        for p in ck.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        for p in ck.glob(".latest.*.tmp"):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def _rng_state() -> dict[str, Any]:
@@ -210,8 +223,8 @@ def save_checkpoint(
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         os.replace(tmp, final)
-        _fsync_dir(ck)
-    _atomic_write_text(ck / "latest", name + "\n")
+        fsync_dir(ck)
+    atomic_write_text(ck / "latest", name + "\n")
     old = sorted(p for p in ck.glob("step_*") if p.is_dir() and p.name != name)
     for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
         shutil.rmtree(p, ignore_errors=True)
@@ -223,15 +236,44 @@ def _load_weights(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     from safetensors import safe_open
 
-    with safe_open(str(path / "model.safetensors"), framework="pt") as fh:
-        meta = fh.metadata() or {}
-    return load_file(str(path / "model.safetensors"), device=str(device)), meta
-
-
-def _read_saved_config(run_dir: Path) -> Config:
+    file = path / "model.safetensors"
     try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        with safe_open(str(file), framework="pt") as fh:
+            meta = fh.metadata() or {}
+        return load_file(str(file), device=str(device)), meta
+    except Exception as exc:  # SafetensorError, OSError: a truncated or corrupt file
+        raise InputError(f"checkpoint file {str(file)!r} is corrupt or truncated ({one_line(exc)})") from None
+
+
+def _load_state(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """``state.pt`` of a checkpoint (optimizer, step, RNG); a corrupt file is one InputError line."""
+    file = path / "state.pt"
+    try:
+        state = torch.load(file, map_location=device, weights_only=True)
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise ValueError("no step")
+        return state
+    except Exception as exc:  # UnpicklingError, RuntimeError (zip), EOFError, ValueError
+        raise InputError(
+            f"checkpoint file {str(file)!r} is corrupt or truncated ({one_line(exc)[:200]})"
+        ) from None
+
+
+def _restore(module: Any, state: dict[str, Any], file: Path) -> None:
+    """``module.load_state_dict(state)``; a mismatch (tampered file, other config) is one InputError."""
+    try:
+        module.load_state_dict(state)
+    except Exception as exc:  # RuntimeError / KeyError / ValueError from torch
+        raise InputError(
+            f"checkpoint file {str(file)!r} does not fit this run's model ({one_line(exc)[:200]})"
+        ) from None
+
+
+def read_run_config(run_dir: Path) -> Config:
+    """The validated ``config.yaml`` of a run directory (one InputError line when missing or damaged)."""
+    try:
+        data = yaml.safe_load(read_text(run_dir / "config.yaml", what="run config"))
+    except yaml.YAMLError as exc:
         raise InputError(f"cannot read {run_dir / 'config.yaml'}: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise InputError(f"{run_dir / 'config.yaml'} is not a config mapping")
@@ -249,15 +291,55 @@ def load_run(
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise InputError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    cfg = _read_saved_config(run_dir)
+    cfg = read_run_config(run_dir)
     path = run_dir / "checkpoints" / str(checkpoint) if checkpoint is not None else find_checkpoint(run_dir)
     if path is None or not (path / "model.safetensors").is_file():
         raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")
     weights, _ = _load_weights(path, device)
     model = build_model(cfg.model, cfg.task.dim, cfg.task.out_dim).to(device)
-    model.load_state_dict(weights)
+    _restore(model, weights, path / "model.safetensors")
     model.eval()
     return model, cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# Work estimate (icdl.budget)
+# --------------------------------------------------------------------------------------------------
+
+
+def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = None) -> Estimate:
+    """Memory and time of training ``cfg`` from ``start_step`` to ``train.steps``, before building anything.
+
+    Parameters of the ICL model ``layers (4 d^2 + 2 d d_mlp)`` plus embeddings, stored four times (weights,
+    gradients, two AdamW moments); activations kept for the backward pass ``B T layers (8 d + 2 d_mlp +
+    heads T)`` floats for ``T = 2 * points`` tokens; per step ``6 P B T`` FLOPs (the usual forward +
+    backward rule) plus attention and the sampled target networks, at :data:`icdl.budget.CPU_FLOPS` (or
+    :data:`icdl.budget.GPU_FLOPS` on CUDA). On CUDA only host memory counts against the limit.
+    """
+    t, m, task = cfg.train, cfg.model, cfg.task
+    cur = t.curriculum
+    points = max(task.points, cur.points.end if cur.points else 0)
+    T = 2 * points
+    d_tok = max(task.dim, task.out_dim)
+    params = (
+        m.layers * (4 * m.d_model**2 + 2 * m.d_model * m.d_mlp) + (d_tok + 2 * m.max_points + 1) * m.d_model
+    )
+    B = t.batch_size
+    acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp + m.heads * T)
+    net = NetSpec(task.depth, task.width, task.dim, task.out_dim)
+    task_floats = B * (net.num_params + (points + task.standardize_points) * (task.dim + 2 * task.width))
+    steps = max(0, t.steps - start_step)
+    flops_step = 6 * params * B * T + 4 * B * T * T * m.d_model * m.layers * 3
+    flops_step += 2 * B * (points + task.standardize_points) * net.num_params
+    want = device or t.device
+    cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
+    host = 16 * params + 4 * task_floats + 400 * 2**20
+    return Estimate(
+        f"icdl train ({cfg.name})",
+        float(host if cuda else host + 4 * acts),
+        float(steps) * flops_step / (GPU_FLOPS if cuda else CPU_FLOPS) + 5.0,
+        f"{steps} steps x batch {B} x {T} tokens, {params:,} parameters",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,12 +369,12 @@ def _prepare_run_dir(run_dir: Path, cfg: Config) -> tuple[Path | None, int]:
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"--out {str(run_dir)!r} exists and is not a directory")
     if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
-        _check_resume(_read_saved_config(run_dir), cfg)
+        _check_resume(read_run_config(run_dir), cfg)
         ckpt = find_checkpoint(run_dir)
         if ckpt is None:
             return None, 0
-        state_step = int(torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)["step"])
-        return ckpt, state_step
+        _load_weights(ckpt)  # a corrupt checkpoint stops here, before anything is written
+        return ckpt, int(_load_state(ckpt)["step"])
     if run_dir.is_dir() and any(p for p in run_dir.iterdir()):
         raise InputError(f"--out {str(run_dir)!r} is a non-empty directory without a run in it")
     return None, 0
@@ -309,7 +391,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
                 keep.append(line)
         except json.JSONDecodeError:
             continue  # a line cut by a kill
-    _atomic_write_text(path, "".join(s + "\n" for s in keep))
+    atomic_write_text(path, "".join(s + "\n" for s in keep))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -406,9 +488,9 @@ def _train_loop(
     optimizer = _make_optimizer(model, cfg)
     if ckpt is not None:
         weights, _ = _load_weights(ckpt, device)
-        model.load_state_dict(weights)
-        state = torch.load(ckpt / "state.pt", map_location=device, weights_only=True)
-        optimizer.load_state_dict(state["optimizer"])
+        _restore(model, weights, ckpt / "model.safetensors")
+        state = _load_state(ckpt, device)
+        _restore(optimizer, state.get("optimizer") or {}, ckpt / "state.pt")
         _set_rng_state(
             {
                 k: (v.cpu() if isinstance(v, torch.Tensor) else [x.cpu() for x in v])
@@ -417,17 +499,16 @@ def _train_loop(
         )
 
     if start_step >= t.steps:  # nothing to do, and nothing is rewritten
-        if dist.is_main and not quiet:
-            print(f"icdl: run {run_dir} is already complete ({start_step} steps)", file=sys.stderr)
         return TrainResult(
             run_dir, start_step, start_step, None, time.perf_counter() - t0, None, _nparams(model)
         )
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
+        clean_stale_temporaries(run_dir)
+        atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
         _truncate_metrics(run_dir / "metrics.jsonl", start_step)
 
-    fwd: nn.Module = model
+    fwd: Any = model
     if dist.enabled:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -1,0 +1,174 @@
+"""File output and input shared by every artefact icdl writes: atomic writes, JSON cleaning, clear errors.
+
+* :func:`atomic_write` writes a file through a temporary sibling that is renamed into place, so a reader
+  (or a run killed half way) sees the old file or the new one, never half of one; the file gets the usual
+  mode (``0o666`` minus the umask), so every file of one artefact has the same permissions.
+* :func:`clean_json` turns NaN/inf into ``null`` (strict JSON) and tuples into lists.
+* :func:`check_writable` says, before any work, whether an output path can be created.
+* :func:`read_json` / :func:`read_text` read an input file and turn every failure (missing, unreadable,
+  truncated, not JSON) into one :class:`~icdl.errors.InputError` line that names the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from icdl.errors import InputError
+
+__all__ = [
+    "atomic_write",
+    "atomic_write_json",
+    "atomic_write_text",
+    "check_writable",
+    "clean_json",
+    "file_mode",
+    "fsync_dir",
+    "one_line",
+    "read_json",
+    "read_text",
+]
+
+
+def one_line(message: object) -> str:
+    """``message`` with every run of whitespace (newlines included) folded into one space."""
+    return " ".join(str(message).split())
+
+
+def file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give a new file: ``0o666`` minus the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def clean_json(value: Any) -> Any:
+    """A copy of ``value`` that strict JSON accepts: non-finite floats -> None, tuples -> lists, dict keys
+    -> str."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry (a rename) to disk where the platform allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _temp_sibling(path: Path, binary: bool) -> Iterator[tuple[IO[Any], str]]:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+            yield fh, tmp
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, file_mode())  # mkstemp creates 0600; give the usual mode
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None], *, binary: bool) -> Path:
+    """Call ``write(fh)`` on a temporary file next to ``path``, then rename it onto ``path``.
+
+    The parent directory is created when missing. On any error the temporary file is removed and
+    ``path`` keeps its old content.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _temp_sibling(target, binary) as (fh, _):
+        write(fh)
+    return target
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
+
+    def write(fh: IO[Any]) -> None:
+        fh.write(text)
+
+    return atomic_write(path, write, binary=False)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 1) -> Path:
+    """Write ``clean_json(obj)`` as strict JSON to ``path`` atomically."""
+    text = json.dumps(clean_json(obj), indent=indent, allow_nan=False)
+    return atomic_write_text(path, text + "\n")
+
+
+def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool = False) -> Path:
+    """Raise :class:`InputError` unless ``path`` can be written (checked before any work starts).
+
+    ``directory=False``: a file in an existing directory; it may exist (it is replaced by a rename) but
+    must not be a directory. ``directory=True``: a directory that may exist; missing parents are created
+    at write time, so the nearest existing ancestor must be a writable directory. Nothing is created
+    here.
+    """
+    p = Path(path)
+    if p.exists():
+        if directory and not p.is_dir():
+            raise InputError(f"{what} {str(p)!r} exists and is not a directory")
+        if not directory and p.is_dir():
+            raise InputError(f"{what} {str(p)!r} is a directory")
+        # A file is replaced by a rename, which needs a writable parent; a directory is written into.
+        where = p if directory else p.absolute().parent
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise InputError(f"{what} {str(p)!r} is not writable")
+        return p
+    parent = p.absolute().parent
+    if not directory and not parent.exists():
+        raise InputError(f"{what} {str(p)!r}: directory {str(p.parent)!r} does not exist")
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{what} {str(p)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {str(p)!r}: directory {str(parent)!r} is not writable")
+    return p
+
+
+def read_text(path: str | os.PathLike[str], *, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; any failure is one InputError line naming the file."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} {str(p)!r} not found") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {str(p)!r} is corrupt (not UTF-8 text)") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {str(p)!r}: {exc.strerror or one_line(exc)}") from None
+
+
+def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
+    """The JSON value in ``path``; a missing, unreadable, truncated or non-JSON file is one InputError
+    line naming the file and what is wrong."""
+    text = read_text(path, what=what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        kind = "truncated" if exc.pos >= len(text.rstrip()) else "corrupt"
+        raise InputError(
+            f"{what} {str(path)!r} is {kind} (invalid JSON at line {exc.lineno} column {exc.colno})"
+        ) from None
