@@ -196,7 +196,7 @@ def construct(
         examples=examples,
         eps=eps,
         radius=radius,
-        projection=config.projection,
+        projection=config.projection,  # type: ignore[arg-type]
         itemsize=8 if dtype == "float64" else 4,
     )
     guard(estimate, yes, max_seconds=QUICK_SECONDS)

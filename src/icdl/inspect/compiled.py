@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from icdl.errors import InputError
 from icdl.inspect.cache import ActivationCache
@@ -48,7 +48,7 @@ READOUT = "readout"
 """The step key of the readout sublayers: ``cache["readout", "readout"]`` is the final stream."""
 
 
-def sublayer_table(model: CompiledModel) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]]]:
+def sublayer_table(model: CompiledModel) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """``(block, readout)``: the named sublayers of one GD step and of the readout, in execution order."""
     return (
         [(m.info.name, m) for m in model.block_layers],
@@ -90,7 +90,7 @@ def _slots(model: CompiledModel) -> dict[str, list[int]]:
     return {s.label: list(s.indices) for s in model.layout.slots}
 
 
-def _get_sublayer(model: CompiledModel, name: str, readout: bool = False) -> nn.Module:
+def _get_sublayer(model: CompiledModel, name: str, readout: bool = False) -> Any:
     block, ro = sublayer_table(model)
     table = dict(ro if readout else block)
     if name not in table:
@@ -176,7 +176,7 @@ def head_pattern(
     return torch.relu(S) / S.shape[-1]
 
 
-def _dense_head(m: nn.Module, head: int) -> tuple[Tensor, Tensor, Tensor]:
+def _dense_head(m: Any, head: int) -> tuple[Tensor, Tensor, Tensor]:
     """Dense ``Q_m, K_m (d_h, D)`` and ``V_m (D, D)`` of one head, built from its compact tables."""
     D, dh = m.dim, m.head_dim
     dt = m.q_coef.dtype
