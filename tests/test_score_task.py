@@ -198,7 +198,7 @@ def _gaussian(mean: list[float], std: float) -> Mixture:
 
 @pytest.mark.parametrize("method", ["ode", "sde"])
 def test_sampler_recovers_a_single_gaussian(method: str) -> None:
-    """From N(0, I) at t_max, the exact score takes the reverse process to p_{t_min} = N(a m, (a²s² + h) I)."""
+    """From N(0, I) at t_max the exact score leads the reverse process to p_{t_min} = N(a m, (a²s²+h) I)."""
     mix, m, s, t_min, t_max = (
         _gaussian([1.5, -0.5], 0.4),
         torch.tensor([1.5, -0.5], dtype=F64),

@@ -176,7 +176,8 @@ def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
-    mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, resamples: int, out: Path | None, plot: Path | None,
+    mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, resamples: int, out: Path | None,
+    plot: Path | None,
     as_json: bool,
 ) -> None:  # fmt: skip
     """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands)."""

@@ -109,7 +109,7 @@ class Mixture:
         return lat @ self.basis.transpose(-1, -2)
 
     def _components(self, x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
-        """Per component: ``log w_c N_c(x)`` ``(B, n, m)`` and ``Σ_c^{-1}(x - alpha U m_c)`` ``(B, n, m, d)``."""
+        """Per component: ``log w_c N_c(x)`` ``(B, n, m)``, ``Σ_c^{-1}(x - alpha U m_c)`` ``(B, n, m, d)``."""
         d, k = self.basis.shape[-2:]
         a, h = ou_alpha(t)[..., None, None], ou_h(t)[..., None, None]  # (B, n, 1, 1)
         v = x[:, :, None, :] - a * self.means[:, None, :, :]  # (B, n, m, d)
