@@ -117,3 +117,30 @@ def test_subprocess_help_and_error() -> None:
         [sys.executable, "-m", "icdl", "score", "train", "nope"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("attention", "norm"), [("softmax", "causal"), ("relu", "causal"), ("relu", "length")]
+)
+def test_cached_icl_score_fn_equals_the_full_forward(attention: str, norm: str) -> None:
+    from icdl.diffusion.baselines import score_fn
+    from icdl.diffusion.evaluate import icl_score_fn
+    from icdl.icl.models import ICLTransformer
+
+    torch.manual_seed(0)
+    model = ICLTransformer(
+        3, 2, layers=2, heads=2, d_model=16, d_mlp=32, max_points=12, attention=attention, relu_norm=norm
+    )
+    with torch.no_grad():  # make attention matter (GPT-2 init leaves it nearly uniform and small)
+        for p in model.parameters():
+            p.mul_(8.0 if p.dim() == 2 else 1.0)
+    model.eval()
+    b = sample_score_batch(load_score_config("score-small").task, 1, seed=2, dtype=torch.float64)
+    x = torch.randn(6, 2, dtype=torch.float64)
+    for k in (1, 5, 11):
+        full = score_fn(icl_predictor(model), b.xs[0, :k], b.ys[0, :k])(x, 0.7)
+        cached = icl_score_fn(model, b.xs[0, :k], b.ys[0, :k])(x, 0.7)
+        assert float(full.abs().max()) > 0.1
+        torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
+    with pytest.raises(InputError):
+        icl_score_fn(model, b.xs[0, :12], b.ys[0, :12])

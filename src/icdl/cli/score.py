@@ -66,12 +66,12 @@ _MLP_OPTIONS = [
     click.option(
         "--mlp-epochs",
         type=int,
-        default=300,
+        default=100,
         show_default=True,
         help="Adam steps per context (0: untrained).",
     ),
     click.option(
-        "--mlp-lr", type=POSITIVE_FLOAT, default=3e-3, show_default=True, help="Adam step size of the net."
+        "--mlp-lr", type=POSITIVE_FLOAT, default=3e-4, show_default=True, help="Adam step size of the net."
     ),
     click.option("--no-mlp", is_flag=True, help="Skip the context-trained network."),
 ]

@@ -36,7 +36,7 @@ from icdl.diffusion.task import Mixture, ou_h, sample_score_batch
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer
 
-__all__ = ["icl_predictor", "sampling_distances", "score_curves"]
+__all__ = ["icl_predictor", "icl_score_fn", "sampling_distances", "score_curves"]
 
 Predictor = Callable[[Tensor, Tensor], Tensor]
 
@@ -50,6 +50,57 @@ def icl_predictor(model: ICLTransformer) -> Predictor:
                 [model(xs[i : i + 256].float(), ys[i : i + 256].float()) for i in range(0, len(xs), 256)]
             )
         return out.to(xs.dtype)
+
+    return fn
+
+
+def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> ScoreFn:
+    """The ICL model's score function given one context, with the context's keys and values cached.
+
+    Equals ``score_fn(icl_predictor(model), ctx_xs, ctx_ys)`` (tested) — the query ``(x, t)`` is point k
+    after the k context pairs — but runs the k context pairs through the model once: the model is
+    causal, so their hidden states do not depend on the query, and each query costs one token per block
+    instead of ``2k + 1``. Uses the blocks of :class:`icdl.icl.models.ICLTransformer` directly.
+    """
+    import torch.nn.functional as F
+
+    k = ctx_xs.shape[0]
+    if k + 1 > model.max_points:
+        raise InputError(f"a context of {k} examples exceeds the model's {model.max_points - 1}")
+    with torch.no_grad():
+        tok = model.tokens(ctx_xs[None].float(), ctx_ys[None].float())  # (1, 2k, d_tok)
+        h = model.read_in(tok) + model.wpe(torch.arange(2 * k))
+        cache: list[tuple[Tensor, Tensor]] = []  # per block: context keys, values (1, H, 2k, d_head)
+        for block in model.blocks:
+            att = block.attn
+            C = h.shape[-1]
+            _, kk, vv = att.qkv(block.ln1(h)).split(C, dim=-1)
+            H = att.heads
+            cache.append(tuple(t.view(1, 2 * k, H, C // H).transpose(1, 2) for t in (kk, vv)))  # type: ignore[misc]
+            h = block(h)
+
+    def fn(x: Tensor, t: float) -> Tensor:
+        M = x.shape[0]
+        q_in = torch.cat([x, torch.full_like(x[:, :1], t)], -1).float()
+        with torch.no_grad():
+            h = model.read_in(F.pad(q_in, (0, model.d_tok - model.d_x)))[:, None] + model.wpe.weight[2 * k]
+            for block, (ck, cv) in zip(model.blocks, cache, strict=True):
+                att = block.attn
+                C, H = h.shape[-1], att.heads
+                q, kq, vq = att.qkv(block.ln1(h)).split(C, dim=-1)
+                q, kq, vq = (z.view(M, 1, H, C // H).transpose(1, 2) for z in (q, kq, vq))  # (M, H, 1, dh)
+                keys = torch.cat([ck.expand(M, -1, -1, -1), kq], 2)  # (M, H, 2k + 1, dh)
+                vals = torch.cat([cv.expand(M, -1, -1, -1), vq], 2)
+                scores = q @ keys.transpose(-1, -2) / math.sqrt(C // H)  # (M, H, 1, 2k + 1)
+                if att.attention == "softmax":
+                    a = torch.softmax(scores, -1) @ vals
+                else:  # normalised ReLU attention: 2k + 1 visible keys, or the full length 2k + 2
+                    denom = 2 * k + 1 if att.relu_norm == "causal" else 2 * k + 2
+                    a = torch.relu(scores) @ vals / denom
+                h = h + att.proj(a.transpose(1, 2).reshape(M, 1, C))
+                h = h + block.mlp(block.ln2(h))
+            out = model.read_out(model.ln_f(h))[:, 0]
+        return out.to(x.dtype)
 
     return fn
 
@@ -165,7 +216,7 @@ def sampling_distances(
             cx, cy = b.xs[p, :k], b.ys[p, :k]
             fns: dict[str, ScoreFn] = {}
             if model is not None:
-                fns["icl"] = score_fn(icl_predictor(model), cx, cy)
+                fns["icl"] = icl_score_fn(model, cx, cy)
             if mlp is not None:
                 fns[mlp.name] = mlp.score_fn(cx, cy)
             for est in _closed_form():

@@ -55,6 +55,9 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
         if pts:
             k, v = zip(*pts, strict=True)
             ax2.plot(k, v, "o-" if len(k) < len(ks) else "-", color=COLORS.get(name, "C1"), label=name, ms=4)
+    prior = [v for v in result["dsm_loss"].get("prior", []) if v == v]
+    if prior:  # the memorising estimators' k = 1 spikes would hide everything else
+        ax2.set_ylim(0, 1.5 * max(prior))
     ax2.set_xlabel("in-context examples k")
     ax2.set_ylabel("h-weighted DSM loss (per coord.)")
     ax2.set_title("DSM loss (exact score = floor)")
