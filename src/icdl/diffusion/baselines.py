@@ -140,8 +140,9 @@ class ContextMLP:
     ``s(x, t) = -x + g([x_t, t])`` with ``g: [x_t, t] -> width -> ... -> width -> d`` of ``depth`` linear
     layers (biases, He-normal weights, zero biases, linear output whose weights start at 0): the network
     starts at the prior score ``-x`` and learns the correction (without it, a randomly initialised net
-    fitted to k noisy DSM pairs is worse than ``-x`` at every k we tried). Trained by full-batch Adam (``lr``) for ``epochs`` steps on the
-    h-weighted DSM loss ``mean_i h_i ||s(x_i, t_i) - y_i||^2`` of the k context pairs. One network per
+    fitted to k noisy DSM pairs is worse than ``-x`` at every k we tried). Trained by full-batch Adam
+    (``lr``) for ``epochs`` steps on the h-weighted DSM loss ``mean_i h_i ||s(x_i, t_i) - y_i||^2`` of
+    the k context pairs (defaults from a small grid on held-out prompts, docs/score.md). One network per
     (prompt, k), initialised from a seed derived from ``(seed, k)``; ``ks`` restricts the curve to some
     prefix lengths (others NaN; k = 0 is the prior ``-x``).
     """
