@@ -30,6 +30,7 @@ def _write_json(path: Path, obj: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:
         json.dump(obj, fh, indent=1, allow_nan=True)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
 
 

@@ -81,7 +81,7 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
         ax.set_title(name, fontsize=9)
         ax.set_xlim(-5, 5)
         ax.set_ylim(-5, 5)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, y=1.03)
     return _save(fig, path)
 
 
