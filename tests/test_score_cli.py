@@ -64,7 +64,7 @@ def test_evaluate_and_sample_json(tiny_run: Path, tmp_path: Path, capsys: pytest
     )  # fmt: skip
     assert code == 0, err
     r = json.loads(stdout)
-    assert set(r["score_error"]) == {"icl", "mlp3x64", "prior", "gaussian_fit", "empirical"}
+    assert set(r["score_error"]) == {"icl", "mlp3x64", "gd3x16_L10", "prior", "gaussian_fit", "empirical"}
     assert len(r["score_error"]["icl"]["mse"]) == 7 and r["dsm_loss"]["exact"][0] > 0
     assert json.loads(out.read_text())["prompts"] == 8 and (tmp_path / "c.png").stat().st_size > 0
     code, stdout, err = run(

@@ -47,3 +47,18 @@ def test_verify_on_a_score_prompt_and_linear_output_can_be_negative() -> None:
     spec = score_net_spec(2, 3, 6)
     x, _, _, w0 = score_gd_prompt(2, 3, 6, 8, seed=1)
     assert float(forward(spec, w0, x).min()) < 0  # a score network must output negative values
+
+
+def test_gd_baseline_is_what_the_compiled_transformer_computes() -> None:
+    from icdl.diffusion.baselines import GDScore
+    from icdl.diffusion.config import ScoreTaskConfig
+    from icdl.diffusion.task import sample_score_batch
+
+    gd = GDScore(depth=3, width=6, lr=0.02, steps=4, ks=[9])
+    b = sample_score_batch(ScoreTaskConfig(dim=2, examples=9), 2, seed=8, dtype=torch.float64)
+    preds = gd(b.xs, b.ys)
+    model = compile_score_gd(2, 3, 6, lr=0.02, steps=4, n=9)
+    for i in range(2):
+        out = model(model.build_prompt(b.xs[i, :9], b.ys[i, :9], b.xs[i, 9], gd.w0(2)))
+        torch.testing.assert_close(model.read_prediction(out)[0], preds[i, 9], rtol=0, atol=1e-12)
+    assert torch.isnan(preds[:, 5]).all()

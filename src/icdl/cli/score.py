@@ -166,6 +166,23 @@ def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
 )
 @_with_mlp_options
 @click.option(
+    "--gd-steps",
+    type=click.IntRange(0, 10_000),
+    default=10,
+    show_default=True,
+    help="GD steps L of the bias-free score-net baseline (0: skip it).",
+)
+@click.option(
+    "--gd-lr", type=POSITIVE_FLOAT, default=0.03, show_default=True, help="GD step size of that baseline."
+)
+@click.option(
+    "--gd-width",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Width K of its 3-layer network.",
+)
+@click.option(
     "--resamples",
     type=click.IntRange(1, 100_000),
     default=1000,
@@ -177,18 +194,24 @@ def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
-    mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, resamples: int, out: Path | None,
-    plot: Path | None,
-    as_json: bool,
+    mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, gd_steps: int, gd_lr: float, gd_width: int,
+    resamples: int, out: Path | None, plot: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
-    """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands)."""
+    """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
+
+    Estimators: the ICL model, a context-trained MLP, plain GD on the bias-free ReLU score network (what
+    `icdl score construct` compiles), the prior -x, a Gaussian fit and the empirical score.
+    """
     _check_png(plot)
     ks = _ks(mlp_ks)
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr, ks)
+    from icdl.diffusion.baselines import GDScore
+
+    gd = GDScore(depth=3, width=gd_width, lr=gd_lr, steps=gd_steps, ks=ks) if gd_steps > 0 else None
     model, cfg = _load(run, preset)
     from icdl.diffusion.evaluate import score_curves
 
-    res = score_curves(model, cfg, prompts=prompts, seed=seed, mlp=mlp, resamples=resamples)
+    res = score_curves(model, cfg, prompts=prompts, seed=seed, mlp=mlp, gd=gd, resamples=resamples)
     res["run"] = None if run is None else str(run)
     if out is not None:
         _write_json(out, res)

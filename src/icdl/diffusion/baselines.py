@@ -15,6 +15,9 @@ closed-form estimators work on the recovered ``x_0``:
 * :class:`EmpiricalScore` — the exact score of the context's empirical distribution diffused to time t,
   ``(1/k) Σ_i N(alpha x_0,i, h I)``: the minimiser of the DSM loss on the context over *all* functions
   (it memorises the context points).
+* :class:`GDScore` — the algorithm the compiled construction runs (:mod:`icdl.diffusion.construct`): L
+  steps of plain GD on the (unweighted) DSM loss of the paper's bias-free ReLU score network with a
+  linear output, from one seeded He-random ``w0``, then the query prediction ``f(w^(L), [x, t])``.
 * :class:`ContextMLP` — an N-layer ReLU score network ``[x_t, t] -> R^d`` (biases, linear output)
   trained on the k context pairs by full-batch Adam on the h-weighted DSM loss, one per prompt and k
   (all prompts in parallel, as :class:`icdl.icl.baselines.MLPBaseline`).
@@ -37,10 +40,12 @@ from torch import Tensor
 from icdl.diffusion.task import ou_alpha, ou_h
 from icdl.errors import InputError
 from icdl.icl.baselines import check_prompts
+from icdl.nets import NetSpec, forward, init_weights, reference_gd
 
 __all__ = [
     "ContextMLP",
     "EmpiricalScore",
+    "GDScore",
     "GaussianFitScore",
     "PriorScore",
     "ScoreFn",
@@ -124,6 +129,48 @@ class EmpiricalScore:
         resp = torch.softmax(logits, -1).nan_to_num(0.0)  # row j = 0 has no context -> 0
         score = -(resp[..., None] * diff).sum(-2) / h
         return torch.where((mask.any(-1))[None, :, None], score, -x)
+
+
+@dataclass
+class GDScore:
+    """L steps of GD on the DSM (squared) loss of a bias-free ReLU score network, per prompt and k.
+
+    Network ``NetSpec(depth, width, d + 1, d, "relu", output="linear")`` from one He-scaled ``w0``
+    (seeded, shared by all prompts); risk ``(1/(2k)) Σ_i ||f(w, [x_i, t_i]) - y_i||^2`` (eq. 2.2) over
+    the k context pairs, GD by :func:`icdl.nets.reference_gd` (batched over prompts). This is what the
+    compiled transformer computes in its forward pass for a prompt of k examples (tested).
+    """
+
+    depth: int = 3
+    width: int = 16
+    lr: float = 0.03
+    steps: int = 10
+    seed: int = 0
+    ks: Sequence[int] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"gd{self.depth}x{self.width}_L{self.steps}"
+
+    def spec(self, d: int) -> NetSpec:
+        return NetSpec(self.depth, self.width, d + 1, d, activation="relu", output="linear")
+
+    def w0(self, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
+        """The initial weights ``(P,)`` (He-scaled normal from ``seed``)."""
+        g = torch.Generator().manual_seed(self.seed)
+        return init_weights(self.spec(d), generator=g, fan_in_scaling=True, dtype=torch.float64).to(dtype)
+
+    def __call__(self, xs: Tensor, ys: Tensor) -> Tensor:
+        check_prompts(xs, ys)
+        B, n, d = ys.shape
+        spec, w0 = self.spec(d), self.w0(d, xs.dtype).expand(B, -1)
+        ks = range(1, n) if self.ks is None else sorted({int(k) for k in self.ks if 0 < int(k) < n})
+        preds = torch.full_like(ys, math.nan)
+        preds[:, 0] = forward(spec, w0, xs[:, :1])[:, 0]
+        for k in ks:
+            w = reference_gd(spec, "squared", w0, xs[:, :k], ys[:, :k], lr=self.lr, steps=self.steps)[-1]
+            preds[:, k] = forward(spec, w, xs[:, k : k + 1])[:, 0]
+        return preds
 
 
 def _derived_seed(*parts: int) -> int:

@@ -25,6 +25,7 @@ from icdl.diffusion.baselines import (
     ContextMLP,
     EmpiricalScore,
     GaussianFitScore,
+    GDScore,
     PriorScore,
     ScoreFn,
     score_fn,
@@ -116,11 +117,13 @@ def score_curves(
     prompts: int = 256,
     seed: int = 12345,
     mlp: ContextMLP | None = None,
+    gd: GDScore | None = None,
     resamples: int = 1000,
 ) -> dict[str, Any]:
     """Score-error and DSM-loss curves ``k = 0 .. examples`` for every estimator (JSON-ready dict).
 
-    ``model`` None evaluates the baselines only; ``mlp`` None skips the context-trained network.
+    ``model`` None evaluates the baselines only; ``mlp`` / ``gd`` None skip the context-trained network /
+    plain GD on the bias-free score network.
     """
     if prompts < 2:
         raise InputError(f"need at least 2 test prompts, got {prompts}")
@@ -132,6 +135,8 @@ def score_curves(
         preds["icl"] = icl_predictor(model)(b.xs, b.ys)
     if mlp is not None:
         preds[mlp.name] = mlp(b.xs, b.ys)
+    if gd is not None:
+        preds[gd.name] = gd(b.xs, b.ys)
     for est in _closed_form():
         preds[est.name] = est(b.xs, b.ys)
     out: dict[str, Any] = {
