@@ -12,6 +12,11 @@ __all__ = ["plot_distances", "plot_samples", "plot_score_curves"]
 COLORS = {"icl": "C3", "exact": "k", "prior": "C7", "gaussian_fit": "C2", "empirical": "C4"}
 
 
+def _color(name: str) -> str:
+    """A fixed color per estimator (context nets orange, GD baselines brown)."""
+    return COLORS.get(name, "C5" if name.startswith("gd") else "C1")
+
+
 def _plt() -> Any:
     import matplotlib
 
@@ -41,7 +46,7 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
         if not pts:
             continue
         k, m, lo, hi = zip(*pts, strict=True)
-        color = COLORS.get(name, "C1")
+        color = _color(name)
         style = "o-" if len(k) < len(ks) else "-"
         ax1.plot(k, m, style, color=color, label=name, ms=4)
         ax1.fill_between(k, lo, hi, color=color, alpha=0.2)
@@ -54,7 +59,7 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
         pts = [(k, v) for k, v in zip(ks, vals, strict=True) if v == v]
         if pts:
             k, v = zip(*pts, strict=True)
-            ax2.plot(k, v, "o-" if len(k) < len(ks) else "-", color=COLORS.get(name, "C1"), label=name, ms=4)
+            ax2.plot(k, v, "o-" if len(k) < len(ks) else "-", color=_color(name), label=name, ms=4)
     prior = [v for v in result["dsm_loss"].get("prior", []) if v == v]
     if prior:  # the memorising estimators' k = 1 spikes would hide everything else
         ax2.set_ylim(0, 1.5 * max(prior))
@@ -74,7 +79,7 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
     for ax, name in zip(axes, names, strict=True):
         ax.scatter(true[:, 0], true[:, 1], s=3, color="0.75")
         s = samples[name]
-        ax.scatter(s[:, 0], s[:, 1], s=3, color=COLORS.get(name, "C1"))
+        ax.scatter(s[:, 0], s[:, 1], s=3, color=_color(name))
         if "context" in samples:
             c = samples["context"]
             ax.scatter(c[:, 0], c[:, 1], s=12, marker="x", color="k", linewidths=0.8)
@@ -90,7 +95,7 @@ def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for name, vals in result["sw"].items():
-        ax.plot(result["ks"], vals, "o-", color=COLORS.get(name, "C1"), label=name, ms=4)
+        ax.plot(result["ks"], vals, "o-", color=_color(name), label=name, ms=4)
     ax.axhline(result["floor"]["exact_sw"], color="k", ls="--", label="exact score")
     ax.axhline(result["floor"]["true_sw"], color="k", ls=":", label="two true samples")
     ax.set_xlabel("in-context examples k")
