@@ -144,3 +144,9 @@ def test_cached_icl_score_fn_equals_the_full_forward(attention: str, norm: str) 
         torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
     with pytest.raises(InputError):
         icl_score_fn(model, b.xs[0, :12], b.ys[0, :12])
+
+
+def test_non_finite_loss_is_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sets = [a for s in [*TINY, "train.lr=1e30", "train.grad_clip=null"] for a in ("--set", s)]
+    code, _, err = run(["score", "train", "score-small", "--out", str(tmp_path / "r"), *sets], capsys)
+    assert code == 1 and err.count("\n") == 1 and "non-finite loss" in err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,13 @@ def train_cmd(
     if print_config:
         click.echo(dump_score_config(cfg), nl=False)
         return
-    from icdl.diffusion.train import train_score
+    from icdl.diffusion.train import ScoreTrainingDiverged, train_score
 
-    result = train_score(cfg, out if out is not None else Path("runs") / cfg.name, quiet=quiet or as_json)
+    try:
+        result = train_score(cfg, out if out is not None else Path("runs") / cfg.name, quiet=quiet or as_json)
+    except ScoreTrainingDiverged as exc:
+        click.echo(f"icdl: error: {' '.join(str(exc).split())}", err=True)
+        sys.exit(1)
     summary = {
         "run_dir": str(result.run_dir),
         "steps": result.steps,

@@ -30,7 +30,11 @@ from icdl.diffusion.task import ou_h, sample_score_batch
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 
-__all__ = ["ScoreTrainResult", "load_score_run", "lr_at", "train_score"]
+__all__ = ["ScoreTrainResult", "ScoreTrainingDiverged", "load_score_run", "lr_at", "train_score"]
+
+
+class ScoreTrainingDiverged(RuntimeError):
+    """The loss became non-finite; training stopped (the last checkpoint written is kept)."""
 
 
 @dataclass
@@ -95,7 +99,9 @@ def train_score(cfg: ScoreConfig, run_dir: str | Path, *, quiet: bool = True) ->
             pred = model(b.xs, b.ys)
             loss = (ou_h(b.t)[..., None] * (pred - b.ys) ** 2).mean()
             if not torch.isfinite(loss):
-                raise RuntimeError(f"non-finite loss at step {step}")
+                raise ScoreTrainingDiverged(
+                    f"non-finite loss at step {step + 1}; stopped (run dir {run_dir})"
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip is not None:
