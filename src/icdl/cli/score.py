@@ -1,0 +1,359 @@
+"""``icdl score train|evaluate|sample|construct`` — in-context score estimation for diffusion models.
+
+* ``train PRESET`` pretrains the ICL score model (preset ``score-small`` or a YAML path);
+* ``evaluate RUN`` writes score-error curves per k against the baselines (``--plot PNG``);
+* ``sample RUN`` runs the reverse-time sampler driven by each estimator's in-context score and reports
+  sliced W2 / MMD to the true distribution per k (``--plot`` / ``--samples-plot`` PNGs);
+* ``construct`` compiles the GD transformer on the score network (d_x = d + 1, d_y = d) and verifies it
+  against reference GD on the DSM (squared) loss.
+
+Bad input exits with code 2 and one line on stderr (``icdl.errors.InputError``); see docs/score.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from icdl.cli._common import POSITIVE_FLOAT, emit_json
+from icdl.errors import InputError
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Write atomically (temp file + rename): never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(obj, fh, indent=1, allow_nan=True)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
+    os.replace(tmp, path)
+
+
+def _check_png(path: Path | None) -> None:
+    if path is not None and path.suffix.lower() != ".png":
+        raise InputError(f"plot path must end in .png, got {str(path)!r}")
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"--ks must be comma-separated integers, got {text!r}") from None
+    if not ks:
+        raise InputError("--ks is empty")
+    return ks
+
+
+def _mlp(depth: int, width: int, epochs: int, lr: float, ks: list[int] | None = None) -> Any:
+    from icdl.diffusion.baselines import ContextMLP
+
+    if depth < 1 or width < 1 or epochs < 0:
+        raise InputError("--mlp-depth and --mlp-width must be >= 1, --mlp-epochs >= 0")
+    return ContextMLP(depth=depth, width=width, epochs=epochs, lr=lr, ks=ks)
+
+
+_MLP_OPTIONS = [
+    click.option(
+        "--mlp-depth", type=int, default=3, show_default=True, help="Layers of the context-trained net."
+    ),
+    click.option(
+        "--mlp-width", type=int, default=64, show_default=True, help="Width of the context-trained net."
+    ),
+    click.option(
+        "--mlp-epochs",
+        type=int,
+        default=100,
+        show_default=True,
+        help="Adam steps per context (0: untrained).",
+    ),
+    click.option(
+        "--mlp-lr", type=POSITIVE_FLOAT, default=3e-4, show_default=True, help="Adam step size of the net."
+    ),
+    click.option("--no-mlp", is_flag=True, help="Skip the context-trained network."),
+]
+
+
+def _with_mlp_options(fn: Any) -> Any:
+    for opt in reversed(_MLP_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+@click.group(name="score")
+def score() -> None:
+    """In-context score estimation for diffusion models (docs/score.md).
+
+    Each prompt holds pairs ((x_t, t), y) of a fresh Gaussian mixture diffused by the OU process, with
+    the denoising score-matching target y; the model must estimate the score in context.
+    """
+
+
+@score.command(name="train")
+@click.argument("config")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Override a config key (dotted key, YAML value), e.g. --set train.steps=500; repeatable.",
+)  # fmt: skip
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="New run directory [runs/<preset>]."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+def train_cmd(
+    config: str, overrides: tuple[str, ...], out: Path | None, as_json: bool, quiet: bool, print_config: bool
+) -> None:
+    """Pretrain the ICL score model. CONFIG: a score preset (score-small) or a YAML path."""
+    from icdl.diffusion.config import dump_score_config, load_score_config
+
+    cfg = load_score_config(config, overrides)
+    if print_config:
+        click.echo(dump_score_config(cfg), nl=False)
+        return
+    from icdl.diffusion.train import ScoreTrainingDiverged, train_score
+
+    try:
+        result = train_score(cfg, out if out is not None else Path("runs") / cfg.name, quiet=quiet or as_json)
+    except ScoreTrainingDiverged as exc:
+        click.echo(f"icdl: error: {' '.join(str(exc).split())}", err=True)
+        sys.exit(1)
+    summary = {
+        "run_dir": str(result.run_dir),
+        "steps": result.steps,
+        "loss": result.loss,
+        "seconds": result.seconds,
+        "parameters": result.num_params,
+    }
+    if as_json:
+        emit_json(summary)
+    elif not quiet:
+        click.echo(
+            f"trained {result.steps} steps in {result.seconds:.1f} s; loss {result.loss:.4g}; "
+            f"{result.num_params} parameters; run dir {result.run_dir}",
+            err=True,
+        )
+
+
+def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
+    from icdl.diffusion.config import load_score_config
+    from icdl.diffusion.train import load_score_run
+
+    if run is None and preset is None:
+        raise InputError("give a RUN directory, or --baselines-only PRESET")
+    if run is not None:
+        return load_score_run(run)
+    return None, load_score_config(preset or "")
+
+
+@score.command(name="evaluate")
+@click.argument("run", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--baselines-only",
+    "preset",
+    default=None,
+    metavar="PRESET",
+    help="No ICL model: baselines on a preset's task.",
+)
+@click.option(
+    "--prompts", type=click.IntRange(2, 100_000), default=256, show_default=True, help="Test prompts."
+)
+@click.option(
+    "--seed", type=click.IntRange(0), default=12345, show_default=True, help="Seed of the test prompts."
+)
+@click.option(
+    "--mlp-ks", default="1,5,10,20,40", show_default=True, help="k values for the context-trained net."
+)
+@_with_mlp_options
+@click.option(
+    "--gd-steps",
+    type=click.IntRange(0, 10_000),
+    default=10,
+    show_default=True,
+    help="GD steps L of the bias-free score-net baseline (0: skip it).",
+)
+@click.option(
+    "--gd-lr", type=POSITIVE_FLOAT, default=0.03, show_default=True, help="GD step size of that baseline."
+)
+@click.option(
+    "--gd-width",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Width K of its 3-layer network.",
+)
+@click.option(
+    "--resamples",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Bootstrap resamples.",
+)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the result JSON here.")
+@click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write the curves to this PNG.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def evaluate_cmd(
+    run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
+    mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, gd_steps: int, gd_lr: float, gd_width: int,
+    resamples: int, out: Path | None, plot: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
+
+    Estimators: the ICL model, a context-trained MLP, plain GD on the bias-free ReLU score network (what
+    `icdl score construct` compiles), the prior -x, a Gaussian fit and the empirical score.
+    """
+    _check_png(plot)
+    ks = _ks(mlp_ks)
+    mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr, ks)
+    from icdl.diffusion.baselines import GDScore
+
+    gd = GDScore(depth=3, width=gd_width, lr=gd_lr, steps=gd_steps, ks=ks) if gd_steps > 0 else None
+    model, cfg = _load(run, preset)
+    from icdl.diffusion.evaluate import score_curves
+
+    res = score_curves(model, cfg, prompts=prompts, seed=seed, mlp=mlp, gd=gd, resamples=resamples)
+    res["run"] = None if run is None else str(run)
+    if out is not None:
+        _write_json(out, res)
+    if plot is not None:
+        from icdl.diffusion.plots import plot_score_curves
+
+        plot_score_curves(res, plot)
+    if as_json:
+        emit_json(res)
+        return
+    ks_show = [k for k in (0, 1, 5, 10, 20, 40) if k < len(res["k"])]
+    click.echo("h-weighted score error at k = " + ", ".join(map(str, ks_show)))
+    for name, c in res["score_error"].items():
+        click.echo(f"  {name:<14}" + " ".join(f"{c['mse'][k]:9.4f}" for k in ks_show))
+
+
+@score.command(name="sample")
+@click.argument("run", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--baselines-only",
+    "preset",
+    default=None,
+    metavar="PRESET",
+    help="No ICL model: baselines on a preset's task.",
+)
+@click.option(
+    "--ks", "ks_text", default="5,10,20,40", show_default=True, help="Context sizes k (comma-separated)."
+)
+@click.option("--prompts", type=click.IntRange(1, 1000), default=4, show_default=True, help="Test mixtures.")
+@click.option(
+    "--samples", type=click.IntRange(2, 100_000), default=500, show_default=True, help="Samples per run."
+)
+@click.option("--steps", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Sampler steps.")
+@click.option(
+    "--method",
+    type=click.Choice(["ode", "sde"]),
+    default="ode",
+    show_default=True,
+    help="Probability-flow ODE (Heun) or reverse SDE (Euler-Maruyama).",
+)
+@click.option(
+    "--seed", type=click.IntRange(0), default=777, show_default=True, help="Seed of mixtures and sampler."
+)
+@_with_mlp_options
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the result JSON here.")
+@click.option("--plot", type=click.Path(path_type=Path), default=None, help="Distance-per-k plot (PNG).")
+@click.option(
+    "--samples-plot",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Samples of the first prompt at the largest k (PNG).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def sample_cmd(
+    run: Path | None, preset: str | None, ks_text: str, prompts: int, samples: int, steps: int, method: str,
+    seed: int, mlp_depth: int, mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, out: Path | None,
+    plot: Path | None, samples_plot: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Sample with the in-context score and measure sliced W2 / MMD to the true distribution per k."""
+    _check_png(plot)
+    _check_png(samples_plot)
+    ks = _ks(ks_text)
+    mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr)
+    model, cfg = _load(run, preset)
+    from icdl.diffusion.evaluate import sampling_distances
+
+    res = sampling_distances(
+        model, cfg, ks=ks, prompts=prompts, samples=samples, steps=steps, method=method,  # type: ignore[arg-type]
+        seed=seed, mlp=mlp, keep_samples=samples_plot is not None,
+    )  # fmt: skip
+    kept = res.pop("samples_first_prompt", None)
+    res["run"] = None if run is None else str(run)
+    if out is not None:
+        _write_json(out, res)
+    if plot is not None:
+        from icdl.diffusion.plots import plot_distances
+
+        plot_distances(res, plot)
+    if samples_plot is not None and kept is not None:
+        from icdl.diffusion.plots import plot_samples
+
+        plot_samples(kept, samples_plot, f"{method} sampler, k = {res['ks'][-1]} context points (x)")
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"sliced W2 to p_0 at k = {', '.join(map(str, res['ks']))} ({method}, {prompts} prompts)")
+    for name, vals in res["sw"].items():
+        click.echo(f"  {name:<14}" + " ".join(f"{v:8.3f}" for v in vals))
+    f = res["floor"]
+    click.echo(f"  exact score {f['exact_sw']:.3f}; two true samples {f['true_sw']:.3f}")
+
+
+@score.command(name="construct")
+@click.option(
+    "--dim",
+    "-d",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Data dimension d (d_x = d + 1, d_y = d).",
+)
+@click.option(
+    "--depth", "-N", type=click.IntRange(2, 12), default=3, show_default=True, help="Score-network depth N."
+)
+@click.option(
+    "--width", "-K", type=click.IntRange(1, 64), default=8, show_default=True, help="Score-network width K."
+)
+@click.option(
+    "--examples",
+    "-n",
+    type=click.IntRange(1, 512),
+    default=16,
+    show_default=True,
+    help="In-context examples n.",
+)
+@click.option("--steps", "-L", type=click.IntRange(0, 200), default=5, show_default=True, help="GD steps L.")
+@click.option("--lr", type=POSITIVE_FLOAT, default=0.01, show_default=True, help="GD step size.")
+@click.option(
+    "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the prompt and w0."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verification summary as one JSON object.")
+def construct_cmd(
+    dim: int, depth: int, width: int, examples: int, steps: int, lr: float, seed: int, as_json: bool
+) -> None:
+    """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64)."""
+    from icdl.diffusion.construct import compile_score_gd, verify_score_gd
+
+    model = compile_score_gd(dim, depth, width, lr=lr, steps=steps, n=examples)
+    rep = verify_score_gd(model, seed=seed)
+    summary = {
+        "dim": dim, "d_x": dim + 1, "d_y": dim, "depth": depth, "width": width, "examples": examples,
+        "steps": steps, "lr": lr, "seed": seed, "passed": rep.passed,
+        "max_abs_err_weights": rep.max_abs_err_weights, "max_abs_err_prediction": rep.max_abs_err_prediction,
+        "sublayers": model.num_sublayers, "embedding_dim": model.embedding_dim,
+    }  # fmt: skip
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(rep.table())
+    click.echo(f"passed: {rep.passed}")

@@ -1,0 +1,73 @@
+"""The compiled GD transformer on a score network: in-context GD on the DSM loss (Theorem 1, d_x != d_y).
+
+The score network is the paper's bias-free N-layer ReLU network (Definition 1) with a linear output
+layer, input ``[x_t, t]`` (``d_x = d + 1``) and output the score (``d_y = d``): a score takes negative
+values, which a ReLU output layer cannot produce. The paper's empirical risk with the squared loss,
+``L_n(w) = (1/(2n)) Σ_i ||f(w, (x_t,i, t_i)) - y_i||^2`` (eq. 2.2), is half the (unweighted) DSM loss,
+so the construction of Theorem 1 — used unchanged through the public :mod:`icdl.construct` API —
+runs GD on denoising score matching in its forward pass; :func:`verify_score_gd` checks it against
+reference GD (:func:`icdl.nets.reference_gd`).
+
+Usage::
+
+    model = compile_score_gd(dim=2, depth=3, width=8, lr=0.01, steps=5, n=16)
+    x, y, xq, w0 = score_gd_prompt(dim=2, depth=3, width=8, n=16, seed=0)
+    w5 = model.read_weights(model(model.build_prompt(x, y, xq, w0)))   # 5 GD steps on the DSM loss
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from icdl.construct import CompiledModel, VerifyReport, compile_gd_transformer, verify
+from icdl.diffusion.config import ScoreTaskConfig
+from icdl.diffusion.task import sample_score_batch
+from icdl.nets import NetSpec, init_weights
+
+__all__ = ["compile_score_gd", "score_gd_prompt", "score_net_spec", "verify_score_gd"]
+
+
+def score_net_spec(dim: int, depth: int, width: int) -> NetSpec:
+    """The score network ``[x_t, t] (d + 1) -> score (d)``: bias-free ReLU, linear output layer."""
+    return NetSpec(depth, width, dim + 1, dim, activation="relu", output="linear")
+
+
+def compile_score_gd(
+    dim: int, depth: int, width: int, *, lr: float, steps: int, n: int, dtype: str = "float64"
+) -> CompiledModel:
+    """Compile ``steps`` GD steps of step size ``lr`` on the DSM (squared) loss of the score network."""
+    return compile_gd_transformer(
+        score_net_spec(dim, depth, width), loss="squared", lr=lr, steps=steps, n=n, dtype=dtype
+    )
+
+
+def score_gd_prompt(
+    dim: int,
+    depth: int,
+    width: int,
+    n: int,
+    *,
+    seed: int = 0,
+    task: ScoreTaskConfig | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A score-task prompt for the compiled model: ``(x (n, d+1), y (n, d), x_query (d+1,), w0 (P,))``.
+
+    The n examples and the query come from one prompt of ``task`` (default: the task's defaults with
+    ``dim = latent_dim = dim``); ``w0`` is He-scaled ``N(0, 2/fan_in)`` from ``seed`` (the paper's
+    ``w0 = 0`` is a fixed point of GD for bias-free ReLU networks).
+    """
+    task = task or ScoreTaskConfig(dim=dim, latent_dim=dim)
+    b = sample_score_batch(task, 1, seed=seed, points=n + 1, dtype=dtype)
+    spec = score_net_spec(task.dim, depth, width)
+    g = torch.Generator().manual_seed(seed)
+    w0 = init_weights(spec, generator=g, fan_in_scaling=True, dtype=dtype)
+    return b.xs[0, :n], b.ys[0, :n], b.xs[0, n], w0
+
+
+def verify_score_gd(model: CompiledModel, seed: int = 0, task: ScoreTaskConfig | None = None) -> VerifyReport:
+    """:func:`icdl.construct.verify` of ``model`` on a score-task prompt from ``seed``."""
+    spec = model.spec
+    x, y, xq, w0 = score_gd_prompt(spec.out_dim, spec.depth, spec.width, model.n, seed=seed, task=task)
+    return verify(model, x, y, xq, w0)
