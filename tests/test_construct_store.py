@@ -47,3 +47,14 @@ def test_bad_directories(tmp_path) -> None:
     (tmp_path / "b" / "weights.safetensors").write_bytes(b"")
     with pytest.raises(InputError, match="format"):
         load(tmp_path / "b")
+
+
+@pytest.mark.parametrize("variant", ["paper", "compact", "no-ewml", "softmax"])
+def test_every_variant_round_trips(tmp_path, variant: str) -> None:
+    spec = NetSpec(2, 2, 2, 1)
+    model = compile_gd_transformer(spec, steps=1, n=3, eps=1e-2, radius=4.0, variant=variant)
+    x, y, xq, w0, _ = sample_task(spec, 3, seed=1)
+    H = model.build_prompt(x, y, xq, w0)
+    loaded = load(save(model, tmp_path / variant))
+    assert torch.equal(loaded(H), model(H))
+    assert loaded.infos() == model.infos() and loaded.config.variant == variant
