@@ -93,3 +93,12 @@ def test_corrupt_or_tampered_save_is_one_line_error(tmp_path, damage: str) -> No
     msg = str(exc.value)
     assert "\n" not in msg and str(path) in msg
     assert {p.name: p.read_bytes() for p in path.iterdir()} == damaged != before  # evidence kept
+@pytest.mark.parametrize("variant", ["paper", "compact", "no-ewml", "softmax"])
+def test_every_variant_round_trips(tmp_path, variant: str) -> None:
+    spec = NetSpec(2, 2, 2, 1)
+    model = compile_gd_transformer(spec, steps=1, n=3, eps=1e-2, radius=4.0, variant=variant)
+    x, y, xq, w0, _ = sample_task(spec, 3, seed=1)
+    H = model.build_prompt(x, y, xq, w0)
+    loaded = load(save(model, tmp_path / variant))
+    assert torch.equal(loaded(H), model(H))
+    assert loaded.infos() == model.infos() and loaded.config.variant == variant
