@@ -93,6 +93,8 @@ def test_corrupt_or_tampered_save_is_one_line_error(tmp_path, damage: str) -> No
     msg = str(exc.value)
     assert "\n" not in msg and str(path) in msg
     assert {p.name: p.read_bytes() for p in path.iterdir()} == damaged != before  # evidence kept
+
+
 @pytest.mark.parametrize("variant", ["paper", "compact", "no-ewml", "softmax"])
 def test_every_variant_round_trips(tmp_path, variant: str) -> None:
     spec = NetSpec(2, 2, 2, 1)
