@@ -245,3 +245,15 @@ def test_evaluate_bad_mlp_ks(value: str, run_dir: Path, cwd: Path) -> None:
 @given(value=st.one_of(bad_ints(2), oversized(10**9)))
 def test_report_prompts(value: str, run_dir: Path, cwd: Path) -> None:
     check_refused(["report", str(run_dir), "--prompts", value, "--out", "rep"], cwd, run_dir)
+
+
+@FAST
+@given(
+    radius=st.one_of(st.floats(min_value=1e9, max_value=1e308), st.floats(min_value=1e-308, max_value=1e-7)),
+    target=st.sampled_from(["sigmoid", "tanh'", "softplus"]),
+)
+def test_extreme_ranges_of_fitted_sums(radius: float, target: str, cwd: Path) -> None:
+    check_refused(["approx", target, "--range", repr(radius), "--plot", "p.png"], cwd)
+    base = ["--activation", target.rstrip("'"), "--range", repr(radius)]
+    check_refused([*THEORY, *base], cwd)
+    check_refused([*CONSTRUCT, *base, "--save", "saved"], cwd)

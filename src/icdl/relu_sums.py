@@ -60,6 +60,19 @@ _MAX_GRID = 4_000_001
 _EVAL_CHUNK_ELEMS = 1 << 22
 
 
+# Ranges a fitted sum accepts: beyond them the grid spacing squared under- or overflows a float, and no
+# construction needs them (a sum is flat outside [-R, R]).
+_MIN_FIT_RADIUS, _MAX_FIT_RADIUS = 1e-6, 1e8
+
+
+def _check_fit_radius(radius: float, target: str) -> None:
+    if not _MIN_FIT_RADIUS <= radius <= _MAX_FIT_RADIUS:
+        raise InputError(
+            f"range {radius:g} is outside [{_MIN_FIT_RADIUS:g}, {_MAX_FIT_RADIUS:g}], where {target} "
+            "can be fitted by a sum of ReLUs"
+        )
+
+
 def _check_positive(name: str, value: float) -> float:
     try:
         x = float(value)
@@ -319,6 +332,7 @@ def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Est
     label = f"{name}'" if deriv else name
     if name in ("relu", "identity"):
         return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 0.1, "exact", 2.0)
+    _check_fit_radius(radius, label)
     with torch.no_grad():
         probe = _grid(radius)
         f = torch.as_tensor(target_function(label)(probe), dtype=_F64).numpy()
@@ -460,6 +474,7 @@ def fit_relu_sum(
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
+    _check_fit_radius(radius, target)
     if not isinstance(max_terms, int) or max_terms < 1:
         raise InputError(f"max_terms must be an integer >= 1, got {max_terms!r}")
 
@@ -563,6 +578,7 @@ def fit_relu_sum2(
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
+    _check_fit_radius(radius, target)
     if not isinstance(max_terms, int) or max_terms < 1:
         raise InputError(f"max_terms must be an integer >= 1, got {max_terms!r}")
     schedule = [s for s in _RIDGE_SCHEDULE if s[0] * s[1] + 1 <= max_terms]
