@@ -176,3 +176,21 @@ def test_cli_rows_json_explain_and_save(tmp_path) -> None:
         "loss"
     ]
     assert isinstance(load(tmp_path / "m").layout, RowsLayout)
+
+
+def test_linear_output_mixes_gated_and_product_layers() -> None:
+    """ReLU hidden layers (gated scores) with a linear output layer (an EWML product for s(N)) share one
+    update sublayer; still exact GD."""
+    spec = NetSpec(3, 5, 3, 2, output="linear")
+    x, y, xq, w0, _ = sample_task(spec, 7, seed=0)
+    model = compile_gd_transformer(spec, lr=0.1, steps=3, n=7, variant="rows")
+    roles = [i.role for i in model.infos()]
+    assert roles.count("product") == 1 and model.sublayers_per_step == 2 * 3 + 3
+    assert model.embedding_dim == theory.rows_embedding_dim(spec)
+    out = model(model.build_prompt(x, y, xq, w0))
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=3)
+    assert float((ref[-1] - ref[0]).abs().max()) > 1e-3
+    assert float((model.read_weights(out)[0] - ref[-1]).abs().max()) <= 1e-9 * max(
+        1.0, float(ref.abs().max())
+    )
+    assert verify(model, x, y, xq, w0, lipschitz_iters=0).passed

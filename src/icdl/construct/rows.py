@@ -297,9 +297,11 @@ def _pack(
 ) -> tuple[dict[str, Tensor], tuple[int, ...]]:
     """Padded head tables from per-head parts ``(q_idx, q_coef, k_idx, k_coef)`` and values
     ``(src, dst, coef)``; each part is front-padded to the widest head's part (pads read index 0 with
-    coefficient 0: an exact 0)."""
+    coefficient 0: an exact 0); parts that are empty in every head are dropped."""
     nparts = len(heads[0][0])
-    widths = tuple(max(int(h[0][g][0].numel()) for h in heads) for g in range(nparts))
+    keep = [g for g in range(nparts) if max(int(h[0][g][0].numel()) for h in heads) > 0]
+    heads = [([h[0][g] for g in keep], h[1]) for h in heads]
+    widths = tuple(max(int(h[0][g][0].numel()) for h in heads) for g in range(len(keep)))
     ne = max(int(h[1][0].numel()) for h in heads)
 
     def front(t: Tensor, w: int, dt: torch.dtype) -> Tensor:
@@ -420,8 +422,11 @@ def _delta_score(ctx: BuildContext, j: int, sigma: float, *, data_queries: bool)
         data = [(gate_q, gate_c), (z, _full(ident.numel(), sigma))]
         rows = [(gate_k, _full(ident.numel() + 1, 1.0)), (ident, ones)]
     else:
-        data = [(_idx(L, "S", j), _full(ident.numel(), sigma))]
-        rows = [(ident, ones)]
+        # An empty gate part (padding only, an exact 0) keeps the two-part shape of the gated heads,
+        # which may share the update sublayer with these.
+        empty = (torch.zeros(0, dtype=torch.long), _full(0, 0.0))
+        data = [empty, (_idx(L, "S", j), _full(ident.numel(), sigma))]
+        rows = [empty, (ident, ones)]
     if data_queries:
         return [(*d, *r) for d, r in zip(data, rows, strict=True)]
     # Row tokens query: move the coefficients to the row side (the score is the same product).
