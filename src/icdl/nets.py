@@ -232,8 +232,9 @@ class NetSpec:
 
     @property
     def num_units(self) -> int:
-        """``sum_{j>=1} n_j = (N-1) K + d_y``: the size of p, r', s (docs/paper.md, token layout)."""
-        return sum(self.widths[1:])
+        """``sum_{j>=1} n_j = (N-1) K + d_y``: the size of p, r', s (docs/paper.md, token layout),
+        in closed form (O(1) in N)."""
+        return (self.depth - 1) * self.width + self.out_dim
 
     # -- activations ------------------------------------------------------------------------------
     @property

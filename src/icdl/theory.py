@@ -213,7 +213,7 @@ def rows_embedding_dim(spec: NetSpec) -> int:
     networks ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2``.
     """
     U, N, dx, dy = spec.num_units, spec.depth, spec.in_dim, spec.out_dim
-    s_slots = sum(spec.widths[j] for j in range(1, N + 1) if spec.layer_act(j).name != "relu")
+    s_slots = _non_relu_units(spec)
     return dx + dy + 2 * U + dy + (U - dy) + s_slots + 2 + (dx + U - dy) + U + N
 
 
@@ -226,7 +226,15 @@ def rows_sublayers_per_step(spec: NetSpec) -> int:
     """Sublayers per GD step of the row-token construction: ``2N + 2`` (F_1..F_N, loss, B_{N-1}..B_1,
     update, projection), plus one EWML product per layer whose activation is not ReLU."""
     N = spec.depth
-    return 2 * N + 2 + sum(1 for j in range(1, N + 1) if spec.layer_act(j).name != "relu")
+    hidden_smooth = spec.act.name != "relu"  # layers 1..N-1 share the activation; layer N may be linear
+    return 2 * N + 2 + (N - 1) * hidden_smooth + (spec.layer_act(N).name != "relu")
+
+
+def _non_relu_units(spec: NetSpec) -> int:
+    """``sum_{j: r_j != relu} n_j`` in closed form (layers 1..N-1 share one activation)."""
+    N = spec.depth
+    hidden = (N - 1) * spec.width if spec.act.name != "relu" else 0
+    return hidden + (spec.out_dim if spec.layer_act(N).name != "relu" else 0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -985,9 +993,14 @@ def construction_estimate(
     radius: float = 10.0,
     projection: Projection = "none",
     itemsize: int = 8,
+    variant: str = "paper",
 ) -> Estimate:
     """Memory and time of compiling the construction for ``spec`` and verifying it on one prompt
     (``icdl construct``), from this module's sizes, before anything is built.
+
+    ``variant`` picks the sizes: ``rows`` has its own token count and width (:func:`rows_tokens`,
+    :func:`rows_embedding_dim`); ``softmax`` adds the P-wide gradient slot and product MLPs of
+    ``4 ceil(R / (2 sqrt(eps)))`` units per product; the others share the paper's layout.
 
     Memory is dominated by the verifier's trace: one ``T x D`` state per sublayer,
     ``(2N+4)L + N+1`` of them (:func:`sublayers`, :func:`readout_sublayers`, :func:`embedding_dim`),
@@ -1016,17 +1029,32 @@ def construction_estimate(
         fits = fits + Estimate(fits.what, 600 * 2**20, 10.0, "a two-argument ReLU sum of the loss derivative")
     # Sizes through the closed forms only: no O(N) table is built for a depth that will be refused.
     D = embedding_dim(spec)
+    per_step = sublayers_per_step(N)
+    if variant == "rows":
+        D, T = rows_embedding_dim(spec), rows_tokens(spec, examples)
+        per_step = rows_sublayers_per_step(spec)
+    elif variant == "softmax":
+        D += spec.num_params
+        per_step = 4 * N + 3
     H = max(kwargs.get("r_terms", 1), kwargs.get("r_prime_terms", 2))
     K = spec.width
     heads = max(K, spec.out_dim, spec.in_dim) * H * N + 2 * spec.num_units
     hidden = (2 * spec.num_params if projection == "box" else 0) + 2 * (3 * spec.num_units + spec.out_dim)
     hidden += spec.out_dim * kwargs.get("u_terms", 2)
-    # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
+    mlp_work = 2 * D * hidden * T * steps
+    if variant == "softmax":
+        # Every token-local product is a ReLU-sum MLP; each unit reads a few slots (sparse tables).
+        units = 4 * math.ceil(min(radius / (2 * math.sqrt(eps)), 1e15))
+        hidden += 2 * (spec.num_params + 2 * spec.num_units) * units
+        mlp_work = 2 * 8 * hidden * T * steps
+        # Building the unit tables is Python work per unit: about 2e-5 s each (measured: 33 s for the
+        # 1.6M units of icdl construct --variant softmax -N 3 -K 16 --activation sigmoid --eps 1e-4).
+        mlp_work += _CONSTRUCT_FLOPS * 2e-5 * hidden    # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
     # unit a few entries; the update sublayer writes P weights.
     coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
-    states = sublayers(N, steps) + readout_sublayers(N) + 4
+    states = per_step * steps + readout_sublayers(N) + 4
     trace = states * T * D * itemsize
-    work = heads * (max(K, spec.in_dim) + 3) * T * T * 2 * (2 * steps + 1) + 2 * D * hidden * T * steps
+    work = heads * (max(K, spec.in_dim) + 3) * T * T * 2 * (2 * steps + 1) + mlp_work
     # Compiling holds a few dense D x D float64 temporaries (measured: peak ~ 2.7 D^2 x 8 bytes for
     # N=3, K=32..96); counted as 3 D^2 x 8.
     compile_bytes = 3 * D * D * 8

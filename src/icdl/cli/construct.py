@@ -198,6 +198,7 @@ def construct(
         radius=radius,
         projection=config.projection,  # type: ignore[arg-type]
         itemsize=8 if dtype == "float64" else 4,
+        variant=variant,
     )
     guard(estimate, yes, max_seconds=QUICK_SECONDS)
     t0 = time.perf_counter()
