@@ -1049,7 +1049,8 @@ def construction_estimate(
         mlp_work = 2 * 8 * hidden * T * steps
         # Building the unit tables is Python work per unit: about 2e-5 s each (measured: 33 s for the
         # 1.6M units of icdl construct --variant softmax -N 3 -K 16 --activation sigmoid --eps 1e-4).
-        mlp_work += _CONSTRUCT_FLOPS * 2e-5 * hidden    # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
+        mlp_work += int(_CONSTRUCT_FLOPS * 2e-5 * hidden)
+    # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
     # unit a few entries; the update sublayer writes P weights.
     coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
     states = per_step * steps + readout_sublayers(N) + 4

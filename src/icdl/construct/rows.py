@@ -327,6 +327,13 @@ def _pack(
     return {n: torch.stack(ts) for n, ts in out.items()}, widths
 
 
+def _rows_layout(layout: Layout) -> RowsLayout:
+    """The builders of this module run on a :class:`RowsLayout` only."""
+    if not isinstance(layout, RowsLayout):
+        raise TypeError(f"the rows builders need a RowsLayout, got {type(layout).__name__}")
+    return layout
+
+
 def _idx(L: Layout, name: str, layer: int | None = None) -> Tensor:
     return torch.arange(L.slot(name, layer).offset, L.slot(name, layer).offset + L.slot(name, layer).size)
 
@@ -414,7 +421,7 @@ def _delta_score(ctx: BuildContext, j: int, sigma: float, *, data_queries: bool)
     ones = _full(ident.numel(), 1.0)
     if gated(ctx.spec, j):
         C = ctx.gate
-        z = _idx(L, *L.z_source(j))
+        z = _idx(L, *_rows_layout(L).z_source(j))
         # The gate part sums {C or 0, -C, exact zeros}: exact in any order, so it is one matmul.
         gate_q = torch.cat([_idx(L, "R", j), torch.tensor([L.index("ONE")])])
         gate_k = torch.cat([ident, torch.tensor([L.index("ROW", j)])])
@@ -453,7 +460,7 @@ def product_layer(ctx: BuildContext, j: int) -> Sublayer:
     not the 0/1 step."""
     L = ctx.layout
     heads = HeadTable()
-    name, layer = L.z_source(j)
+    name, layer = _rows_layout(L).z_source(j)
     for k in range(ctx.spec.widths[j]):
         heads.add(
             q=[(L.index("R", j, k), 1.0)],

@@ -72,8 +72,9 @@ def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> Score
         tok = model.tokens(ctx_xs[None].float(), ctx_ys[None].float())  # (1, 2k, d_tok)
         h = model.read_in(tok) + model.wpe(torch.arange(2 * k))
         cache: list[tuple[Tensor, Tensor]] = []  # per block: context keys, values (1, H, 2k, d_head)
+        block: Any
         for block in model.blocks:
-            att = block.attn
+            att: Any = block.attn
             C = h.shape[-1]
             _, kk, vv = att.qkv(block.ln1(h)).split(C, dim=-1)
             H = att.heads
@@ -85,7 +86,8 @@ def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> Score
         q_in = torch.cat([x, torch.full_like(x[:, :1], t)], -1).float()
         with torch.no_grad():
             h = model.read_in(F.pad(q_in, (0, model.d_tok - model.d_x)))[:, None] + model.wpe.weight[2 * k]
-            for block, (ck, cv) in zip(model.blocks, cache, strict=True):
+            blocks: list[Any] = list(model.blocks)
+            for block, (ck, cv) in zip(blocks, cache, strict=True):
                 att = block.attn
                 C, H = h.shape[-1], att.heads
                 q, kq, vq = att.qkv(block.ln1(h)).split(C, dim=-1)

@@ -56,10 +56,10 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
     ax1.set_title(f"score error ({result['prompts']} prompts, 90% bands)")
     ax1.legend(fontsize=8)
     for name, vals in result["dsm_loss"].items():
-        pts = [(k, v) for k, v in zip(ks, vals, strict=True) if v == v]
-        if pts:
-            k, v = zip(*pts, strict=True)
-            ax2.plot(k, v, "o-" if len(k) < len(ks) else "-", color=_color(name), label=name, ms=4)
+        pairs = [(k, v) for k, v in zip(ks, vals, strict=True) if v == v]
+        if pairs:
+            pk, pv = zip(*pairs, strict=True)
+            ax2.plot(pk, pv, "o-" if len(pk) < len(ks) else "-", color=_color(name), label=name, ms=4)
     prior = [v for v in result["dsm_loss"].get("prior", []) if v == v]
     if prior:  # the memorising estimators' k = 1 spikes would hide everything else
         ax2.set_ylim(0, 1.5 * max(prior))
