@@ -11,7 +11,7 @@ their heads per (query, key) pair first, as the paper's r' layer does, so the re
 
 from __future__ import annotations
 
-from icdl.construct import blocks
+from icdl.construct import blocks, paper
 from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import HeadTable, ReLUAttention, Role, Sublayer
@@ -44,11 +44,8 @@ def build_block(ctx: BuildContext) -> list[Sublayer]:
     return out
 
 
-def build_readout(ctx: BuildContext) -> list[Sublayer]:
-    """As the paper's variant: F_1..F_N (without r' heads), then the readout MLP."""
-    out: list[Sublayer] = [blocks.forward_layer(ctx, j) for j in range(1, ctx.spec.depth + 1)]
-    out.append(blocks.readout_layer(ctx))
-    return out
+# The readout is the paper's: F_1..F_N (no r' heads, no EWML), then the readout MLP.
+build_readout = paper.build_readout
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from icdl.construct import blocks
+from icdl.construct import blocks, paper
 from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
@@ -132,11 +132,8 @@ def build_block(ctx: BuildContext) -> list[Sublayer]:
     return out
 
 
-def build_readout(ctx: BuildContext) -> list[Sublayer]:
-    """The paper variant's readout (F_1..F_N, then the readout MLP): no EWML there."""
-    out: list[Sublayer] = [blocks.forward_layer(ctx, j) for j in range(1, ctx.spec.depth + 1)]
-    out.append(blocks.readout_layer(ctx))
-    return out
+# The readout is the paper's: F_1..F_N (no r' heads, no EWML), then the readout MLP.
+build_readout = paper.build_readout
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
