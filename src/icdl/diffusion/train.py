@@ -15,7 +15,6 @@ end). Unlike ``icdl train`` there is no resume: an existing run directory is ref
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from icdl.diffusion.config import ScoreConfig, dump_score_config, validate_score
 from icdl.diffusion.task import ou_h, sample_score_batch
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
+from icdl.icl.train import lr_at  # the same warm-up + cosine schedule as icdl train
 
 __all__ = ["ScoreTrainResult", "ScoreTrainingDiverged", "load_score_run", "lr_at", "train_score"]
 
@@ -46,18 +46,6 @@ class ScoreTrainResult:
     loss: float | None  # mean weighted loss over the last logging interval
     seconds: float
     num_params: int
-
-
-def lr_at(cfg: ScoreConfig, step: int) -> float:
-    """Learning rate at 0-based ``step``: linear warm-up, then constant or cosine to ``lr * min_lr_ratio``."""
-    t = cfg.train
-    if step < t.warmup:
-        return t.lr * (step + 1) / t.warmup
-    if t.schedule == "constant":
-        return t.lr
-    progress = min(1.0, (step - t.warmup) / max(1, t.steps - t.warmup))
-    low = t.lr * t.min_lr_ratio
-    return low + (t.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _save(model: torch.nn.Module, run_dir: Path, step: int) -> None:

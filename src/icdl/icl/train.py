@@ -40,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from icdl.budget import CPU_FLOPS, GPU_FLOPS, Estimate
-from icdl.config import RESUMABLE_KEYS, Config, config_diff, dump_config, validate
+from icdl.config import RESUMABLE_KEYS, Config, TrainConfig, config_diff, dump_config, validate
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.tasks import sample_batch
@@ -126,7 +126,11 @@ def dist_from_env() -> DistInfo:
 # --------------------------------------------------------------------------------------------------
 
 
-def lr_at(cfg: Config, step: int) -> float:
+class _HasTrain(Protocol):
+    train: TrainConfig
+
+
+def lr_at(cfg: _HasTrain, step: int) -> float:
     """Learning rate for 0-based ``step``: linear warm-up to ``lr`` over ``warmup`` steps, then constant
     or cosine decay to ``lr * min_lr_ratio`` at the last step."""
     t = cfg.train
