@@ -474,7 +474,7 @@ def _train_loop(
     # Running sums since the last log: loss, sum y, sum y^2, label count, non-finite count.
     sums = torch.zeros(5, device=device, dtype=torch.float64)
     first_bad = torch.full((), t.steps + 1, device=device, dtype=torch.float64)
-    fast = _static_step(cfg, model, fwd, optimizer, device, dist, ckpt, start_step, quiet)
+    fast = _static_step(cfg, model, fwd, optimizer, device, dist, ckpt, start_step)
     if fast is not None:
         optimizer = fast.optimizer  # fused, capturable; what the checkpoints save
         sums, first_bad = fast.sums, fast.first_bad
@@ -592,14 +592,13 @@ def _static_step(
     dist: DistInfo,
     ckpt: Path | None,
     start_step: int,
-    quiet: bool,
 ) -> StaticStep | None:
     """The CUDA-graph step of ``train.cuda_graph`` (:mod:`icdl.icl.fast`), or None for the ordinary
-    loop: when the key is off, or, with a one-line note, when there is no single CUDA device."""
+    loop: when the key is off, or, with a one-line note on stderr, when there is no single CUDA device."""
     if not cfg.train.cuda_graph:
         return None
     if device.type != "cuda" or dist.enabled:
-        if dist.is_main and not quiet:
+        if dist.is_main:  # a key that is ignored is worth a line even with --quiet
             why = "data parallel" if dist.enabled else "CPU"
             print(
                 f"icdl: note: train.cuda_graph needs a single CUDA device; training without it ({why})",
