@@ -126,3 +126,17 @@ def test_points_max_below_the_task_length_is_an_input_error() -> None:
 
     with pytest.raises(InputError, match="points_max"):
         load_config("tiny", ["train.points_max=5"])
+
+
+def test_centred_presets_are_the_centred_task() -> None:
+    for name, dim, examples in (("cpu-centred", 8, 30), ("gpu-centred", 20, 50)):
+        cfg = load_config(name)
+        t = cfg.task
+        assert (t.dim, t.examples, t.depth) == (dim, examples, 3)
+        assert t.inputs.means == [0.0] and t.standardize == "task" and cfg.model.attention == "softmax"
+        cur = cfg.train.curriculum
+        assert cur.dims is not None and cur.points is not None
+        # The curriculum reaches the full task before the run ends.
+        assert cur.dims.value(cfg.train.steps - 1) == dim
+        assert cur.points.value(cfg.train.steps - 1) == t.points
+    assert load_config("gpu-centred").model.layers == 12
