@@ -86,11 +86,13 @@ def _slug(s: str) -> str:
 
 
 def _paper_setting(config: dict[str, Any]) -> bool:
-    """Whether a run was trained on the paper's data: inputs N(-2, I), raw labels, weights N(0, I)."""
+    """Whether a run was trained on the paper's data: bias-free ReLU targets, inputs N(-2, I), raw labels,
+    weights N(0, I)."""
     t = config["task"]
     inputs = t["inputs"]
     return (
-        inputs["kind"] == "gaussian"
+        t.get("activation", "relu") == "relu"
+        and inputs["kind"] == "gaussian"
         and inputs["mean"] in (-2.0, [-2.0])
         and not inputs["center"]
         and t["standardize"] == "none"
@@ -251,7 +253,8 @@ def _depth_section(rows: list[dict[str, Any]], out_dir: Path) -> list[str]:
     for r in sorted(sweep, key=lambda r: (r["attention"], r["target_depth"], r["layers"])):
         for i, k in enumerate(r["ks"]):
             pk = (15, 30, 45)[i] if len(r["ks"]) == 3 else None
-            pv = paper.F3.get((r["attention"], pk), {}).get(r["layers"]) if pk else None
+            same = "task" not in r or _paper_setting({"task": r["task"]})  # the paper's numbers only there
+            pv = paper.F3.get((r["attention"], pk), {}).get(r["layers"]) if pk and same else None
             lines.append(
                 f"| {r['attention']} | {r['target_depth']} | {r['layers']} | {k} | {_f(r['r2'][i])} "
                 f"[{_f(r['r2_low'][i])}, {_f(r['r2_high'][i])}] | {_f(pv)} |"
