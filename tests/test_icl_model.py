@@ -137,3 +137,21 @@ def test_parameter_count_formula() -> None:
     model = build_model(cfg.model, d, 1)
     assert model.num_params == expected
     assert 200_000 < expected < 215_000  # docs/protocol.md, configurations: ≈ 207k
+
+
+def test_model_without_positions_is_causal_and_has_only_token_types() -> None:
+    """model.positions=none: no position table, an x/y type embedding; predictions use only the prefix."""
+
+    cfg = load_config("tiny", ["model.positions=none"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, cfg.task.dim, 1)
+    names = set(model.state_dict())
+    assert "wtype.weight" in names and not any(n.startswith("wpe") for n in names)
+    xs, ys = torch.randn(3, 8, cfg.task.dim), torch.randn(3, 8, 1)
+    out = model(xs, ys)
+    xs2, ys2 = xs.clone(), ys.clone()
+    xs2[:, 5:] += 1.0
+    ys2[:, 4:] -= 1.0
+    out2 = model(xs2, ys2)
+    torch.testing.assert_close(out[:, :5], out2[:, :5])
+    assert not torch.allclose(out[:, 5:], out2[:, 5:])

@@ -166,7 +166,10 @@ class ModelConfig(_Strict):
     ``relu_norm`` is the normaliser of ReLU attention: ``causal`` divides row i by its number of visible
     keys i+1, ``length`` by the sequence length T (the paper's ``sigma/n``, Definition 7).
     ``max_points`` bounds the prompt length (in points; the model has ``2 * max_points`` learned
-    positions) and must cover the longest test prompt.
+    positions) and must cover the longest test prompt. ``positions: none`` drops the position table
+    (a causal decoder can still tell order; a learned x/y token-type embedding marks the two kinds of
+    token), so no position is ever untrained — one answer to the long-prompt question of
+    docs/evaluation.md.
     """
 
     attention: Literal["softmax", "relu"] = "relu"
@@ -176,6 +179,7 @@ class ModelConfig(_Strict):
     d_model: int = Field(64, ge=1)
     d_mlp: int = Field(256, ge=1)
     max_points: int = Field(101, ge=1)
+    positions: Literal["learned", "none"] = "learned"
     dropout: float = Field(0.0, ge=0, lt=1)
 
     @model_validator(mode="after")
@@ -243,6 +247,8 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     compile: bool = False
+    cuda_graph: bool = False
+    points_max: int | None = Field(None, ge=1)
     threads: int | None = Field(None, ge=1, le=4096)
     tensorboard: bool = False
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
@@ -266,10 +272,16 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _check(self) -> Config:
         cur = self.train.curriculum
-        longest = max(self.task.points, cur.points.end if cur.points else 0)
+        longest = max(self.task.points, cur.points.end if cur.points else 0, self.train.points_max or 0)
         if longest > self.model.max_points:
             raise ValueError(
                 f"prompts have up to {longest} points but model.max_points is {self.model.max_points}"
+            )
+        pm = self.train.points_max
+        if pm is not None and pm < max(self.task.points, cur.points.end if cur.points else 0):
+            raise ValueError(
+                f"train.points_max ({pm}) is below the task's prompt length; it must be at least "
+                f"{max(self.task.points, cur.points.end if cur.points else 0)}"
             )
         if cur.dims and cur.dims.end > self.task.dim:
             raise ValueError(f"curriculum dims end ({cur.dims.end}) exceeds task.dim ({self.task.dim})")

@@ -759,7 +759,7 @@ def depth_sweep(
 
     Uses each run's cached ``in-distribution`` result when current (same prompts and condition), else
     its ``depth`` suite (evaluated when missing and ``evaluate_missing``). Returns rows ``{"run_dir",
-    "attention", "layers", "target_depth", "ks", "r2", "r2_low", "r2_high"}`` sorted by attention and
+    "attention", "layers", "target_depth", "ks", "r2", "r2_low", "r2_high", "task"}`` sorted by attention and
     layers; runs without results are skipped when ``evaluate_missing`` is False.
     """
     rows = []
@@ -785,6 +785,7 @@ def depth_sweep(
                 "r2": [curve["r2"][k] for k in ks],
                 "r2_low": [curve["r2_low"][k] for k in ks],
                 "r2_high": [curve["r2_high"][k] for k in ks],
+                "task": res["config"]["task"],
             }
         )
     return sorted(rows, key=lambda r: (r["attention"], r["target_depth"], r["layers"]))

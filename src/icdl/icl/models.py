@@ -212,6 +212,9 @@ class ICLTransformer(nn.Module):
         d_x, d_y: input and output dimensions of the task (``d_y = d_x`` for score estimation).
         layers, heads, d_model, d_mlp: block count, heads per block, residual width, MLP width.
         max_points: longest prompt (in points) the position table covers (``2 * max_points`` tokens).
+        positions: ``learned`` (GPT-2's absolute table) or ``none`` (no position table; a learned
+            x/y token-type embedding instead — the causal mask alone conveys order, and no position
+            is left untrained when test prompts are longer than training prompts).
         attention: ``softmax`` or ``relu``; relu_norm: ``causal`` (1/(i+1)) or ``length`` (1/T).
         dropout: residual/embedding/attention dropout (0 in the paper's setting).
 
@@ -229,6 +232,7 @@ class ICLTransformer(nn.Module):
         d_model: int = 64,
         d_mlp: int = 256,
         max_points: int = 101,
+        positions: Literal["learned", "none"] = "learned",
         attention: Attention = "relu",
         relu_norm: ReluNorm = "causal",
         dropout: float = 0.0,
@@ -239,7 +243,12 @@ class ICLTransformer(nn.Module):
         self.d_x, self.d_y, self.max_points = d_x, d_y, max_points
         self.d_tok = max(d_x, d_y)
         self.read_in = nn.Linear(self.d_tok, d_model)
-        self.wpe = nn.Embedding(2 * max_points, d_model)
+        if positions not in ("learned", "none"):
+            raise InputError(f"unknown positions {positions!r}; choose learned or none")
+        self.positions = positions
+        # Exactly one of the two tables exists, so learned-position checkpoints keep their keys.
+        self.wpe = nn.Embedding(2 * max_points, d_model) if positions == "learned" else None
+        self.wtype = nn.Embedding(2, d_model) if positions == "none" else None
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             Block(d_model, heads, d_mlp, attention, relu_norm, dropout) for _ in range(layers)
@@ -300,8 +309,12 @@ class ICLTransformer(nn.Module):
                 f"prompt has {n} points, the model supports at most {self.max_points} (model.max_points)"
             )
         tok = self.tokens(xs, ys)  # (B, T, d_tok)
-        pos = torch.arange(2 * n, device=xs.device)
-        h = self.drop(self.read_in(tok) + self.wpe(pos))  # (B, T, d_model)
+        if self.wpe is not None:
+            where = self.wpe(torch.arange(2 * n, device=xs.device))  # (T, d_model)
+        else:
+            assert self.wtype is not None
+            where = self.wtype.weight.repeat(n, 1)  # (T, d_model): x, y, x, y, ...
+        h = self.drop(self.read_in(tok) + where)  # (B, T, d_model)
         for b, block in enumerate(self.blocks):
             h = block(h) if hooks is None else block(h, lambda name, t, b=b: hooks(b, name, t))
         h = self.ln_f(h[:, 0::2])  # x-token states only: (B, n, d_model)
@@ -363,6 +376,7 @@ def build_model(cfg: ModelConfig, d_x: int, d_y: int) -> ICLTransformer:
         d_model=cfg.d_model,
         d_mlp=cfg.d_mlp,
         max_points=cfg.max_points,
+        positions=cfg.positions,
         attention=cfg.attention,
         relu_norm=cfg.relu_norm,
         dropout=cfg.dropout,

@@ -4,6 +4,13 @@ R² against the number of in-context examples k, one curve per condition or pred
 band shaded with alpha 0.3, a dashed line at R² = 1 and a dashed vertical line at the training prompt
 length. matplotlib with the Agg backend (no display needed); every function writes one PNG atomically
 and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dpi`` sets the resolution.
+
+Readability rules: every predictor kind has ONE colour (:data:`KIND_COLORS`) in every plot; predictors
+evaluated at a few k only (the MLP baseline) are drawn as markers with error bars at those k, not as
+lines; least squares' interpolation spike near k = d (R² far below 0 where the number of examples is
+close to the input dimension) does not set the y-axis — it is clipped in the main panel, its clipped
+points are marked at the bottom edge, and the full curve is drawn in a panel of its own (symlog
+scale); conditions the evaluation flags as degenerate are drawn dotted and labelled DEGENERATE.
 """
 
 from __future__ import annotations
@@ -21,6 +28,19 @@ __all__ = ["plot_conditions", "plot_depth_sweep", "plot_predictors"]
 # The paper's colours for curves A-D (dark red, blue, orange, green) and its grey NN baseline.
 COLORS = ("#8b0000", "#1f4e9c", "#ef8a17", "#2e8b57", "#7b3294", "#008080", "#b8860b", "#444444")
 BASELINE_GREY = "#808080"
+KIND_COLORS: dict[str, str] = {
+    "icl": "#8b0000",
+    "zero": "#b0b0b0",
+    "averaging": "#606060",
+    "least-squares": "#ef8a17",
+    "ridge": "#1f4e9c",
+    "knn": "#2e8b57",
+    "mlp-best": "#7b3294",
+    "mlp-last": "#c51b7d",
+    "gd": "#008080",
+}
+"""One colour per predictor kind (the ``meta.kind`` of a result curve)."""
+SPIKE_KIND = "least-squares"
 
 
 def _plt() -> Any:
@@ -36,8 +56,17 @@ def _finite(vals: Sequence[float | None]) -> list[float]:
     return [math.nan if v is None else float(v) for v in vals]
 
 
+def _kind(curve: dict[str, Any], name: str = "") -> str:
+    return str(curve.get("meta", {}).get("kind") or name)
+
+
+def _color(kind: str, fallback_index: int = 0) -> str:
+    return KIND_COLORS.get(kind, COLORS[fallback_index % len(COLORS)])
+
+
 def _draw(ax: Any, curve: dict[str, Any], label: str, color: str, style: str = "-") -> list[float]:
-    """One R² curve with its band; NaN (unevaluated) positions are skipped, isolated points get markers."""
+    """One R² curve with its band; NaN (unevaluated) positions are skipped. A predictor evaluated at a
+    few k only is drawn as markers with error bars at exactly those k (no line between them)."""
     ks = list(range(len(curve["r2"])))
     r2, lo, hi = _finite(curve["r2"]), _finite(curve["r2_low"]), _finite(curve["r2_high"])
     pts = [(k, a, b, c) for k, a, b, c in zip(ks, r2, lo, hi, strict=True) if math.isfinite(a)]
@@ -45,27 +74,68 @@ def _draw(ax: Any, curve: dict[str, Any], label: str, color: str, style: str = "
         return []
     k_, a_, b_, c_ = (list(t) for t in zip(*pts, strict=True))
     sparse = len(pts) < len(ks) - 1  # a baseline evaluated at a few k only
-    ax.plot(k_, a_, style, color=color, label=label, lw=1.6, marker="o" if sparse else None, ms=3)
+    if sparse:
+        banded = all(math.isfinite(v) for v in b_ + c_)
+        # A percentile band need not contain the point estimate: clamp the bars at 0.
+        err = [
+            [max(0.0, a - b) for a, b in zip(a_, b_, strict=True)],
+            [max(0.0, c - a) for a, c in zip(a_, c_, strict=True)],
+        ]
+        shift = 0.0 if style == "-" else 0.4  # the second of two marker sets beside the first
+        ax.errorbar(
+            [k + shift for k in k_], a_, yerr=err if banded else None, color=color, label=label,
+            fmt="D" if style == "-" else "s", ms=5, capsize=2, lw=1, mfc=color if style == "-" else "white",
+        )  # fmt: skip
+        return a_
+    ax.plot(k_, a_, style, color=color, label=label, lw=1.6)
     if all(math.isfinite(v) for v in b_ + c_):
         ax.fill_between(k_, b_, c_, color=color, alpha=0.3, lw=0)
     return a_
 
 
-def _finish(ax: Any, values: list[float], train_examples: int, title: str) -> None:
-    ax.axhline(1.0, ls="--", color="#404040", lw=1)
-    ax.axvline(train_examples, ls="--", color="#404040", lw=1)
+def _mark_clipped(ax: Any, curve: dict[str, Any], color: str, bottom: float) -> None:
+    """Down-pointing markers at the bottom edge where a curve leaves the panel."""
+    ks = [k for k, v in enumerate(_finite(curve["r2"])) if math.isfinite(v) and v < bottom]
+    if ks:
+        ax.plot(ks, [bottom + 0.03] * len(ks), "v", color=color, ms=4, clip_on=False)
+
+
+def _spike_panel(ax: Any, curve: dict[str, Any], label: str, color: str, dim: int | None) -> None:
+    """Least squares alone on a symlog axis: its interpolation spike near k = d at full size."""
+    ks = list(range(len(curve["r2"])))
+    ax.plot(ks, _finite(curve["r2"]), "-", color=color, lw=1.4, label=label)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.axhline(0.0, ls=":", color="#404040", lw=0.8)
+    if dim is not None:
+        ax.axvline(dim, ls=":", color=color, lw=1)
+        ax.text(dim, 1.0, f" k = d = {dim}", color=color, fontsize=7, va="bottom")
+    ax.set_ylabel("R² (symlog)", fontsize=8)
+    ax.set_xlabel("In-context examples k")
+    ax.set_title("least squares alone: the interpolation spike near k = d", fontsize=8)
+    ax.grid(alpha=0.25)
+
+
+def _bottom(values: list[float]) -> tuple[float, float]:
+    """``(axis bottom, lowest value)``: very negative R² would flatten every other curve, so clip."""
     finite = [v for v in values if math.isfinite(v)]
     low = min(finite, default=0.0)
-    # Very negative R² (degenerate conditions) would flatten every other curve: clip, and say so.
-    bottom = max(min(low, 0.0) - 0.05, -1.5)
+    return max(min(low, 0.0) - 0.05, -1.5), low
+
+
+def _finish(ax: Any, values: list[float], train_examples: int, title: str, *, xlabel: bool = True) -> float:
+    ax.axhline(1.0, ls="--", color="#404040", lw=1)
+    ax.axvline(train_examples, ls="--", color="#404040", lw=1)
+    bottom, low = _bottom(values)
     ax.set_ylim(bottom, 1.05)
     if low < bottom:
         title += f" (min R² {low:.3g} clipped)"
-    ax.set_xlabel("In-context examples k")
+    if xlabel:
+        ax.set_xlabel("In-context examples k")
     ax.set_ylabel("R²")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.25)
     ax.legend(fontsize=7, loc="lower right")
+    return bottom
 
 
 DEFAULT_DPI = 80
@@ -103,8 +173,17 @@ def plot_conditions(
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     values: list[float] = []
     conds = result["conditions"]
+    degenerate: list[float] = []
+    degenerate_curve: tuple[dict[str, Any], str] | None = None
     for i, c in enumerate(conds.values()):
-        values += _draw(ax, c["predictors"]["icl"], f"ICL: {c['label']}", COLORS[i % len(COLORS)])
+        bad = bool(c.get("diagnostics", {}).get("degenerate"))
+        label = f"ICL: {c['label']}" + (" [DEGENERATE]" if bad else "")
+        drawn = _draw(ax, c["predictors"]["icl"], label, COLORS[i % len(COLORS)], ":" if bad else "-")
+        if bad:
+            degenerate += drawn  # drawn, but it does not set the axis
+            degenerate_curve = (c["predictors"]["icl"], COLORS[i % len(COLORS)])
+        else:
+            values += drawn
     if conds:
         first = next(iter(conds.values()))
         for j, kind in enumerate(baselines):
@@ -117,25 +196,61 @@ def plot_conditions(
         f"{run['name']}: {result['suite']['name']} "
         f"({run['attention']} attention, {run['target_depth']}-layer target)"
     )
-    _finish(ax, values, result["suite"]["train_examples"], title)
+    if degenerate:
+        title += "\ndotted: DEGENERATE condition (labels almost all 0 or constant; R² not meaningful)"
+    bottom = _finish(ax, values, result["suite"]["train_examples"], title)
+    if degenerate_curve is not None and min(degenerate, default=0.0) < bottom:
+        _mark_clipped(ax, degenerate_curve[0], degenerate_curve[1], bottom)
     return _save(fig, path, dpi)
 
 
 def plot_predictors(
     result: dict[str, Any], condition: str, path: str | Path, *, dpi: int | None = None
 ) -> Path:
-    """Every predictor (ICL model and baselines) on one condition."""
+    """Every predictor (ICL model and baselines) on one condition, one colour per predictor kind.
+
+    Least squares does not set the y-axis of the main panel; when its curve leaves the panel (the
+    interpolation spike near k = d), a second panel shows it alone on a symlog scale.
+    """
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     c = result["conditions"][condition]
-    values: list[float] = []
-    for i, (pname, curve) in enumerate(c["predictors"].items()):
-        color = COLORS[0] if pname == "icl" else COLORS[1 + i % (len(COLORS) - 1)]
-        values += _draw(
-            ax, curve, "ICL transformer" if pname == "icl" else pname, color, "-" if i < 5 else "--"
+    preds = c["predictors"]
+    spike = next(
+        ((n, cv) for n, cv in preds.items() if _kind(cv, n) == SPIKE_KIND), (None, None)
+    )  # fmt: skip
+    others: list[float] = []
+    for n, cv in preds.items():
+        if n != spike[0]:
+            others += [v for v in _finite(cv["r2"]) if math.isfinite(v)]
+    bottom, _ = _bottom(others)
+    spike_vals = [v for v in _finite(spike[1]["r2"]) if math.isfinite(v)] if spike[1] else []
+    split = bool(spike_vals) and min(spike_vals) < bottom
+    if split:
+        fig, (ax, ax2) = plt.subplots(
+            2, 1, figsize=(6.4, 5.6), gridspec_kw={"height_ratios": [3, 1.2]}, sharex=True
         )
+    else:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    values: list[float] = []
+    for i, (pname, curve) in enumerate(preds.items()):
+        kind = _kind(curve, pname)
+        color = _color(kind, i)
+        style = "--" if kind in ("mlp-last", "zero") else "-"
+        label = "ICL transformer" if pname == "icl" else pname
+        if pname == spike[0] and split:
+            label += " (clipped; panel below)"
+        drawn = _draw(ax, curve, label, color, style)
+        if pname != spike[0]:
+            values += drawn
     run = result["run"]
-    _finish(ax, values, result["suite"]["train_examples"], f"{run['name']}: {c['label']}")
+    title = f"{run['name']}: {c['label']}"
+    if c.get("diagnostics", {}).get("degenerate"):
+        title += " — DEGENERATE (R² not meaningful)"
+    bottom = _finish(ax, values, result["suite"]["train_examples"], title, xlabel=not split)
+    if split and spike[1] is not None:
+        _mark_clipped(ax, spike[1], _color(SPIKE_KIND), bottom)
+        dim = result.get("config", {}).get("task", {}).get("dim")
+        _spike_panel(ax2, spike[1], spike[0] or SPIKE_KIND, _color(SPIKE_KIND), dim)
     return _save(fig, path, dpi)
 
 

@@ -64,6 +64,18 @@ def _mean(vals: Sequence[float | None], lo: int, hi: int) -> float | None:
     return sum(part) / len(part) if part else None
 
 
+def _evaluated_ks(vals: Sequence[float | None], lo: int, hi: int) -> list[int]:
+    """The k in ``[lo, hi]`` where a curve has a value (a sparse baseline: the few k it was run at)."""
+    return [
+        k for k in range(lo, min(hi, len(vals) - 1) + 1) if vals[k] is not None and math.isfinite(vals[k])
+    ]
+
+
+def _mean_at(vals: Sequence[float | None], ks: Sequence[int]) -> float | None:
+    part = [vals[k] for k in ks if k < len(vals) and vals[k] is not None and math.isfinite(vals[k])]
+    return sum(part) / len(part) if part else None
+
+
 def _sel_ks(train_examples: int, max_k: int) -> list[int]:
     ks = {0, 1, 2, 5, 10, 20, train_examples, max_k}
     return sorted(k for k in ks if 0 <= k <= max_k)
@@ -74,11 +86,13 @@ def _slug(s: str) -> str:
 
 
 def _paper_setting(config: dict[str, Any]) -> bool:
-    """Whether a run was trained on the paper's data: inputs N(-2, I), raw labels, weights N(0, I)."""
+    """Whether a run was trained on the paper's data: bias-free ReLU targets, inputs N(-2, I), raw labels,
+    weights N(0, I)."""
     t = config["task"]
     inputs = t["inputs"]
     return (
-        inputs["kind"] == "gaussian"
+        t.get("activation", "relu") == "relu"
+        and inputs["kind"] == "gaussian"
         and inputs["mean"] in (-2.0, [-2.0])
         and not inputs["center"]
         and t["standardize"] == "none"
@@ -160,13 +174,27 @@ def _suite_section(
             "paper 51–75",
         ]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        sparse_notes: list[str] = []
+        icl_r2 = c["predictors"].get("icl", {}).get("r2")
         for pname, curve in c["predictors"].items():
             kind = curve.get("meta", {}).get("kind", "")
             r2 = curve["r2"]
             p1, p2 = _paper_f1(result, c, pname, kind)
-            cells = [pname, *[_f(r2[k]) for k in ks], *[_f(_mean(r2, a, b)) for a, b in ranges], p1, p2]
+            means = []
+            for a, b in ranges:
+                at = _evaluated_ks(r2, a, b)
+                sparse = 0 < len(at) < b - a + 1
+                means.append(_f(_mean(r2, a, b)) + ("†" if sparse else ""))
+                if sparse and icl_r2 is not None:
+                    sparse_notes.append(
+                        f"{pname} on k = {a}–{b} is the mean over k = {', '.join(map(str, at))} only; "
+                        f"ICL over the same k: {_f(_mean_at(icl_r2, at))}."
+                    )
+            cells = [pname, *[_f(r2[k]) for k in ks], *means, p1, p2]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        if sparse_notes:
+            lines += ["† compare at matching k: " + " ".join(sparse_notes), ""]
         d = c["diagnostics"]
         diag = (
             f"Labels: mean {_f(d['label_mean'], 3)}, std {_f(d['label_std'], 3)} "
@@ -227,7 +255,8 @@ def _depth_section(rows: list[dict[str, Any]], out_dir: Path, fig: tuple[str, in
     for r in sorted(sweep, key=lambda r: (r["attention"], r["target_depth"], r["layers"])):
         for i, k in enumerate(r["ks"]):
             pk = (15, 30, 45)[i] if len(r["ks"]) == 3 else None
-            pv = paper.F3.get((r["attention"], pk), {}).get(r["layers"]) if pk else None
+            same = "task" not in r or _paper_setting({"task": r["task"]})  # the paper's numbers only there
+            pv = paper.F3.get((r["attention"], pk), {}).get(r["layers"]) if pk and same else None
             lines.append(
                 f"| {r['attention']} | {r['target_depth']} | {r['layers']} | {k} | {_f(r['r2'][i])} "
                 f"[{_f(r['r2_low'][i])}, {_f(r['r2_high'][i])}] | {_f(pv)} |"
@@ -285,9 +314,9 @@ def build_report(
     summary = [
         "## Summary (in-distribution, mean R² over k = 1..E)",
         "",
-        "| run | attention | layers | target depth | ICL | averaging | MLP best | MLP last "
-        "| paper ICL 1–50 | paper NN 1–50 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | attention | layers | target depth | ICL | averaging | MLP k | ICL at MLP k "
+        "| averaging at MLP k | MLP best | MLP last | paper ICL 1–50 | paper NN 1–50 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     body: list[str] = []
     missing: list[str] = []
@@ -335,12 +364,22 @@ def build_report(
                 p = by_kind.get(kind)
                 return _f(_mean(p["r2"], 1, E)) if p else "–"
 
+            # The MLP runs at a few k only: its mean is comparable with ICL's over THOSE k only.
+            mlp = by_kind.get("mlp-best")
+            mlp_ks = _evaluated_ks(mlp["r2"], 1, E) if mlp else []
+
+            def at(kind: str, by_kind: dict[str, Any] = by_kind, ks: list[int] = mlp_ks) -> str:
+                p = by_kind.get(kind)
+                return _f(_mean_at(p["r2"], ks)) if p and ks else "–"
+
             same = _paper_setting(res["config"])
             p_icl = paper.f1_mean(run["attention"], run["target_depth"], "1.0") if same else None
             p_nn = paper.f1_mean(run["attention"], run["target_depth"], "nn") if same else None
             summary.append(
                 f"| `{rd}` | {run['attention']} | {run['layers']} | {run['target_depth']} | {m('icl')} | "
-                f"{m('averaging')} | {m('mlp-best')} | {m('mlp-last')} | {_f(p_icl)} | {_f(p_nn)} |"
+                f"{m('averaging')} | {', '.join(map(str, mlp_ks)) or '–'} | {at('icl')} | "
+                f"{at('averaging')} | "
+                f"{at('mlp-best')} | {at('mlp-last')} | {_f(p_icl)} | {_f(p_nn)} |"
             )
     lines += [*summary, ""]
     rows = depth_sweep(run_dirs, evaluate_missing=False)

@@ -34,7 +34,7 @@ from icdl.nets import NetSpec, forward, init_weights
 
 __all__ = ["PromptBatch", "net_spec", "sample_batch", "sample_inputs", "stream_generator"]
 
-_STREAMS = {"weights": 0, "inputs": 1, "noise": 2, "reference": 3}
+_STREAMS = {"weights": 0, "inputs": 1, "noise": 2, "reference": 3, "length": 4}
 
 
 @dataclass

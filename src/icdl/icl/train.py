@@ -51,8 +51,9 @@ from torch import nn
 from icdl.budget import CPU_FLOPS, GPU_FLOPS, Estimate
 from icdl.config import RESUMABLE_KEYS, Config, TrainConfig, config_diff, dump_config, validate
 from icdl.errors import InputError
+from icdl.icl.fast import StaticStep, graph_seed
 from icdl.icl.models import ICLTransformer, build_model
-from icdl.icl.tasks import sample_batch
+from icdl.icl.tasks import sample_batch, stream_generator
 from icdl.io import atomic_write_text, fsync_dir, one_line, read_text
 from icdl.nets import NetSpec
 
@@ -65,6 +66,7 @@ __all__ = [
     "load_run",
     "lr_at",
     "read_run_config",
+    "step_shape",
     "train",
     "train_estimate",
 ]
@@ -141,6 +143,24 @@ def lr_at(cfg: _HasTrain, step: int) -> float:
     progress = min(1.0, (step - t.warmup) / max(1, t.steps - t.warmup))
     low = t.lr * t.min_lr_ratio
     return low + (t.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def step_shape(cfg: Config, step: int) -> tuple[int | None, int | None]:
+    """``(points, active_dims)`` of the prompts of 0-based ``step`` (None: the task's own value).
+
+    The curriculum ramps give the length and active dimensions; with ``train.points_max`` the length is
+    drawn uniformly from ``[length, points_max]`` by the ``(seed, step, "length")`` stream, so it is a
+    pure function of the step like the prompts themselves.
+    """
+    cur = cfg.train.curriculum
+    points = cur.points.value(step) if cur.points else None
+    dims = cur.dims.value(step) if cur.dims else None
+    top = cfg.train.points_max
+    if top is not None:
+        low = points if points is not None else cfg.task.points
+        g = stream_generator(cfg.train.seed, step, "length")
+        points = int(torch.randint(low, top + 1, (1,), generator=g).item())
+    return points, dims
 
 
 # --------------------------------------------------------------------------------------------------
@@ -527,7 +547,6 @@ def _train_loop(
 
     local = t.batch_size // dist.world_size
     start = dist.rank * local
-    cur = t.curriculum
     tb = _open_tensorboard(run_dir) if (t.tensorboard and dist.is_main) else None
     metrics = open(run_dir / "metrics.jsonl", "a") if dist.is_main else None  # noqa: SIM115
 
@@ -543,6 +562,10 @@ def _train_loop(
     # Running sums since the last log: loss, sum y, sum y^2, label count, non-finite count.
     sums = torch.zeros(5, device=device, dtype=torch.float64)
     first_bad = torch.full((), t.steps + 1, device=device, dtype=torch.float64)
+    fast = _static_step(cfg, model, fwd, optimizer, device, dist, ckpt, start_step)
+    if fast is not None:
+        optimizer = fast.optimizer  # fused, capturable; what the checkpoints save
+        sums, first_bad = fast.sums, fast.first_bad
     interval_steps, interval_t = 0, time.perf_counter()
     last_loss: float | None = None
     last_var: float | None = None
@@ -551,41 +574,43 @@ def _train_loop(
     model.train()
     try:
         for step in range(start_step, t.steps):
-            n_points = cur.points.value(step) if cur.points else None
-            dims = cur.dims.value(step) if cur.dims else None
-            batch = sample_batch(
-                cfg.task, t.batch_size, seed=t.seed, step=step, points=n_points, active_dims=dims,
-                start=start, count=local, device=device,
-            )  # fmt: skip
+            n_points, dims = step_shape(cfg, step)
             lr = lr_at(cfg, step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with autocast:
-                pred = fwd(batch.xs, batch.ys)
-            loss = F.mse_loss(pred.float(), batch.ys)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if t.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            optimizer.step()
+            if fast is not None:  # the captured step keeps its own statistics (aliased by sums)
+                fast.run(lr, n_points, dims)
+            else:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                batch = sample_batch(
+                    cfg.task, t.batch_size, seed=t.seed, step=step, points=n_points, active_dims=dims,
+                    start=start, count=local, device=device,
+                )  # fmt: skip
+                with autocast:
+                    pred = fwd(batch.xs, batch.ys)
+                loss = F.mse_loss(pred.float(), batch.ys)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if t.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                optimizer.step()
 
-            ld = loss.detach().double()
-            finite = torch.isfinite(ld)
-            yd = batch.ys.detach().double()
-            sums += torch.stack(
-                (
-                    torch.where(finite, ld, 0.0),
-                    yd.sum(),
-                    (yd * yd).sum(),
-                    torch.tensor(float(yd.numel()), device=device),
-                    (~finite).double(),
+                ld = loss.detach().double()
+                finite = torch.isfinite(ld)
+                yd = batch.ys.detach().double()
+                sums += torch.stack(
+                    (
+                        torch.where(finite, ld, 0.0),
+                        yd.sum(),
+                        (yd * yd).sum(),
+                        torch.tensor(float(yd.numel()), device=device),
+                        (~finite).double(),
+                    )
                 )
-            )
-            first_bad = torch.where(
-                finite,
-                first_bad,
-                torch.minimum(first_bad, torch.tensor(step + 1.0, device=device, dtype=torch.float64)),
-            )
+                first_bad = torch.where(
+                    finite,
+                    first_bad,
+                    torch.minimum(first_bad, torch.tensor(step + 1.0, device=device, dtype=torch.float64)),
+                )
             interval_steps += 1
             done = step + 1
             is_log = done % t.log_every == 0 or done == t.steps
@@ -620,7 +645,7 @@ def _train_loop(
                     "lr": lr,
                     "examples_per_s": last_rate,
                     "elapsed_s": now - t0,
-                    "points": batch.xs.shape[1],
+                    "points": n_points if n_points is not None else cfg.task.points,
                     "dims": dims if dims is not None else cfg.task.dim,
                 }
                 if metrics is not None:
@@ -655,6 +680,33 @@ def _train_loop(
         _nparams(model),
         label_var=last_var,
     )
+
+
+def _static_step(
+    cfg: Config,
+    model: nn.Module,
+    fwd: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    dist: DistInfo,
+    ckpt: Path | None,
+    start_step: int,
+) -> StaticStep | None:
+    """The CUDA-graph step of ``train.cuda_graph`` (:mod:`icdl.icl.fast`), or None for the ordinary
+    loop: when the key is off, or, with a one-line note on stderr, when there is no single CUDA device."""
+    if not cfg.train.cuda_graph:
+        return None
+    if device.type != "cuda" or dist.enabled:
+        if dist.is_main:  # a key that is ignored is worth a line even with --quiet
+            why = "data parallel" if dist.enabled else "CPU"
+            print(
+                f"icdl: note: train.cuda_graph needs a single CUDA device; training without it ({why})",
+                file=sys.stderr,
+            )
+        return None
+    torch.cuda.manual_seed(graph_seed(cfg.train.seed, start_step))
+    state = optimizer.state_dict() if ckpt is not None else None
+    return StaticStep(model, cfg, device, forward_module=fwd, optimizer_state=state, start_step=start_step)
 
 
 def _nparams(model: nn.Module) -> int:

@@ -1,0 +1,44 @@
+"""scripts/gpu_reproduce.sh in its CPU dry-run mode: every command of the GPU reproduction, at toy size."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "DRY_RUN": "1",
+        "CUDA_GRAPH": "1",  # on the CPU the key must fall back, not fail
+        "RUNS": str(tmp_path / "runs"),
+        "OUT": str(tmp_path / "report"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_reproduce.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "train.cuda_graph needs a single CUDA device" in proc.stderr
+    report = (tmp_path / "report" / "report.md").read_text()
+    for run in ("paper-softmax-target3", "gpu-centred"):
+        rd = tmp_path / "runs" / run
+        assert (rd / "checkpoints" / "latest").is_file()
+        assert run in report
+        ev = json.loads((rd / "eval" / "in-distribution.json").read_text())
+        assert "icl" in json.dumps(ev)
+    assert (tmp_path / "runs" / "gpu-centred" / "eval" / "long-prompts.json").is_file()
+    cfg = (tmp_path / "runs" / "gpu-centred" / "config.yaml").read_text()
+    assert "standardize: task" in cfg and "cuda_graph: true" in cfg
+    timings = (tmp_path / "runs" / "timings.tsv").read_text().splitlines()
+    assert len(timings) == 6 and all(line.split("\t")[1].isdigit() for line in timings)
