@@ -68,9 +68,14 @@ def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> Score
     k = ctx_xs.shape[0]
     if k + 1 > model.max_points:
         raise InputError(f"a context of {k} examples exceeds the model's {model.max_points - 1}")
+    wpe = model.wpe
+    if wpe is None:
+        raise InputError(
+            "the cached score path needs a model with learned positions (model.positions=learned)"
+        )
     with torch.no_grad():
         tok = model.tokens(ctx_xs[None].float(), ctx_ys[None].float())  # (1, 2k, d_tok)
-        h = model.read_in(tok) + model.wpe(torch.arange(2 * k))
+        h = model.read_in(tok) + wpe(torch.arange(2 * k))
         cache: list[tuple[Tensor, Tensor]] = []  # per block: context keys, values (1, H, 2k, d_head)
         block: Any
         for block in model.blocks:
@@ -85,7 +90,7 @@ def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> Score
         M = x.shape[0]
         q_in = torch.cat([x, torch.full_like(x[:, :1], t)], -1).float()
         with torch.no_grad():
-            h = model.read_in(F.pad(q_in, (0, model.d_tok - model.d_x)))[:, None] + model.wpe.weight[2 * k]
+            h = model.read_in(F.pad(q_in, (0, model.d_tok - model.d_x)))[:, None] + wpe.weight[2 * k]
             blocks: list[Any] = list(model.blocks)
             for block, (ck, cv) in zip(blocks, cache, strict=True):
                 att = block.attn

@@ -66,13 +66,15 @@ def _mean(vals: Sequence[float | None], lo: int, hi: int) -> float | None:
 
 def _evaluated_ks(vals: Sequence[float | None], lo: int, hi: int) -> list[int]:
     """The k in ``[lo, hi]`` where a curve has a value (a sparse baseline: the few k it was run at)."""
-    return [
-        k for k in range(lo, min(hi, len(vals) - 1) + 1) if vals[k] is not None and math.isfinite(vals[k])
-    ]
+    return [k for k in range(lo, min(hi, len(vals) - 1) + 1) if _finite_value(vals[k])]
+
+
+def _finite_value(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)
 
 
 def _mean_at(vals: Sequence[float | None], ks: Sequence[int]) -> float | None:
-    part = [vals[k] for k in ks if k < len(vals) and vals[k] is not None and math.isfinite(vals[k])]
+    part = [v for k in ks if k < len(vals) and (v := vals[k]) is not None and math.isfinite(v)]
     return sum(part) / len(part) if part else None
 
 
