@@ -235,3 +235,15 @@ def test_sampler_and_config_errors() -> None:
     with pytest.raises(InputError, match="unknown score preset"):
         load_score_config("cpu-small")
     assert load_score_config("score-small").task.d_x == 3
+
+
+def test_score_config_files_get_the_same_checks_as_run_configs(tmp_path) -> None:
+    """An empty file, a NaN and a misspelt key are one-line errors, the key with the nearest known one."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(InputError, match="is empty"):
+        load_score_config(empty)
+    with pytest.raises(InputError, match=r"task\.t_max"):
+        load_score_config("score-small", ["task.t_max=.nan"])
+    with pytest.raises(InputError, match=r"did you mean 'task\.latent_dim'"):
+        load_score_config("score-small", ["task.latent_dims=2"])

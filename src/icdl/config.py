@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -35,6 +35,7 @@ __all__ = [
     "InputConfig",
     "ModelConfig",
     "RampConfig",
+    "StrictConfig",
     "TaskConfig",
     "TrainConfig",
     "apply_overrides",
@@ -42,14 +43,21 @@ __all__ = [
     "dump_config",
     "list_presets",
     "load_config",
+    "load_config_data",
     "parse_overrides",
     "preset_path",
+    "validate_as",
 ]
 
 
-class _Strict(BaseModel):
+class StrictConfig(BaseModel):
+    """Base of every config section: unknown keys and NaN/inf values are errors."""
+
     # allow_inf_nan=False: no float setting is meaningful as NaN or infinity (one line, exit 2).
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -57,7 +65,7 @@ class _Strict(BaseModel):
 # --------------------------------------------------------------------------------------------------
 
 
-class InputConfig(_Strict):
+class InputConfig(StrictConfig):
     """Distribution of the prompt inputs x in R^d.
 
     ``gaussian``: a mixture ``sum_k weights[k] N(mean[k] * 1, std^2 I)``; a scalar ``mean`` is the
@@ -114,7 +122,7 @@ class InputConfig(_Strict):
         return sum(w * m for w, m in zip(self.mixture_weights, self.means, strict=True))
 
 
-class TaskConfig(_Strict):
+class TaskConfig(StrictConfig):
     """Random N-layer network tasks (docs/protocol.md): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
 
     The network is :class:`icdl.nets.NetSpec` ``(depth, width, dim, out_dim, activation, output)``,
@@ -160,7 +168,7 @@ class TaskConfig(_Strict):
 # --------------------------------------------------------------------------------------------------
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictConfig):
     """The ICL transformer (a GPT-2-style pre-LN decoder over interleaved x/y tokens, docs/protocol.md).
 
     ``relu_norm`` is the normaliser of ReLU attention: ``causal`` divides row i by its number of visible
@@ -194,7 +202,7 @@ class ModelConfig(_Strict):
 # --------------------------------------------------------------------------------------------------
 
 
-class RampConfig(_Strict):
+class RampConfig(StrictConfig):
     """A Garg-style curriculum ramp: the value starts at ``start`` and grows by ``inc`` every
     ``interval`` steps until it reaches ``end``."""
 
@@ -214,7 +222,7 @@ class RampConfig(_Strict):
         return min(self.end, self.start + self.inc * (step // self.interval))
 
 
-class CurriculumConfig(_Strict):
+class CurriculumConfig(StrictConfig):
     """Optional curriculum (Garg et al.): ``dims`` active input dimensions (the rest are zeroed) and
     ``points`` points per prompt. ``null`` disables a ramp."""
 
@@ -222,7 +230,7 @@ class CurriculumConfig(_Strict):
     points: RampConfig | None = None
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictConfig):
     """Optimiser, schedule and bookkeeping.
 
     ``batch_size`` is the GLOBAL batch (split evenly across data-parallel ranks). The learning rate
@@ -260,7 +268,7 @@ class TrainConfig(_Strict):
         return self
 
 
-class Config(_Strict):
+class Config(StrictConfig):
     """A complete run: ``name`` (the preset or file stem; default run directory ``runs/<name>``),
     ``task``, ``model`` and ``train``."""
 
@@ -305,28 +313,30 @@ RESUMABLE_KEYS = frozenset(
 )
 
 
-def _presets_dir() -> Path:
-    return Path(str(resources.files("icdl") / "configs"))
+def _presets_dir(folder: str = "") -> Path:
+    base = resources.files("icdl") / "configs"
+    return Path(str(base / folder if folder else base))
 
 
-def list_presets() -> list[str]:
-    """Names of the bundled presets (``src/icdl/configs/*.yaml``)."""
-    return sorted(p.stem for p in _presets_dir().glob("*.yaml"))
+def list_presets(folder: str = "") -> list[str]:
+    """Names of the bundled presets (``src/icdl/configs/<folder>/*.yaml``; ``folder`` "" for
+    ``icdl train``'s, "score" for ``icdl score``'s)."""
+    return sorted(p.stem for p in _presets_dir(folder).glob("*.yaml"))
 
 
-def preset_path(name_or_path: str | Path) -> Path:
+def preset_path(name_or_path: str | Path, folder: str = "") -> Path:
     """Resolve a preset name (``cpu-small``) or a YAML path to a file; unknown names are an InputError."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise InputError(f"config file {str(p)!r} not found")
         return p
-    candidate = _presets_dir() / f"{p.name}.yaml"
+    candidate = _presets_dir(folder) / f"{p.name}.yaml"
     if candidate.is_file() and str(p) == p.name:
         return candidate
-    raise InputError(
-        f"unknown preset {str(name_or_path)!r}; choose one of {', '.join(list_presets())} or a YAML path"
-    )
+    kind = f"{folder} preset" if folder else "preset"
+    names = ", ".join(list_presets(folder))
+    raise InputError(f"unknown {kind} {str(name_or_path)!r}; choose one of {names} or a YAML path")
 
 
 def _config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
@@ -341,11 +351,12 @@ def _config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list
     return keys
 
 
-def suggest_key(key: str) -> str | None:
-    """The known config key closest to ``key`` (difflib), or None: ``train.step`` -> ``train.steps``."""
+def suggest_key(key: str, schema: type[BaseModel] | None = None) -> str | None:
+    """The known key of ``schema`` (default :class:`Config`) closest to ``key`` (difflib), or None:
+    ``train.step`` -> ``train.steps``."""
     import difflib
 
-    keys = _config_keys()
+    keys = _config_keys(schema)
     leaf = key.rpartition(".")[2]
     same_leaf = [k for k in keys if k.rpartition(".")[2] == leaf]
     if len(same_leaf) == 1:  # the right key in the wrong section: model.lr -> train.lr
@@ -359,26 +370,32 @@ def suggest_key(key: str) -> str | None:
     return None
 
 
-def _format_validation_error(exc: ValidationError) -> str:
+def _format_validation_error(exc: ValidationError, schema: type[BaseModel], what: str) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-            near = suggest_key(loc)
+            near = suggest_key(loc, schema)
             if near is not None:
                 msg += f" (did you mean {near!r}?)"
         parts.append(f"{loc}: {msg}" if loc else msg)
-    return "invalid config: " + "; ".join(parts)
+    return f"invalid {what}: " + "; ".join(parts)
+
+
+def validate_as(schema: type[ConfigT], data: dict[str, Any], what: str = "config") -> ConfigT:
+    """Build a ``schema`` instance from a plain dict, turning validation errors into one-line InputErrors
+    (unknown keys get the nearest known key as a suggestion)."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_validation_error(exc, schema, what)) from None
 
 
 def validate(data: dict[str, Any]) -> Config:
     """Build a :class:`Config` from a plain dict, turning validation errors into one-line InputErrors."""
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(_format_validation_error(exc)) from None
+    return validate_as(Config, data)
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -423,7 +440,12 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
 
     ``name`` defaults to the preset name / file stem. Raises InputError on any problem.
     """
-    path = preset_path(name_or_path)
+    return validate(load_config_data(preset_path(name_or_path), overrides))
+
+
+def load_config_data(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """A config file as a dict (``name`` defaulting to its stem) with ``key=value`` overrides applied,
+    not yet validated. An unreadable, invalid, empty or non-mapping file is a one-line InputError."""
     text = read_text(path, what="config")
     try:
         data = yaml.safe_load(text)
@@ -435,8 +457,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     if not isinstance(data, dict):
         raise InputError(f"config {str(path)!r} must be a mapping at top level")
     data.setdefault("name", path.stem)
-    data = apply_overrides(data, parse_overrides(overrides))
-    return validate(data)
+    return apply_overrides(data, parse_overrides(overrides))
 
 
 def dump_config(cfg: Config) -> str:

@@ -14,15 +14,21 @@ Usage::
 from __future__ import annotations
 
 import math
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from icdl.config import ModelConfig, TrainConfig, apply_overrides, parse_overrides
-from icdl.errors import InputError
+from icdl.config import (
+    ModelConfig,
+    StrictConfig,
+    TrainConfig,
+    list_presets,
+    load_config_data,
+    preset_path,
+    validate_as,
+)
 
 __all__ = [
     "ScoreConfig",
@@ -34,11 +40,7 @@ __all__ = [
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ScoreTaskConfig(_Strict):
+class ScoreTaskConfig(StrictConfig):
     """Per-prompt Gaussian mixtures on a random ``latent_dim``-dimensional subspace of ``R^dim``.
 
     Every prompt draws its own data distribution (Chen et al. 2023's low-dimensional setting): an
@@ -85,7 +87,7 @@ class ScoreTaskConfig(_Strict):
         return self.dim
 
 
-class ScoreConfig(_Strict):
+class ScoreConfig(StrictConfig):
     """A complete score run: ``name``, ``task`` (:class:`ScoreTaskConfig`), ``model``, ``train``.
 
     ``train.curriculum`` is not supported (a one-line error if set).
@@ -108,56 +110,20 @@ class ScoreConfig(_Strict):
         return self
 
 
-def _presets_dir() -> Path:
-    return Path(str(resources.files("icdl") / "configs" / "score"))
-
-
 def list_score_presets() -> list[str]:
     """Names of the bundled score presets (``src/icdl/configs/score/*.yaml``)."""
-    return sorted(p.stem for p in _presets_dir().glob("*.yaml"))
-
-
-def _format(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "invalid score config: " + "; ".join(parts)
+    return list_presets("score")
 
 
 def validate_score_config(data: dict[str, Any]) -> ScoreConfig:
     """Build a :class:`ScoreConfig` from a dict; validation errors become one-line InputErrors."""
-    try:
-        return ScoreConfig.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(_format(exc)) from None
+    return validate_as(ScoreConfig, data, "score config")
 
 
 def load_score_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ScoreConfig:
-    """Load a score preset (by name) or YAML file, apply ``key=value`` overrides and validate."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise InputError(f"config file {str(p)!r} not found")
-        path = p
-    else:
-        path = _presets_dir() / f"{p.name}.yaml"
-        if str(p) != p.name or not path.is_file():
-            raise InputError(
-                f"unknown score preset {str(name_or_path)!r}; choose one of "
-                f"{', '.join(list_score_presets())} or a YAML path"
-            )
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"cannot read config {str(path)!r}: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"config {str(path)!r} must be a mapping at top level")
-    data.setdefault("name", path.stem)
-    return validate_score_config(apply_overrides(data, parse_overrides(overrides)))
+    """Load a score preset (by name) or YAML file, apply ``key=value`` overrides and validate (the same
+    file checks as :func:`icdl.config.load_config`)."""
+    return validate_score_config(load_config_data(preset_path(name_or_path, "score"), overrides))
 
 
 def dump_score_config(cfg: ScoreConfig) -> str:
