@@ -8,10 +8,9 @@ token**, placed before the n + 1 data tokens. The prompt is
   identity ``e_k`` (width ``n_j``), the flag ``ROW_j`` = 1 says "a row of layer j" (the token type);
   everything else is 0, in particular ``ONE`` and ``T``;
 * n example tokens and the query (last), as in the paper's layout but without W: X, Y, the scratch slots
-  P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), S_j (s(j), only for
-  layers whose r' is not the exact relu' step), ONE = 1 and T.
+  P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), ONE = 1 and T.
 
-so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for ReLU networks (:func:`icdl.theory.rows_embedding_dim`).
+so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation (:func:`icdl.theory.rows_embedding_dim`).
 
 One GD step, re-routed through cross-token attention (:class:`RowAttention`, unnormalised: Definition 7
 with the 1/T factor folded into the value weights):
@@ -22,18 +21,30 @@ with the 1/T factor folded into the value weights):
    row's identity names. Other tokens score exactly 0.
 2. the loss MLP (Lemma 4) with the query gate, as in the paper: G = u.
 3. ``B_j`` (Lemma 5 re-routed), j = N-1..1: ``z_j = V_{j+1}^T s(j+1)`` as attention from the data tokens
-   to the row tokens of layer j+1, two heads ``σ = ±1`` with score ``σ s_i(j+1)[k]`` and value
-   ``σ v_{j+1,k} -> Z_j``. The product ``s(j+1) = r'(j+1) ⊙ z_{j+1}`` (``z_N = u``) is taken *inside the
-   score* when r' is the exact 0/1 relu' step: ``σ z[k] + C r'[k] - C`` (the gate terms are summed first,
-   so they cancel exactly when r' = 1 and switch the head off when r' = 0). For other activations an EWML
-   sublayer ``M_j`` (Definition 6) first writes ``s(j) = r'(j) ⊙ z_j`` into S_j.
+   to the row tokens of layer j+1. The product ``s(j+1) = r'(j+1) ⊙ z_{j+1}`` (``z_N = u``) is never
+   stored: it is taken *inside the scores* (key: the one-hot ``ID_{j+1}``, so the score of row (j+1, k)
+   reads coordinate k of the query's slots):
+
+   * ReLU layers, r' the exact 0/1 step: two heads ``σ = ±1``, score ``C r'[k] - C + σ z[k]`` (the gate
+     terms are summed first, so they cancel exactly when r' = 1 and switch the head off when r' = 0),
+     value ``σ v_{j+1,k}``;
+   * smooth layers (sigmoid, tanh, softplus: r' a fitted sum): one head per unit m of the two-argument
+     ReLU sum ``r' z ~ sum_m w_m relu(a_m r' + b_m + c_m z)`` (:func:`derivative_product`: polarisation
+     ``ab = ((a+b)^2 - (a-b)^2)/4``, each square a 1-D ReLU sum, as Lemma 2 puts a ReLU sum into the
+     scores), score ``a_m r'[k] + b_m + c_m z[k]``, value ``w_m v_{j+1,k}``. The units come in pairs that
+     differ only in the sign of ``c_m`` and ``w_m``, so where z is exactly 0 (the query: its u is gated
+     off) both heads of a pair get the same score and the product is an exact 0;
+   * linear layers (r' = 1): two heads ``σ = ±1``, score ``σ z[k]``.
 4. the update ``U``: every row token (j, k) gathers ``-η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)`` from the data
-   tokens (two heads per layer, the same gated score) into its ``V_j`` — once per row, not once per token.
+   tokens into its ``V_j`` — once per row, not once per token — with the same heads in the reverse
+   direction (the row token queries with ``ID_j``, the data tokens answer with their r', z and ONE, value
+   ``p_i(j-1)``).
 5. the projection / clean-up MLP (box clip of every V_j coordinate, scratch zeroed).
 
-``F_1..F_N``, loss, ``B_{N-1}..B_1``, U, project: **2N + 2** sublayers per step for ReLU networks (plus one
-EWML per layer whose derivative is not the 0/1 step: 3N + 2 for sigmoid networks). The readout is the
-paper's: ``F_1..F_N`` (r only) and the readout MLP.
+``F_1..F_N``, loss, ``B_{N-1}..B_1``, U, project: **2N + 2** sublayers per step for every activation. For
+ReLU (and linear) layers the step is exact; for smooth layers each product has sup error ``<= eps`` while
+``|z| <= radius`` (the configuration's range of the fitted sums; outside it the error grows like the squared
+excess). The readout is the paper's: ``F_1..F_N`` (r only) and the readout MLP.
 """
 
 from __future__ import annotations
@@ -689,7 +700,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
 VARIANT = register(
     Variant(
         name="rows",
-        summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step (ReLU)",
+        summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step",
         layout=rows_layout,
         block=build_block,
         readout=build_readout,
