@@ -205,16 +205,15 @@ def embedding_dim_leading_terms(spec: NetSpec) -> int:
 
 def rows_embedding_dim(spec: NetSpec) -> int:
     """Token width of the row-token construction (``--variant rows``, docs/construction.md, "Weights in
-    their own tokens"), linear in K:
+    their own tokens"), linear in K and the same for every activation:
 
-    ``D = d_x + d_y + 2 U + d_y + (U - d_y) + sum_{j: r != relu} n_j + 2 + (d_x + U - d_y) + U + N``
-    with ``U = sum_j n_j = (N-1)K + d_y``: data slots X, Y, P_j, R_j, G, Z_j (j < N), S_j (only where r'
-    is not the exact relu' step), ONE, T; row slots V_j (``n_{j-1}``), ID_j (``n_j``), ROW_j (1). For ReLU
-    networks ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2``.
+    ``D = d_x + d_y + 2 U + d_y + (U - d_y) + 2 + (d_x + U - d_y) + U + N``
+    with ``U = sum_j n_j = (N-1)K + d_y``: data slots X, Y, P_j, R_j, G, Z_j (j < N), ONE, T; row slots
+    V_j (``n_{j-1}``), ID_j (``n_j``), ROW_j (1); i.e. ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2``. The
+    deltas s(j) get no slot: ``r' ⊙ z`` is formed inside the backward and update scores.
     """
     U, N, dx, dy = spec.num_units, spec.depth, spec.in_dim, spec.out_dim
-    s_slots = _non_relu_units(spec)
-    return dx + dy + 2 * U + dy + (U - dy) + s_slots + 2 + (dx + U - dy) + U + N
+    return dx + dy + 2 * U + dy + (U - dy) + 2 + (dx + U - dy) + U + N
 
 
 def rows_tokens(spec: NetSpec, examples: int) -> int:
@@ -224,17 +223,9 @@ def rows_tokens(spec: NetSpec, examples: int) -> int:
 
 def rows_sublayers_per_step(spec: NetSpec) -> int:
     """Sublayers per GD step of the row-token construction: ``2N + 2`` (F_1..F_N, loss, B_{N-1}..B_1,
-    update, projection), plus one EWML product per layer whose activation is not ReLU."""
-    N = spec.depth
-    hidden_smooth = spec.act.name != "relu"  # layers 1..N-1 share the activation; layer N may be linear
-    return 2 * N + 2 + (N - 1) * hidden_smooth + (spec.layer_act(N).name != "relu")
-
-
-def _non_relu_units(spec: NetSpec) -> int:
-    """``sum_{j: r_j != relu} n_j`` in closed form (layers 1..N-1 share one activation)."""
-    N = spec.depth
-    hidden = (N - 1) * spec.width if spec.act.name != "relu" else 0
-    return hidden + (spec.out_dim if spec.layer_act(N).name != "relu" else 0)
+    update, projection) for every activation: ``r' ⊙ z`` is taken inside the backward and update scores
+    (a 0/1 gate for ReLU, a two-argument ReLU sum of the product for smooth activations)."""
+    return 2 * spec.depth + 2
 
 
 # --------------------------------------------------------------------------------------------------

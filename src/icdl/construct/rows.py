@@ -8,10 +8,9 @@ token**, placed before the n + 1 data tokens. The prompt is
   identity ``e_k`` (width ``n_j``), the flag ``ROW_j`` = 1 says "a row of layer j" (the token type);
   everything else is 0, in particular ``ONE`` and ``T``;
 * n example tokens and the query (last), as in the paper's layout but without W: X, Y, the scratch slots
-  P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), S_j (s(j), only for
-  layers whose r' is not the exact relu' step), ONE = 1 and T.
+  P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), ONE = 1 and T.
 
-so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for ReLU networks (:func:`icdl.theory.rows_embedding_dim`).
+so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation (:func:`icdl.theory.rows_embedding_dim`).
 
 One GD step, re-routed through cross-token attention (:class:`RowAttention`, unnormalised: Definition 7
 with the 1/T factor folded into the value weights):
@@ -22,18 +21,30 @@ with the 1/T factor folded into the value weights):
    row's identity names. Other tokens score exactly 0.
 2. the loss MLP (Lemma 4) with the query gate, as in the paper: G = u.
 3. ``B_j`` (Lemma 5 re-routed), j = N-1..1: ``z_j = V_{j+1}^T s(j+1)`` as attention from the data tokens
-   to the row tokens of layer j+1, two heads ``σ = ±1`` with score ``σ s_i(j+1)[k]`` and value
-   ``σ v_{j+1,k} -> Z_j``. The product ``s(j+1) = r'(j+1) ⊙ z_{j+1}`` (``z_N = u``) is taken *inside the
-   score* when r' is the exact 0/1 relu' step: ``σ z[k] + C r'[k] - C`` (the gate terms are summed first,
-   so they cancel exactly when r' = 1 and switch the head off when r' = 0). For other activations an EWML
-   sublayer ``M_j`` (Definition 6) first writes ``s(j) = r'(j) ⊙ z_j`` into S_j.
+   to the row tokens of layer j+1. The product ``s(j+1) = r'(j+1) ⊙ z_{j+1}`` (``z_N = u``) is never
+   stored: it is taken *inside the scores* (key: the one-hot ``ID_{j+1}``, so the score of row (j+1, k)
+   reads coordinate k of the query's slots):
+
+   * ReLU layers, r' the exact 0/1 step: two heads ``σ = ±1``, score ``C r'[k] - C + σ z[k]`` (the gate
+     terms are summed first, so they cancel exactly when r' = 1 and switch the head off when r' = 0),
+     value ``σ v_{j+1,k}``;
+   * smooth layers (sigmoid, tanh, softplus: r' a fitted sum): one head per unit m of the two-argument
+     ReLU sum ``r' z ~ sum_m w_m relu(a_m r' + b_m + c_m z)`` (:func:`derivative_product`: polarisation
+     ``ab = ((a+b)^2 - (a-b)^2)/4``, each square a 1-D ReLU sum, as Lemma 2 puts a ReLU sum into the
+     scores), score ``a_m r'[k] + b_m + c_m z[k]``, value ``w_m v_{j+1,k}``. The units come in pairs that
+     differ only in the sign of ``c_m`` and ``w_m``, so where z is exactly 0 (the query: its u is gated
+     off) both heads of a pair get the same score and the product is an exact 0;
+   * linear layers (r' = 1): two heads ``σ = ±1``, score ``σ z[k]``.
 4. the update ``U``: every row token (j, k) gathers ``-η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)`` from the data
-   tokens (two heads per layer, the same gated score) into its ``V_j`` — once per row, not once per token.
+   tokens into its ``V_j`` — once per row, not once per token — with the same heads in the reverse
+   direction (the row token queries with ``ID_j``, the data tokens answer with their r', z and ONE, value
+   ``p_i(j-1)``).
 5. the projection / clean-up MLP (box clip of every V_j coordinate, scratch zeroed).
 
-``F_1..F_N``, loss, ``B_{N-1}..B_1``, U, project: **2N + 2** sublayers per step for ReLU networks (plus one
-EWML per layer whose derivative is not the 0/1 step: 3N + 2 for sigmoid networks). The readout is the
-paper's: ``F_1..F_N`` (r only) and the readout MLP.
+``F_1..F_N``, loss, ``B_{N-1}..B_1``, U, project: **2N + 2** sublayers per step for every activation. For
+ReLU (and linear) layers the step is exact; for smooth layers each product has sup error ``<= eps`` while
+``|z| <= radius`` (the configuration's range of the fitted sums; outside it the error grows like the squared
+excess). The readout is the paper's: ``F_1..F_N`` (r only) and the readout MLP.
 """
 
 from __future__ import annotations
@@ -48,15 +59,16 @@ from icdl.construct import blocks
 from icdl.construct.blocks import BuildContext
 from icdl.construct.contract import Expect
 from icdl.construct.layers import (
-    HeadTable,
     ReLUAttention,
     ReLUMLP,
     Role,
     Sublayer,
 )
 from icdl.construct.layout import SCRATCH, Layout
+from icdl.construct.products import ProductTerms, product_terms
+from icdl.construct.terms import Terms
 from icdl.construct.variants import Variant, register
-from icdl.nets import NetSpec, unflatten
+from icdl.nets import NetSpec, project, unflatten
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -76,6 +88,41 @@ ROWS_SCRATCH = (*SCRATCH, "Z")
 def gated(spec: NetSpec, j: int) -> bool:
     """Whether layer j's r' is the exact 0/1 relu' step, so that ``r' ⊙ z`` can be taken inside a score."""
     return spec.layer_act(j).name == "relu"
+
+
+def unit_derivative(spec: NetSpec, j: int) -> bool:
+    """Whether layer j's r' is exactly 1 (a linear layer): ``s(j) = z_j``, no product needed."""
+    return spec.layer_act(j).name == "identity"
+
+
+def smooth(spec: NetSpec, j: int) -> bool:
+    """Whether layer j's r' is a fitted sum (sigmoid, tanh, softplus ...): ``r' ⊙ z`` is taken inside the
+    scores as a two-argument sum of ReLUs (:func:`derivative_product`)."""
+    return not (gated(spec, j) or unit_derivative(spec, j))
+
+
+def derivative_product(spec: NetSpec, j: int, r_prime: Terms, *, eps: float, radius: float) -> ProductTerms:
+    """The ReLU sum of ``r'[k] z[k]`` for a smooth layer j (polarisation, each square a 1-D ReLU sum:
+    :class:`~icdl.construct.products.ProductTerms`, sup error ``h^2/16 <= eps``) on ``|r'| <= L_r + e'``
+    (``L_r = max |r'|``, e' the sup error of the fitted r' sum) and ``|z| <= radius``; the backward and
+    update heads of layer j put it in their scores, one head per unit."""
+    return product_terms(spec.layer_act(j).lipschitz + r_prime.sup_error, radius, eps)
+
+
+def product_units(prod: ProductTerms) -> list[tuple[float, float, float, float]]:
+    """The units ``(coef of r', coef of z, bias, weight)`` of ``prod`` in stored order: (u, v) pairs with
+    equal r' coefficient and bias, opposite z coefficient and weight."""
+    return prod.units()
+
+
+def eval_product(prod: ProductTerms, r: Tensor, z: Tensor) -> Tensor:
+    """``sum_m w_m relu((a_m r' + b_m) + c_m z)`` elementwise, unit by unit in stored order and each
+    pre-activation rounded as the heads' scores are (``a r' + b`` is one part, ``c z`` the next): the
+    surrogate the smooth rows sublayers compute. Exactly 0 where z is exactly 0 (the pairs cancel)."""
+    out = torch.zeros(torch.broadcast_shapes(r.shape, z.shape), dtype=z.dtype)
+    for ar, az, b, w in product_units(prod):
+        out = out + w * torch.relu((ar * r + b) + az * z)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,7 +176,7 @@ class RowsLayout(Layout):
 
 
 def rows_layout(spec: NetSpec) -> RowsLayout:
-    """Slots X, Y, P_1..P_N, R_1..R_N, G, Z_1..Z_{N-1}, S_j (non-0/1 r' only), ONE, T (data tokens) and
+    """Slots X, Y, P_1..P_N, R_1..R_N, G, Z_1..Z_{N-1}, ONE, T (data tokens) and
     V_1..V_N, ID_1..ID_N, ROW_1..ROW_N (row tokens)."""
     n, N = spec.widths, spec.depth
     groups: list[tuple[str, int | None, int]] = [("X", None, spec.in_dim), ("Y", None, spec.out_dim)]
@@ -137,7 +184,6 @@ def rows_layout(spec: NetSpec) -> RowsLayout:
     groups += [("R", j, n[j]) for j in range(1, N + 1)]
     groups.append(("G", None, spec.out_dim))
     groups += [("Z", j, n[j]) for j in range(1, N)]
-    groups += [("S", j, n[j]) for j in range(1, N + 1) if not gated(spec, j)]
     groups += [("ONE", None, 1), ("T", None, 1)]
     groups += [("V", j, n[j - 1]) for j in range(1, N + 1)]
     groups += [("ID", j, n[j]) for j in range(1, N + 1)]
@@ -409,71 +455,77 @@ def forward_layer(ctx: BuildContext, j: int, *, derivative: bool) -> RowAttentio
     return _attention(ctx, heads, role, _data(ctx), _rows_of(ctx, j))
 
 
-def _delta_score(ctx: BuildContext, j: int, sigma: float, *, data_queries: bool) -> list[Any]:
-    """Score parts giving ``σ s_i(j)[k]`` between data token i and row token (j, k).
+def _delta_score(
+    ctx: BuildContext, j: int, head: tuple[float, float, float], *, data_queries: bool
+) -> list[Any]:
+    """Score parts between data token i and row token (j, k) for one head ``(g, b, σ)``: a first part
+    ``g R_j[k] + b`` (``[g r'_i, b ONE_i]`` against ``[ID_j, ROW_j]``; two non-zero summands, so it is
+    exact in any order), then ``σ z_i[k]`` (z = G for j = N, else Z_j, against ``ID_j``).
 
-    Gated (0/1 r'): parts ``[C r'_i, -C ONE_i]`` against ``[ID_j, ROW_j]``, then ``σ z_i`` against ``ID_j``
-    (z = G for j = N, else Z_j); otherwise ``σ S_j`` against ``ID_j``. ``data_queries`` puts the data side
-    in Q (backward layers), else in K (the update).
+    * gated (0/1 r'): ``(C, -C, ±1)``: the gate part is 0 (r' = 1) or -C (r' = 0, head off), so the pair
+      ``σ = ±1`` gives ``s_i(j)[k] = r'[k] z[k]`` exactly;
+    * smooth r': one head per unit of :func:`derivative_product`, ``(a_m, b_m, c_m)``:
+      ``relu(a_m r'[k] + b_m + c_m z[k])``;
+    * r' = 1 (linear layer): ``(0, 0, ±1)``, no first part.
+
+    ``data_queries`` puts the data side in Q (backward layers), else in K (the update).
     """
+    g, bias, sigma = head
     L = ctx.layout
     ident = _idx(L, "ID", j)
     ones = _full(ident.numel(), 1.0)
-    if gated(ctx.spec, j):
-        C = ctx.gate
-        z = _idx(L, *_rows_layout(L).z_source(j))
-        # The gate part sums {C or 0, -C, exact zeros}: exact in any order, so it is one matmul.
-        gate_q = torch.cat([_idx(L, "R", j), torch.tensor([L.index("ONE")])])
-        gate_k = torch.cat([ident, torch.tensor([L.index("ROW", j)])])
-        gate_c = torch.cat([_full(ident.numel(), C), _full(1, -C)])
-        data = [(gate_q, gate_c), (z, _full(ident.numel(), sigma))]
-        rows = [(gate_k, _full(ident.numel() + 1, 1.0)), (ident, ones)]
-    else:
-        # An empty gate part (padding only, an exact 0) keeps the two-part shape of the gated heads,
+    z = _idx(L, *_rows_layout(L).z_source(j))
+    if g == 0.0 and bias == 0.0:
+        # An empty first part (padding only, an exact 0) keeps the two-part shape of the other heads,
         # which may share the update sublayer with these.
-        empty = (torch.zeros(0, dtype=torch.long), _full(0, 0.0))
-        data = [empty, (_idx(L, "S", j), _full(ident.numel(), sigma))]
-        rows = [empty, (ident, ones)]
+        first_d = first_r = (torch.zeros(0, dtype=torch.long), _full(0, 0.0))
+    else:
+        first_d = (
+            torch.cat([_idx(L, "R", j), torch.tensor([L.index("ONE")])]),
+            torch.cat([_full(ident.numel(), g), _full(1, bias)]),
+        )
+        first_r = (torch.cat([ident, torch.tensor([L.index("ROW", j)])]), _full(ident.numel() + 1, 1.0))
+    data = [first_d, (z, _full(ident.numel(), sigma))]
+    rows = [first_r, (ident, ones)]
     if data_queries:
         return [(*d, *r) for d, r in zip(data, rows, strict=True)]
     # Row tokens query: move the coefficients to the row side (the score is the same product).
     return [(r[0], d[1], d[0], r[1]) for d, r in zip(data, rows, strict=True)]
 
 
+def _delta_heads(ctx: BuildContext, j: int) -> list[tuple[tuple[float, float, float], float]]:
+    """Per head of a score ``~ s_i(j)[k]``: its score coefficients ``(g, b, σ)`` (see :func:`_delta_score`)
+    and the weight its value is multiplied with, so that ``sum_heads weight relu(score) = s_i(j)[k]``
+    (exactly for gated and linear layers, up to the product's sup error for smooth ones)."""
+    if gated(ctx.spec, j):
+        return [((ctx.gate, -ctx.gate, sigma), sigma) for sigma in (1.0, -1.0)]
+    if unit_derivative(ctx.spec, j):
+        return [((0.0, 0.0, sigma), sigma) for sigma in (1.0, -1.0)]
+    prod = derivative_product(ctx.spec, j, ctx.r_prime[j - 1], eps=ctx.eps, radius=ctx.radius)
+    return [((ar, b, az), w) for ar, az, b, w in product_units(prod)]
+
+
 def backward_layer(ctx: BuildContext, j: int) -> RowAttention:
     """B_j (Lemma 5, (C.15) re-routed), j < N: ``z_j = V_{j+1}^T s(j+1)`` as attention from the data
-    tokens to the row tokens of layer j+1: heads ``σ = ±1``, score ``σ s_i(j+1)[k]``, value
-    ``σ v_{j+1,k} -> Z_j``."""
+    tokens to the row tokens of layer j+1: per head of :func:`_delta_heads` (``σ = ±1`` for ReLU layers,
+    one per product unit for smooth ones) the score ``~ s_i(j+1)[k]`` and the value
+    ``weight v_{j+1,k} -> Z_j``."""
     L = ctx.layout
     src, dst = _idx(L, "V", j + 1), _idx(L, "Z", j)
     heads = [
-        (_delta_score(ctx, j + 1, sigma, data_queries=True), (src, dst, _full(dst.numel(), sigma)))
-        for sigma in (1.0, -1.0)
+        (_delta_score(ctx, j + 1, head, data_queries=True), (src, dst, _full(dst.numel(), w)))
+        for head, w in _delta_heads(ctx, j + 1)
     ]
     return _attention(
         ctx, heads, Role("backward", "Lemma 5 (row tokens)", j), _data(ctx), _rows_of(ctx, j + 1)
     )
 
 
-def product_layer(ctx: BuildContext, j: int) -> Sublayer:
-    """M_j (Definition 6): ``S_j[k] = R_j[k] z_j[k]`` (z = G for j = N, else Z_j), for layers whose r' is
-    not the 0/1 step."""
-    L = ctx.layout
-    heads = HeadTable()
-    name, layer = _rows_layout(L).z_source(j)
-    for k in range(ctx.spec.widths[j]):
-        heads.add(
-            q=[(L.index("R", j, k), 1.0)],
-            k=[(L.index(name, layer, k), 1.0)],
-            v=[(L.index("ONE"), L.index("S", j, k), 1.0)],
-        )
-    return ctx.ewml(heads, Role("product", "Definition 6, eq. (3.6)", j))
-
-
 def update_layer(ctx: BuildContext) -> RowAttention:
-    """U ((C.16) re-routed): per layer j and ``σ = ±1``, row token (j, k) queries the data tokens with score
-    ``σ s_i(j)[k]`` and value ``-σ η/(2n) p_i(j-1) -> V_j``: ``v_jk -= η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)``.
-    The query's s is 0 (its u is gated off), so it adds nothing."""
+    """U ((C.16) re-routed): per layer j and head of :func:`_delta_heads`, row token (j, k) queries the data
+    tokens with the score ``~ s_i(j)[k]`` and value ``-weight η/(2n) p_i(j-1) -> V_j``:
+    ``v_jk -= η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)``. The query's s is 0 (its u is gated off, and every
+    product of an exact 0 is an exact 0), so it adds nothing."""
     L = ctx.layout
     scale = ctx.lr / (2 * ctx.n)
     heads: list[Any] = []
@@ -481,9 +533,9 @@ def update_layer(ctx: BuildContext) -> RowAttention:
     for j in range(1, ctx.spec.depth + 1):
         src, dst = _p_idx(L, j - 1), _idx(L, "V", j)
         first = len(heads)
-        for sigma in (1.0, -1.0):
-            score = _delta_score(ctx, j, sigma, data_queries=False)
-            heads.append((score, (src, dst, _full(dst.numel(), -sigma * scale))))
+        for head, w in _delta_heads(ctx, j):
+            score = _delta_score(ctx, j, head, data_queries=False)
+            heads.append((score, (src, dst, _full(dst.numel(), -w * scale))))
         groups.append((first, len(heads), *_rows_of(ctx, j), *_data(ctx)))  # layer j's rows query
     role = Role("update", "eq. (C.16) (row tokens)")
     return _attention(ctx, heads, role, (0, L.prefix_tokens), _data(ctx), groups)
@@ -532,16 +584,12 @@ def project_layer(ctx: BuildContext) -> RowMLP:
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:
-    """F_1..F_N (with r'), loss, [M_N], B_{N-1}, [M_{N-1}], ..., B_1, [M_1], U, project: 2N+2 sublayers
-    for ReLU networks (M_j only where r' is not the 0/1 step)."""
+    """F_1..F_N (with r'), loss, B_{N-1}, ..., B_1, U, project: 2N+2 sublayers for every activation (the
+    products ``r' ⊙ z`` are taken inside the scores of B_j and U)."""
     N = ctx.spec.depth
     out: list[Sublayer] = [forward_layer(ctx, j, derivative=True) for j in range(1, N + 1)]
     out.append(_on(ctx, blocks.loss_layer(ctx), _data(ctx)))
-    for j in range(N, 0, -1):
-        if not gated(ctx.spec, j):
-            out.append(product_layer(ctx, j))
-        if j > 1:
-            out.append(backward_layer(ctx, j - 1))
+    out += [backward_layer(ctx, j) for j in range(N - 1, 0, -1)]
     out.append(update_layer(ctx))
     out.append(project_layer(ctx))
     return out
@@ -559,27 +607,70 @@ def build_readout(ctx: BuildContext) -> list[Sublayer]:
 # --------------------------------------------------------------------------------------------------
 
 
+def _deltas(ref: Any) -> list[Tensor]:
+    """The deltas ``s(1..N)`` (T, n_j) the construction forms at the reference's weights and prompt: the
+    exact ``r' ⊙ z`` for ReLU and linear layers (what ``ref.sur.s`` holds), the surrogate products of
+    :func:`derivative_product` (:func:`eval_product`) for smooth layers; computed once per GD step."""
+    out = ref.cache.get("rows_deltas")
+    if out is not None:
+        return out
+    spec, cfg, sur = ref.model.spec, ref.model.config, ref.sur
+    if not any(smooth(spec, j) for j in range(1, spec.depth + 1)):
+        out = list(sur.s)
+    else:
+        Vs = unflatten(spec, ref.w)
+        out = [torch.empty(0)] * spec.depth
+        z = sur.u
+        for j in range(spec.depth, 0, -1):
+            if smooth(spec, j):
+                prod = derivative_product(
+                    spec, j, ref.model.terms.r_prime[j - 1], eps=cfg.eps, radius=cfg.radius
+                )
+                out[j - 1] = eval_product(prod, sur.r_prime[j - 1], z)
+            else:
+                out[j - 1] = sur.r_prime[j - 1] * z
+            if j > 1:
+                z = out[j - 1] @ Vs[j - 1]  # z_{j-1} = V_j^T s(j)
+    ref.cache["rows_deltas"] = out
+    return out
+
+
+def _stepped(ref: Any, box: float | None) -> Tensor:
+    """``Proj(w - η ∇̄)`` with ``∇̄ = (1/(2n)) sum_examples s_i(j) p_i(j-1)^T`` built from :func:`_deltas`
+    (``ref.sur.grad`` itself where every delta is the exact one)."""
+    spec = ref.model.spec
+    if not any(smooth(spec, j) for j in range(1, spec.depth + 1)):
+        grad = ref.sur.grad
+    else:
+        t, s, p = ref.t, _deltas(ref), ref.sur.p
+        n = float(t.sum())
+        grad = torch.cat([((s[j] * t[:, None]).T @ p[j]).reshape(-1) for j in range(spec.depth)]) / (2 * n)
+    w = ref.w - ref.lr * grad
+    return w if box is None else project(w, box)
+
+
 def _z(j: int) -> Callable[[Any], Tensor]:
     def z(ref: Any) -> Tensor:
         V = unflatten(ref.model.spec, ref.w)[j]  # V_{j+1}, (n_{j+1}, n_j)
-        return ref.sur.s[j] @ V
+        return _deltas(ref)[j] @ V
 
     z.__name__ = f"z({j}) = V_{j + 1}^T s({j + 1})"
     return z
 
 
-def _rows(layout: RowsLayout, j: int, quantity: str) -> Callable[[Any], Tensor]:
+def _rows(layout: RowsLayout, j: int, projected: bool) -> Callable[[Any], Tensor]:
     def rows(ref: Any) -> Tensor:
-        w = ref.value(Expect("W", quantity))[0]
+        w = _stepped(ref, ref.box if projected else None)
         return layout.row_values(w, j, w.dtype)
 
-    rows.__name__ = f"{quantity} rows of V_{j}"
+    rows.__name__ = f"{'Proj(w - eta grad)' if projected else 'w - eta grad'} rows of V_{j}"
     return rows
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     """What must hold after each sublayer (``tokens="data"``: the n + 1 data tokens; ``"prefix"``: the row
-    tokens)."""
+    tokens). Z_j and the updated rows are checked against the construction's own deltas (:func:`_deltas`:
+    exact for ReLU and linear layers, the surrogate products for smooth ones)."""
     assert isinstance(layout, RowsLayout)
     N = layout.spec.depth
     j = info.layer
@@ -589,18 +680,16 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
         return [Expect(f"P_{j}", "p", j, tokens="data")]
     if info.role == "loss":
         return [Expect("G", "u", tokens="data")]
-    if info.role == "product":
-        return [Expect(f"S_{j}", "s", j, tokens="data")]
     if info.role == "backward":
         assert j is not None
         return [Expect(f"Z_{j}", _z(j), tokens="data")]
     if info.role == "update":
         return [
-            Expect(f"V_{i}", _rows(layout, i, "w_step"), tokens="prefix", applied_step=True)
+            Expect(f"V_{i}", _rows(layout, i, False), tokens="prefix", applied_step=True)
             for i in range(1, N + 1)
         ]
     if info.role == "project":
-        return [Expect(f"V_{i}", _rows(layout, i, "w"), tokens="prefix") for i in range(1, N + 1)] + [
+        return [Expect(f"V_{i}", _rows(layout, i, True), tokens="prefix") for i in range(1, N + 1)] + [
             Expect(s.label, "zero") for s in layout.scratch_slots()
         ]
     if info.role == "readout":
@@ -611,7 +700,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
 VARIANT = register(
     Variant(
         name="rows",
-        summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step (ReLU)",
+        summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step",
         layout=rows_layout,
         block=build_block,
         readout=build_readout,
