@@ -126,6 +126,20 @@ def test_mlp_matches_definition_8() -> None:
     assert torch.equal(small(H), layer(H))
 
 
+def test_mlp_plan_follows_in_place_table_edits() -> None:
+    """The cached gather/scatter plan is rebuilt when a table is edited in place (ablations, tests)."""
+    units = UnitTable()
+    units.add([(0, 1.0), (1, -2.0)], [(2, 3.0), (0, 1.0)])
+    layer = ReLUMLP(units.tensors(), 3)
+    H = torch.tensor([[[1.0, -1.0, 0.5], [2.0, 4.0, 0.0]]], dtype=torch.float64)
+    before = layer(H)
+    layer.w2_coef.mul_(2.0)
+    W1, W2 = layer.dense()
+    assert torch.equal(layer(H), H + torch.relu(H @ W1.t()) @ W2.t())
+    assert not torch.equal(layer(H), before)
+    assert torch.equal(layer(H[:, :1]), H[:, :1] + torch.relu(H[:, :1] @ W1.t()) @ W2.t())  # other shape
+
+
 def test_mlp_accumulates_reads_in_order() -> None:
     """The gate pattern of Lemma 4: (-C) + C + x is exact because the two large reads come first."""
     units = UnitTable()

@@ -40,9 +40,9 @@ All modules work in any floating dtype; use float64 to verify constructions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -310,6 +310,23 @@ class Sublayer(nn.Module):
         """Non-zero coefficients = non-zero entries of the equivalent dense matrices."""
         return sum(int((t != 0).sum()) for t in self.coefficient_tables())
 
+    def coefficient_and_index_tables(self) -> list[Tensor]:
+        """Every table, in ``TABLES`` order."""
+        return [getattr(self, n) for n in self.TABLES]
+
+    def cached_plan(self, H: Tensor, build: Callable[[], Any]) -> Any:
+        """``build()``, cached per prompt batch size, length, dtype and device; rebuilt when a table was
+        modified in place (its version counter moved), so edited or ablated tables are always honoured.
+        The cache is not part of ``state_dict``."""
+        B, T = H.shape[:2]
+        versions = tuple(t._version for t in self.coefficient_and_index_tables())
+        key = (B, T, H.dtype, H.device, versions)
+        cache: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_plans", {})
+        if key not in cache:
+            cache.clear()
+            cache[key] = build()
+        return cache[key]
+
 
 class _HeadSublayer(Sublayer):
     TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
@@ -561,6 +578,64 @@ class EWML(_HeadSublayer):
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
 
 
+@dataclass(frozen=True)
+class _MLPPlan:
+    """Flat indices into ``H.reshape(-1)`` for every (unit, token) pair an MLP evaluates, built once per
+    prompt shape: ``read_idx``/``read_coef`` of shape ``(r, pairs)`` (read c of every pair), ``write_idx``/
+    ``write_coef`` of shape ``(pairs, o)``. Pairs are ordered group by group, then (batch, token, unit), so
+    for every (token, coordinate) the writes are scattered in (group, unit, write) order."""
+
+    read_idx: Tensor
+    read_coef: Tensor
+    write_idx: Tensor
+    write_coef: Tensor
+
+    @staticmethod
+    def build(
+        w1_idx: Tensor,
+        w1_coef: Tensor,
+        w2_dst: Tensor,
+        w2_coef: Tensor,
+        groups: Sequence[tuple[slice, slice]],
+        H: Tensor,
+        max_elems: int,
+    ) -> _MLPPlan | None:
+        B, T, D = H.shape
+        r, o = w1_idx.shape[1], w2_dst.shape[1]
+        sizes = [len(range(w1_idx.shape[0])[us]) * len(range(T)[ts]) for us, ts in groups]
+        if B * sum(sizes) * (r + o) > max_elems:
+            return None
+        dev, dt = H.device, H.dtype
+        base = torch.arange(B, device=dev) * (T * D)
+        ri, rc, wi, wc = [], [], [], []
+        for us, ts in groups:
+            tok = torch.arange(T, device=dev)[ts]
+            start = (base[:, None] + tok[None, :] * D)[:, :, None]  # (B, Tg, 1)
+            idx1, c1 = w1_idx[us].to(dev), w1_coef[us].to(device=dev, dtype=dt)
+            U = idx1.shape[0]
+            ri.append((start[None] + idx1.t()[:, None, None, :]).reshape(r, -1))  # (r, B*Tg*U)
+            rc.append(c1.t()[:, None, None, :].expand(r, B, tok.numel(), U).reshape(r, -1))
+            idx2, c2 = w2_dst[us].to(dev), w2_coef[us].to(device=dev, dtype=dt)
+            wi.append((start[..., None] + idx2[None, None]).reshape(-1, o))  # (B*Tg*U, o)
+            wc.append(c2[None, None].expand(B, tok.numel(), U, o).reshape(-1, o))
+        return _MLPPlan(
+            torch.cat(ri, 1).contiguous(),
+            torch.cat(rc, 1).contiguous(),
+            torch.cat(wi).reshape(-1),
+            torch.cat(wc).contiguous(),
+        )
+
+    def values(self, H: Tensor) -> Tensor:
+        """``W_2 relu(W_1 h)`` entries, flat, aligned with ``write_idx``: reads multiplied by their
+        coefficients and added in stored order, as in the chunked path."""
+        r = self.read_idx.shape[0]
+        g = H.reshape(-1).index_select(0, self.read_idx.view(-1)).view(r, -1) * self.read_coef
+        pre = g[0]
+        for c in range(1, r):
+            pre = pre + g[c]
+        return (torch.relu(pre)[:, None] * self.write_coef).view(-1)
+
+
 class ReLUMLP(Sublayer):
     """Bias-free token-wise ReLU MLP with compact tables, Definition 8: ``out = H + W_2 relu(W_1 H)``.
 
@@ -603,8 +678,32 @@ class ReLUMLP(Sublayer):
     def _write_coords(self) -> Tensor:
         return self.w2_dst[self.w2_coef != 0]
 
+    def _unit_groups(self) -> list[tuple[slice, slice]]:
+        """``(units, tokens)`` pairs on which the units are evaluated (here: every unit on every token)."""
+        return [(slice(0, self.hidden), slice(0, None))]
+
+    def _plan(self, H: Tensor) -> _MLPPlan | None:
+        """The flat gather/scatter plan for prompts shaped like ``H``, or None when it would exceed
+        ``max_chunk_elems`` (the chunked path then bounds the memory)."""
+        return self.cached_plan(
+            H,
+            lambda: _MLPPlan.build(
+                *self.coefficient_and_index_tables(), self._unit_groups(), H, self.max_chunk_elems
+            ),
+        )
+
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
+        plan = self._plan(H)
+        if plan is not None:
+            # All units on all tokens in one gather and one scatter; the scatter adds into zeros in (unit,
+            # write) order for every coordinate, as the chunked path does, and then H + acc.
+            acc = torch.zeros(H.numel(), dtype=H.dtype, device=H.device)
+            acc.index_add_(0, plan.write_idx, plan.values(H))
+            return H + acc.view(H.shape)
+        return self._chunked(H)
+
+    def _chunked(self, H: Tensor) -> Tensor:
         B, T, _ = H.shape
         F = _features(H)
         U, r = self.w1_idx.shape

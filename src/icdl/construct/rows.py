@@ -39,6 +39,7 @@ paper's: ``F_1..F_N`` (r only) and the readout MLP.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -223,8 +224,37 @@ class RowAttention(ReLUAttention):
         pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
         return int((~pad).sum())
 
+    def _plan(self, H: Tensor) -> _RowPlan | None:
+        """The flat gather plan for prompts shaped like ``H``, or None when it would exceed
+        ``max_chunk_elems`` (the per-group path then gathers group by group)."""
+        return self.cached_plan(H, lambda: _RowPlan.build(self, H))
+
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
+        plan = self._plan(H)
+        if plan is None:
+            return self._forward_groups(H)
+        # One gather (with the coefficients) for the Q, K and V entries of every group and part, laid out so
+        # that each operand below is a contiguous view; one scatter of every group's values into H, in
+        # (group, head, entry) order for every coordinate, as the per-group path adds them.
+        G = H.reshape(-1).index_select(0, plan.gather_idx) * plan.gather_coef
+        zs = []
+        for parts, (v0, vshape) in plan.groups:
+            S: Tensor | None = None
+            for (q0, qshape), (k0, kshape), inv in parts:
+                q = G[q0 : q0 + qshape.numel()].view(qshape)
+                k = G[k0 : k0 + kshape.numel()].view(kshape)
+                part = torch.matmul(q, k)  # (B, distinct heads, Tq, Tk)
+                if inv is not None:
+                    part = part.index_select(1, inv)
+                S = part if S is None else S + part  # parts added in order
+            assert S is not None
+            zs.append(torch.matmul(torch.relu(S), G[v0 : v0 + vshape.numel()].view(vshape)).view(-1))
+        out = H.clone(memory_format=torch.contiguous_format)
+        out.view(-1).index_add_(0, plan.scatter_idx, zs[0] if len(zs) == 1 else torch.cat(zs))
+        return out
+
+    def _forward_groups(self, H: Tensor) -> Tensor:
         out = H.clone()
         for hs, queries, keys, parts in self._groups:
             Hq, Hk = H[:, queries], H[:, keys]
@@ -246,6 +276,70 @@ class RowAttention(ReLUAttention):
             dst = self.v_dst[hs].reshape(-1)
             out[:, queries].index_add_(2, dst, Z.transpose(1, 2).reshape(B, Tq, -1))
         return out
+
+
+_Seg = tuple[int, torch.Size]
+
+
+@dataclass(frozen=True)
+class _RowPlan:
+    """Flat indices into ``H.reshape(-1)`` for one :class:`RowAttention` and one prompt shape.
+
+    ``gather_idx``/``gather_coef``: every Q operand ``(B, heads, Tq, width)``, K operand ``(B, heads, width,
+    Tk)`` (per part, distinct heads only) and V operand ``(B, heads, Tk, E)`` of every group, back to back;
+    ``groups``: per group, per part the Q and K segments ``(offset, shape)`` and the head expansion (None when
+    every head is distinct), and the V segment; ``scatter_idx``: where each value of the ``(B, heads, Tq,
+    E)`` outputs, group after group, is added.
+    """
+
+    gather_idx: Tensor
+    gather_coef: Tensor
+    groups: list[tuple[list[tuple[_Seg, _Seg, Tensor | None]], _Seg]]
+    scatter_idx: Tensor
+
+    @staticmethod
+    def build(m: RowAttention, H: Tensor) -> _RowPlan | None:
+        B, T, D = H.shape
+        dev, dt = H.device, H.dtype
+        base = (torch.arange(B, device=dev) * (T * D))[:, None, None, None]
+        idx: list[Tensor] = []
+        coef: list[Tensor] = []
+        scatter: list[Tensor] = []
+        groups: list[tuple[list[tuple[_Seg, _Seg, Tensor | None]], _Seg]] = []
+        offset = 0
+
+        def add(i: Tensor, c: Tensor) -> _Seg:
+            nonlocal offset
+            idx.append(i.reshape(-1))
+            coef.append(c.expand(i.shape).reshape(-1))
+            seg = (offset, i.shape)
+            offset += i.numel()
+            return seg
+
+        def table(name: str, heads: Tensor, cols: slice) -> Tensor:
+            return getattr(m, name)[heads][:, cols].to(dev)
+
+        for hs, queries, keys, parts in m._groups:
+            tq = torch.arange(T, device=dev)[queries][None, None, :, None] * D
+            tk = torch.arange(T, device=dev)[keys][None, None, None, :] * D
+            every = torch.arange(hs.start, hs.stop)
+            segs: list[tuple[_Seg, _Seg, Tensor | None]] = []
+            for cols, first, inv in parts:
+                heads = every if inv is None else hs.start + first
+                qi, qc = table("q_idx", heads, cols), table("q_coef", heads, cols).to(dt)
+                ki, kc = table("k_idx", heads, cols), table("k_coef", heads, cols).to(dt)
+                q = add(base + tq + qi[None, :, None, :], qc[None, :, None, :])  # (B, heads, Tq, w)
+                k = add(base + tk + ki[None, :, :, None], kc[None, :, :, None])  # (B, heads, w, Tk)
+                segs.append((q, k, None if inv is None else inv.to(dev)))
+            all_cols = slice(0, None)
+            vi, vc = table("v_src", every, all_cols), table("v_coef", every, all_cols).to(dt)
+            # (B, heads, Tk, E)
+            v = add(base + tk.transpose(2, 3) + vi[None, :, None, :], vc[None, :, None, :])
+            scatter.append((base + tq + table("v_dst", every, all_cols)[None, :, None, :]).reshape(-1))
+            groups.append((segs, v))
+        if offset > m.max_chunk_elems:
+            return None
+        return _RowPlan(torch.cat(idx), torch.cat(coef), groups, torch.cat(scatter))
 
 
 class RowMLP(ReLUMLP):
@@ -272,9 +366,17 @@ class RowMLP(ReLUMLP):
     def store_kwargs(self) -> dict[str, Any]:
         return {"groups": [list(g) for g in self.groups]}
 
+    def _unit_groups(self) -> list[tuple[slice, slice]]:
+        return self._groups
+
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
-        out = H.clone()
+        plan = self._plan(H)
+        out = H.clone(memory_format=torch.contiguous_format)
+        if plan is not None:
+            # every group in one gather and one scatter, added into H in (group, unit, write) order
+            out.view(-1).index_add_(0, plan.write_idx, plan.values(H))
+            return out
         for us, tokens in self._groups:
             g = H[:, tokens][..., self.w1_idx[us]] * self.w1_coef[us]  # (B, T, U, r)
             pre = g[..., 0]
