@@ -185,6 +185,22 @@ def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
     return out
 
 
+def _ordered_sum(x: Tensor, dim: int) -> Tensor:
+    """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
+
+    In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
+    tensor's own dtype (one call instead of ``2 d_h``; ``tests/test_layers.py`` checks the bits against the
+    loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan in parallel)
+    the loop itself.
+    """
+    if x.dtype == torch.float64 and x.device.type == "cpu":
+        return x.cumsum(dim).select(dim, -1)
+    out = x.select(dim, 0)
+    for r in range(1, x.shape[dim]):
+        out = out + x.select(dim, r)
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # Shared machinery
 # --------------------------------------------------------------------------------------------------
@@ -391,10 +407,7 @@ class _HeadSublayer(Sublayer):
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        S = k[:, 0, :, :, None] * q[:, 0, :, None, :]
-        for r in range(1, q.shape[1]):
-            S = S + k[:, r, :, :, None] * q[:, r, :, None, :]
-        return S
+        return _ordered_sum(k[:, :, :, :, None] * q[:, :, :, None, :], 1)
 
     def dense(self) -> tuple[Tensor, Tensor, Tensor]:
         """Dense per-head ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
@@ -517,7 +530,8 @@ class ReLUAttention(_HeadSublayer):
         if self.accumulate == "tokens":
             # Per head, sum over keys s (dim 3 of (M, E, B, Tk, Tq) is an outer reduction: the same order for
             # every query, so queries with equal scores get bit-identical sums), then scatter the heads.
-            per = max(1, self.max_chunk_elems // max(1, E * B * Tk * Tq))
+            # the scores' pair products (m, d_h, B, Tk, Tq) and the weighted values (m, E, B, Tk, Tq)
+            per = max(1, self.max_chunk_elems // max(1, max(E, q.shape[1]) * B * Tk * Tq))
             parts = []
             for a in range(0, M, per):
                 hs = slice(a, min(a + per, M))
@@ -529,7 +543,7 @@ class ReLUAttention(_HeadSublayer):
         # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
         U = self._udst.numel()
         acc = torch.zeros(D, B, Tq, dtype=q.dtype, device=q.device)
-        per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * E + U)))
+        per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * max(E, q.shape[1]) + U)))
         sel = self._select.to(q.dtype).t()  # (U, M*E)
         for a in range(0, Tq, per):
             I = slice(a, min(a + per, Tq))
@@ -571,9 +585,7 @@ class EWML(_HeadSublayer):
         q = _gather(F, self.q_idx, self.q_coef)  # (M, d_h, B*T)
         k = _gather(F, self.k_idx, self.k_coef)
         v = _gather(F, self.v_src, self.v_coef)  # (M, E, B*T)
-        score = q[:, 0] * k[:, 0]
-        for r in range(1, q.shape[1]):
-            score = score + q[:, r] * k[:, r]
+        score = _ordered_sum(q * k, 1)  # pair by pair in stored order, as the attention scores
         contrib = (score[:, None] * v).reshape(-1, B * T)
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
 
