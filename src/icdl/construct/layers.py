@@ -370,6 +370,28 @@ class _HeadSublayer(Sublayer):
             raise ValueError(f"{type(self).__name__}: inconsistent head table shapes")
         self.max_chunk_elems = int(max_chunk_elems)
 
+    def _stacked(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[int]]:
+        """The ``(idx, coef)`` tables ``names`` (e.g. ``("k", "v")``) stacked row-wise into one gather, with
+        the number of rows of each (cached per prompt shape, dtype and device)."""
+
+        def build() -> tuple[Tensor, Tensor, list[int]]:
+            cols = {"q": ("q_idx", "q_coef"), "k": ("k_idx", "k_coef"), "v": ("v_src", "v_coef")}
+            idx = [getattr(self, cols[n][0]).reshape(-1) for n in names]
+            coef = [getattr(self, cols[n][1]).reshape(-1).to(H.dtype) for n in names]
+            sizes = [i.numel() for i in idx]
+            return torch.cat(idx).to(H.device), torch.cat(coef)[:, None].to(H.device), sizes
+
+        plans: dict[tuple[str, ...], Any] = self.cached_plan(H, dict)
+        if names not in plans:
+            plans[names] = build()
+        return plans[names]
+
+    def _gather_stacked(self, F: Tensor, H: Tensor, names: tuple[str, ...]) -> list[Tensor]:
+        """:func:`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
+        returns ``(rows, tokens)`` blocks, one per table."""
+        idx, coef, sizes = self._stacked(H, names)
+        return list((F.index_select(0, idx) * coef).split(sizes))
+
     @property
     def num_heads(self) -> int:
         return int(self.q_idx.shape[0])
@@ -517,13 +539,49 @@ class ReLUAttention(_HeadSublayer):
                 Fk = F[..., :1]
         Tq, Tk = Fq.shape[-1], Fk.shape[-1]
         Fq2, Fk2 = Fq.reshape(D, B * Tq), Fk.reshape(D, B * Tk)
-        q = _gather(Fq2, self.q_idx, self.q_coef).view(self.num_heads, -1, B, Tq)
-        k = _gather(Fk2, self.k_idx, self.k_coef).view(self.num_heads, -1, B, Tk)
-        v = _gather(Fk2, self.v_src, self.v_coef).view(self.num_heads, -1, B, Tk)
-        acc = self._normalise(self._attend(q, k, v, D), Tk)  # (D, B, Tq), summed over the keys
+        M = self.num_heads
+        if Fq is Fk:
+            q, k, v = self._gather_stacked(Fq2, H, ("q", "k", "v"))
+        else:
+            (q,) = self._gather_stacked(Fq2, H, ("q",))
+            k, v = self._gather_stacked(Fk2, H, ("k", "v"))
+        q, k, v = q.view(M, -1, B, Tq), k.view(M, -1, B, Tk), v.view(M, -1, B, Tk)
+        acc = self._normalise(self._attend(q, k, v, D, self._prefixes(H)), Tk)  # (D, B, Tq), over the keys
         return H + acc.permute(1, 2, 0)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, D: int) -> Tensor:
+    def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """Heads whose Q/K reads agree in all but the last pair (the relu' step's ``X`` and ``X + b``):
+        ``(first, inv)`` with ``first`` one head per distinct leading part and ``inv`` each head's, or None
+        when all differ (cached; follows in-place table edits)."""
+
+        def build() -> tuple[Tensor, Tensor] | None:
+            if self.head_dim < 2:
+                return None
+            lead = [t[:, :-1].to(torch.float64) for t in (self.q_idx, self.q_coef, self.k_idx, self.k_coef)]
+            uniq, inv = torch.unique(torch.cat(lead, 1), dim=0, return_inverse=True)
+            if 2 * uniq.shape[0] > self.num_heads:
+                return None
+            first = torch.full((uniq.shape[0],), self.num_heads, dtype=torch.long)
+            first.scatter_reduce_(0, inv, torch.arange(self.num_heads), reduce="amin")
+            return first.to(H.device), inv.to(H.device)
+
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "prefix" not in plans:
+            plans["prefix"] = build()
+        return plans["prefix"]
+
+    def _all_scores(self, q: Tensor, k: Tensor, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
+        """:meth:`_scores` of every head; heads sharing their leading pairs share that partial sum (the
+        same additions in the same order, so the same bits), then each adds its last pair."""
+        if prefixes is None:
+            return self._scores(q, k)
+        first, inv = prefixes
+        lead = self._scores(q[first, :-1], k[first, :-1]).index_select(0, inv)
+        return lead + k[:, -1, :, :, None] * q[:, -1, :, None, :]
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, D: int, prefixes: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
         """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (D, B, Tq)."""
         M, E, B, Tk = v.shape
         Tq = q.shape[-1]
@@ -535,7 +593,8 @@ class ReLUAttention(_HeadSublayer):
             parts = []
             for a in range(0, M, per):
                 hs = slice(a, min(a + per, M))
-                A = self._weights(self._scores(q[hs], k[hs]))  # (m, B, Tk, Tq)
+                S = self._all_scores(q, k, prefixes) if per >= M else self._scores(q[hs], k[hs])
+                A = self._weights(S)  # (m, B, Tk, Tq)
                 parts.append((A[:, None] * v[hs, ..., None]).sum(3))  # (m, E, B, Tq)
             Z = parts[0] if len(parts) == 1 else torch.cat(parts)
             return _scatter(D, self.v_dst.reshape(-1), Z.reshape(M * E, B * Tq)).view(D, B, Tq)
@@ -547,7 +606,7 @@ class ReLUAttention(_HeadSublayer):
         sel = self._select.to(q.dtype).t()  # (U, M*E)
         for a in range(0, Tq, per):
             I = slice(a, min(a + per, Tq))
-            A = self._weights(self._scores(q[..., I], k))  # (M, B, Tk, |I|)
+            A = self._weights(self._all_scores(q[..., I], k, prefixes))  # (M, B, Tk, |I|)
             G = (A[:, None] * v[..., None]).reshape(M * E, -1)  # (M*E, B*Tk*|I|)
             C = torch.matmul(sel, G).view(U, B, Tk, -1)
             acc[self._udst, :, I] += C.sum(2)
@@ -582,9 +641,8 @@ class EWML(_HeadSublayer):
         self._check(H)
         B, T, _ = H.shape
         F = _features(H)
-        q = _gather(F, self.q_idx, self.q_coef)  # (M, d_h, B*T)
-        k = _gather(F, self.k_idx, self.k_coef)
-        v = _gather(F, self.v_src, self.v_coef)  # (M, E, B*T)
+        M = self.num_heads
+        q, k, v = (g.view(M, -1, B * T) for g in self._gather_stacked(F, H, ("q", "k", "v")))
         score = _ordered_sum(q * k, 1)  # pair by pair in stored order, as the attention scores
         contrib = (score[:, None] * v).reshape(-1, B * T)
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
