@@ -331,17 +331,16 @@ class Sublayer(nn.Module):
         return [getattr(self, n) for n in self.TABLES]
 
     def cached_plan(self, H: Tensor, build: Callable[[], Any]) -> Any:
-        """``build()``, cached per prompt batch size, length, dtype and device; rebuilt when a table was
-        modified in place (its version counter moved), so edited or ablated tables are always honoured.
-        The cache is not part of ``state_dict``."""
-        B, T = H.shape[:2]
-        versions = tuple(t._version for t in self.coefficient_and_index_tables())
-        key = (B, T, H.dtype, H.device, versions)
-        cache: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_plans", {})
-        if key not in cache:
-            cache.clear()
-            cache[key] = build()
-        return cache[key]
+        """``build()``, cached per prompt shape, dtype and device; rebuilt when a table was modified in place
+        (its version counter moved), so edited or ablated tables are always honoured. The cache (the
+        latest plan only) is not part of ``state_dict``."""
+        buffers = self._buffers  # direct access: this runs on every forward
+        key = (H.shape, H.dtype, H.device, tuple([buffers[n]._version for n in self.TABLES]))  # type: ignore[union-attr]
+        last = self.__dict__.get("_plan_cache")
+        if last is None or last[0] != key:
+            last = (key, build())
+            self.__dict__["_plan_cache"] = last
+        return last[1]
 
 
 class _HeadSublayer(Sublayer):

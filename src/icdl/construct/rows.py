@@ -197,25 +197,31 @@ class RowAttention(ReLUAttention):
 
         # Per group: heads, query and key ranges, and per part the distinct heads (the first head with that
         # Q/K row; relative to the group) and, per head, which one it is (None when all heads differ).
-        self._groups: list[tuple[slice, slice, slice, list[tuple[slice, Tensor, Tensor | None]]]] = []
-        for h0, h1, q0, q1, k0, k1 in self.groups:
-            parts_info = []
-            off = 0
-            for p in self.parts:
-                cols = slice(off, off + p)
-                key = torch.cat(
-                    [
-                        t[h0:h1, cols].to(torch.float64)
-                        for t in (self.q_idx, self.q_coef, self.k_idx, self.k_coef)
-                    ],
-                    dim=1,
-                )
-                uniq, inv = torch.unique(key, dim=0, return_inverse=True)
-                first = torch.full((uniq.shape[0],), h1 - h0, dtype=torch.long)
-                first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
-                parts_info.append((cols, first, None if uniq.shape[0] == h1 - h0 else inv))
-                off += p
-            self._groups.append((slice(h0, h1), rng(q0, q1), rng(k0, k1), parts_info))
+        self._groups: list[tuple[slice, slice, slice, list[tuple[slice, Tensor, Tensor | None]]]] = [
+            (slice(h0, h1), rng(q0, q1), rng(k0, k1), self._part_heads(h0, h1))
+            for h0, h1, q0, q1, k0, k1 in self.groups
+        ]
+
+    def _part_heads(self, h0: int, h1: int) -> list[tuple[slice, Tensor, Tensor | None]]:
+        """Per part of heads ``[h0, h1)``: its columns, the distinct heads (the first head with that Q/K
+        row, relative to h0) and each head's index among them (None when all heads differ)."""
+        out = []
+        off = 0
+        for p in self.parts:
+            cols = slice(off, off + p)
+            key = torch.cat(
+                [
+                    t[h0:h1, cols].to(torch.float64)
+                    for t in (self.q_idx, self.q_coef, self.k_idx, self.k_coef)
+                ],
+                dim=1,
+            )
+            uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+            first = torch.full((uniq.shape[0],), h1 - h0, dtype=torch.long)
+            first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
+            out.append((cols, first, None if uniq.shape[0] == h1 - h0 else inv))
+            off += p
+        return out
 
     def store_kwargs(self) -> dict[str, Any]:
         return {"parts": list(self.parts), "groups": [list(g) for g in self.groups]}
@@ -237,19 +243,21 @@ class RowAttention(ReLUAttention):
         # One gather (with the coefficients) for the Q, K and V entries of every group and part, laid out so
         # that each operand below is a contiguous view; one scatter of every group's values into H, in
         # (group, head, entry) order for every coordinate, as the per-group path adds them.
+        B = H.shape[0]
         G = H.reshape(-1).index_select(0, plan.gather_idx) * plan.gather_coef
         zs = []
         for parts, (v0, vshape) in plan.groups:
             S: Tensor | None = None
             for (q0, qshape), (k0, kshape), inv in parts:
-                q = G[q0 : q0 + qshape.numel()].view(qshape)
-                k = G[k0 : k0 + kshape.numel()].view(kshape)
-                part = torch.matmul(q, k)  # (B, distinct heads, Tq, Tk)
+                q = G.as_strided(qshape, _strides(qshape), q0)  # contiguous segments of the gather
+                k = G.as_strided(kshape, _strides(kshape), k0)
+                part = torch.bmm(q, k)  # (B * distinct heads, Tq, Tk)
                 if inv is not None:
-                    part = part.index_select(1, inv)
-                S = part if S is None else S + part  # parts added in order
+                    Tq, Tk = part.shape[1:]
+                    part = part.view(B, -1, Tq, Tk).index_select(1, inv).view(-1, Tq, Tk)
+                S = part if S is None else S.add_(part)  # parts added in order
             assert S is not None
-            zs.append(torch.matmul(torch.relu(S), G[v0 : v0 + vshape.numel()].view(vshape)).view(-1))
+            zs.append(torch.bmm(S.relu_(), G.as_strided(vshape, _strides(vshape), v0)).view(-1))
         out = H.clone(memory_format=torch.contiguous_format)
         out.view(-1).index_add_(0, plan.scatter_idx, zs[0] if len(zs) == 1 else torch.cat(zs))
         return out
@@ -279,6 +287,40 @@ class RowAttention(ReLUAttention):
 
 
 _Seg = tuple[int, torch.Size]
+
+
+def _strides(shape: torch.Size) -> tuple[int, int, int]:
+    """Strides of a contiguous 3-d tensor of this shape."""
+    return (shape[1] * shape[2], shape[2], 1)
+
+
+MERGE_ELEMS = 1 << 20  # merge groups while their joint score and value tensors stay this small
+
+
+def _merged_groups(m: RowAttention, T: int) -> list[tuple[slice, slice, slice, list[Any]]]:
+    """``m``'s groups, with consecutive groups that share their key tokens and whose heads and query tokens
+    follow on merged into one (heads ``[h0, h2)`` x queries ``[q0, q2)``) while the merged tensors stay under
+    :data:`MERGE_ELEMS` entries (small sizes, where each group's fixed cost per call dominates).
+
+    The extra (head, query) pairs are those the layout makes exactly 0 — the invariant that lets the
+    builder skip them (see :class:`RowAttention`): a zero score, relu(0) = 0, a zero value added. The
+    scatter order for every coordinate stays (head, entry).
+    """
+    width = m.head_dim + int(m.v_src.shape[1])
+    merged: list[list[int]] = []
+    for h0, h1, q0, q1, k0, k1 in m.groups:
+        q1, k1 = (T if q1 < 0 else q1), (T if k1 < 0 else k1)
+        if merged:
+            g = merged[-1]
+            size = (h1 - g[0]) * (q1 - g[2]) * (k1 - k0) * width
+            if g[1] == h0 and g[3] == q0 and (g[4], g[5]) == (k0, k1) and size <= MERGE_ELEMS:
+                g[1], g[3] = h1, q1
+                continue
+        merged.append([h0, h1, q0, q1, k0, k1])
+    return [
+        (slice(h0, h1), slice(q0, q1), slice(k0, k1), m._part_heads(h0, h1))
+        for h0, h1, q0, q1, k0, k1 in merged
+    ]
 
 
 @dataclass(frozen=True)
@@ -312,14 +354,14 @@ class _RowPlan:
             nonlocal offset
             idx.append(i.reshape(-1))
             coef.append(c.expand(i.shape).reshape(-1))
-            seg = (offset, i.shape)
+            seg = (offset, torch.Size((i.shape[0] * i.shape[1], i.shape[2], i.shape[3])))  # batch x heads
             offset += i.numel()
             return seg
 
         def table(name: str, heads: Tensor, cols: slice) -> Tensor:
             return getattr(m, name)[heads][:, cols].to(dev)
 
-        for hs, queries, keys, parts in m._groups:
+        for hs, queries, keys, parts in _merged_groups(m, T):
             tq = torch.arange(T, device=dev)[queries][None, None, :, None] * D
             tk = torch.arange(T, device=dev)[keys][None, None, None, :] * D
             every = torch.arange(hs.start, hs.stop)
