@@ -34,6 +34,12 @@ cancellations (the relu' delta-step and the query gate, docs/construction.md):
   ``X`` is ~1e9; ``accumulate="tokens"`` (default) sums over keys per head first, which is faster.
 
 Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor exceeds ``max_chunk_elems``.
+
+Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
+indices) are built once per prompt shape, dtype and device and cached (:meth:`Sublayer.cached_plan`; the
+cache follows in-place edits of the tables and is not part of ``state_dict``); the pair-by-pair score sum is
+one ``cumsum`` (:func:`_ordered_sum`, the same left-to-right additions); heads that differ only in their
+last pair share their leading partial score. Every sublayer's output equals the plain loops' bit for bit.
 All modules work in any floating dtype; use float64 to verify constructions.
 """
 
@@ -325,10 +331,6 @@ class Sublayer(nn.Module):
     def nonzero_coefficients(self) -> int:
         """Non-zero coefficients = non-zero entries of the equivalent dense matrices."""
         return sum(int((t != 0).sum()) for t in self.coefficient_tables())
-
-    def coefficient_and_index_tables(self) -> list[Tensor]:
-        """Every table, in ``TABLES`` order."""
-        return [getattr(self, n) for n in self.TABLES]
 
     def cached_plan(self, H: Tensor, build: Callable[[], Any]) -> Any:
         """``build()``, cached per prompt shape, dtype and device; rebuilt when a table was modified in place
@@ -757,7 +759,13 @@ class ReLUMLP(Sublayer):
         return self.cached_plan(
             H,
             lambda: _MLPPlan.build(
-                *self.coefficient_and_index_tables(), self._unit_groups(), H, self.max_chunk_elems
+                self.w1_idx,
+                self.w1_coef,
+                self.w2_dst,
+                self.w2_coef,
+                self._unit_groups(),
+                H,
+                self.max_chunk_elems,
             ),
         )
 
