@@ -13,7 +13,8 @@ import torch
 
 from icdl import theory
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
-from icdl.construct.rows import RowAttention, RowsLayout
+from icdl.construct.layers import DEFAULT_CHUNK_ELEMS
+from icdl.construct.rows import RowAttention, RowMLP, RowsLayout
 from icdl.nets import NetSpec, forward, reference_gd
 
 # (N, K, d_x, d_y, n, L, box) — d_x != d_y throughout
@@ -148,6 +149,11 @@ def test_flat_plan_equals_group_by_group_evaluation() -> None:
             assert torch.equal(fast[..., R], slow[..., R])
             if m.info.role == "update":
                 before, H_update = fast, H
+        if isinstance(m, RowMLP):  # flat plan against group by group (forced by a zero memory bound)
+            fast = m(H)
+            m.max_chunk_elems = 0
+            assert torch.equal(fast, m(H))
+            m.max_chunk_elems = DEFAULT_CHUNK_ELEMS
         H = m(H)
     upd = next(m for m in model.block_layers if m.info.role == "update")
     assert isinstance(upd, RowAttention)

@@ -333,11 +333,12 @@ class Sublayer(nn.Module):
         return sum(int((t != 0).sum()) for t in self.coefficient_tables())
 
     def cached_plan(self, H: Tensor, build: Callable[[], Any]) -> Any:
-        """``build()``, cached per prompt shape, dtype and device; rebuilt when a table was modified in place
-        (its version counter moved), so edited or ablated tables are always honoured. The cache (the
-        latest plan only) is not part of ``state_dict``."""
+        """``build()``, cached per prompt shape, dtype, device and memory bound; rebuilt when a table was
+        modified in place (its version counter moved), so edited or ablated tables are always honoured. The
+        cache (the latest plan only) is not part of ``state_dict``."""
         buffers = self._buffers  # direct access: this runs on every forward
-        key = (H.shape, H.dtype, H.device, tuple([buffers[n]._version for n in self.TABLES]))  # type: ignore[union-attr]
+        versions = tuple([buffers[n]._version for n in self.TABLES])  # type: ignore[union-attr]
+        key = (H.shape, H.dtype, H.device, versions, self.__dict__.get("max_chunk_elems"))
         last = self.__dict__.get("_plan_cache")
         if last is None or last[0] != key:
             last = (key, build())

@@ -361,7 +361,18 @@ class _RowPlan:
         def table(name: str, heads: Tensor, cols: slice) -> Tensor:
             return getattr(m, name)[heads][:, cols].to(dev)
 
-        for hs, queries, keys, parts in _merged_groups(m, T):
+        merged = _merged_groups(m, T)
+        size = 0  # entries of the gather, counted before anything is built
+        for hs, queries, keys, parts in merged:
+            tq_, tk_, heads_ = len(range(T)[queries]), len(range(T)[keys]), hs.stop - hs.start
+            E = int(m.v_src.shape[1])
+            for cols, first, inv in parts:
+                width = cols.stop - cols.start
+                size += B * (heads_ if inv is None else int(first.numel())) * width * (tq_ + tk_)
+            size += B * heads_ * tk_ * E
+        if size > m.max_chunk_elems:
+            return None
+        for hs, queries, keys, parts in merged:
             tq = torch.arange(T, device=dev)[queries][None, None, :, None] * D
             tk = torch.arange(T, device=dev)[keys][None, None, None, :] * D
             every = torch.arange(hs.start, hs.stop)
@@ -379,8 +390,7 @@ class _RowPlan:
             v = add(base + tk.transpose(2, 3) + vi[None, :, None, :], vc[None, :, None, :])
             scatter.append((base + tq + table("v_dst", every, all_cols)[None, :, None, :]).reshape(-1))
             groups.append((segs, v))
-        if offset > m.max_chunk_elems:
-            return None
+        assert offset == size
         return _RowPlan(torch.cat(idx), torch.cat(coef), groups, torch.cat(scatter))
 
 
