@@ -478,10 +478,6 @@ class ReLUAttention(_HeadSublayer):
     """
 
     KIND: ClassVar[SublayerKind] = "relu_attention"
-    _udst: Tensor
-    _entry_udst: Tensor
-    _entry_head: Tensor
-    _select: Tensor
     _q_slots: Tensor
     _kv_slots: Tensor
 
@@ -500,19 +496,6 @@ class ReLUAttention(_HeadSublayer):
         if accumulate not in ("tokens", "heads"):
             raise ValueError(f"accumulate must be 'tokens' or 'heads', got {accumulate!r}")
         self.accumulate: Accumulate = accumulate
-        # For the heads-first order: one row per value entry, mapped to a compact list of destinations.
-        dst = self.v_dst.reshape(-1)
-        udst, inv = torch.unique(dst, return_inverse=True)
-        self.register_buffer("_udst", udst, persistent=False)
-        self.register_buffer("_entry_udst", inv, persistent=False)
-        self.register_buffer(
-            "_entry_head",
-            torch.arange(self.num_heads).repeat_interleave(self.v_src.shape[1]),
-            persistent=False,
-        )
-        select = torch.zeros(dst.numel(), udst.numel(), dtype=self.v_coef.dtype)
-        select[torch.arange(dst.numel()), inv] = 1.0
-        self.register_buffer("_select", select, persistent=False)
         self.fast_paths = fast_paths
         # Slots that matter for queries and for keys/values (zero-coefficient padding excluded).
         q_slots = self.q_idx[self.q_coef != 0]
@@ -548,8 +531,24 @@ class ReLUAttention(_HeadSublayer):
             (q,) = self._gather_stacked(Fq2, H, ("q",))
             k, v = self._gather_stacked(Fk2, H, ("k", "v"))
         q, k, v = q.view(M, -1, B, Tq), k.view(M, -1, B, Tk), v.view(M, -1, B, Tk)
-        acc = self._normalise(self._attend(q, k, v, D, self._prefixes(H)), Tk)  # (D, B, Tq), over the keys
-        return H + acc.permute(1, 2, 0)
+        udst, entry, sel = self._destinations(H)
+        acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H)), Tk)  # (U, B, Tq)
+        # Only the U written coordinates change (every other one gets h + 0 = h); a query-broadcast result
+        # (Tq = 1) is added to every token.
+        out = H.clone(memory_format=torch.contiguous_format)
+        return out.index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
+
+    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and the
+        0/1 selection matrix (U, M*E) (cached; follows in-place table edits)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "dst" not in plans:
+            dst = self.v_dst.reshape(-1)
+            udst, inv = torch.unique(dst, return_inverse=True)
+            select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
+            select[torch.arange(dst.numel()), inv] = 1.0
+            plans["dst"] = (udst.to(H.device), inv.to(H.device), select.to(H.device).t())
+        return plans["dst"]
 
     def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
         """Heads whose Q/K reads agree in all but the last pair (the relu' step's ``X`` and ``X + b``):
@@ -582,9 +581,17 @@ class ReLUAttention(_HeadSublayer):
         return lead + k[:, -1, :, :, None] * q[:, -1, :, None, :]
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, D: int, prefixes: tuple[Tensor, Tensor] | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        dests: tuple[Tensor, Tensor, Tensor],
+        prefixes: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (D, B, Tq)."""
+        """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (U, B, Tq) for
+        the U distinct written coordinates ``dests`` (:meth:`_destinations`)."""
+        udst, entry, sel = dests
+        U = udst.numel()
         M, E, B, Tk = v.shape
         Tq = q.shape[-1]
         if self.accumulate == "tokens":
@@ -599,19 +606,18 @@ class ReLUAttention(_HeadSublayer):
                 A = self._weights(S)  # (m, B, Tk, Tq)
                 parts.append((A[:, None] * v[hs, ..., None]).sum(3))  # (m, E, B, Tq)
             Z = parts[0] if len(parts) == 1 else torch.cat(parts)
-            return _scatter(D, self.v_dst.reshape(-1), Z.reshape(M * E, B * Tq)).view(D, B, Tq)
+            # entries of one coordinate added in index order, as a scatter into all D coordinates would
+            return _scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
         # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step has exactly
         # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
-        U = self._udst.numel()
-        acc = torch.zeros(D, B, Tq, dtype=q.dtype, device=q.device)
+        acc = torch.zeros(U, B, Tq, dtype=q.dtype, device=q.device)
         per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * max(E, q.shape[1]) + U)))
-        sel = self._select.to(q.dtype).t()  # (U, M*E)
         for a in range(0, Tq, per):
             I = slice(a, min(a + per, Tq))
             A = self._weights(self._all_scores(q[..., I], k, prefixes))  # (M, B, Tk, |I|)
             G = (A[:, None] * v[..., None]).reshape(M * E, -1)  # (M*E, B*Tk*|I|)
             C = torch.matmul(sel, G).view(U, B, Tk, -1)
-            acc[self._udst, :, I] += C.sum(2)
+            acc[:, :, I] += C.sum(2)
         return acc
 
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
