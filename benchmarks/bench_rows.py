@@ -34,19 +34,25 @@ GRID = [*K_SWEEP, (2, 16, 8, 1, 32, 10), (4, 16, 4, 3, 64, 10), (6, 32, 16, 1, 1
 
 def performed_flops(model: Any, batch: int = 1) -> int:
     """Multiply-add FLOPs (2 per MAC) one forward pass executes: for :class:`RowAttention` the score
-    matmuls (distinct heads per part) and value matmul over its token ranges; for the generic ReLU
+    matmuls (distinct heads per part) and value matmul over its token ranges (groups merged as its forward
+    merges them); for the generic ReLU
     attention every head's ``T x T`` scores and values (its fast paths excluded: an upper bound); EWML per
     token; MLPs ``2 T`` per stored non-zero read and write (they gather, they do not multiply dense
     matrices)."""
+    import torch
+
     from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
-    from icdl.construct.rows import RowAttention, RowMLP
+    from icdl.construct.rows import RowAttention, RowMLP, _merged_groups
 
     T = model.layout.prefix_tokens + model.n + 1
 
     def count(m: Any) -> int:
         if isinstance(m, RowAttention):
             total = 0
-            for hs, queries, keys, parts in m._groups:
+            # the groups the forward evaluates: merged while small (flat plan), else the builder's groups
+            probe = torch.zeros(batch, T, m.dim, dtype=m.q_coef.dtype)
+            groups = _merged_groups(m, T) if m._plan(probe) is not None else m._groups
+            for hs, queries, keys, parts in groups:
                 tq, tk = len(range(T)[queries]), len(range(T)[keys])
                 score = sum(int(first.numel()) * (cols.stop - cols.start) for cols, first, _ in parts)
                 value = (hs.stop - hs.start) * int(m.v_src.shape[1])

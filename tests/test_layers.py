@@ -126,6 +126,59 @@ def test_mlp_matches_definition_8() -> None:
     assert torch.equal(small(H), layer(H))
 
 
+def test_mlp_plan_follows_in_place_table_edits() -> None:
+    """The cached gather/scatter plan is rebuilt when a table is edited in place (ablations, tests)."""
+    units = UnitTable()
+    units.add([(0, 1.0), (1, -2.0)], [(2, 3.0), (0, 1.0)])
+    layer = ReLUMLP(units.tensors(), 3)
+    H = torch.tensor([[[1.0, -1.0, 0.5], [2.0, 4.0, 0.0]]], dtype=torch.float64)
+    before = layer(H)
+    layer.w2_coef.mul_(2.0)
+    W1, W2 = layer.dense()
+    assert torch.equal(layer(H), H + torch.relu(H @ W1.t()) @ W2.t())
+    assert not torch.equal(layer(H), before)
+    assert torch.equal(layer(H[:, :1]), H[:, :1] + torch.relu(H[:, :1] @ W1.t()) @ W2.t())  # other shape
+
+
+def test_ordered_sum_adds_left_to_right_bit_for_bit() -> None:
+    """The one-call sum used for scores and EWML products equals the pair-by-pair loop in every bit, also
+    where the order matters (terms of very different sizes) and for long rows (d_h > 16)."""
+    from icdl.construct.layers import _ordered_sum
+
+    g = torch.Generator().manual_seed(3)
+    for width in (1, 2, 17, 70):
+        x = torch.randn(5, width, 3, 7, generator=g, dtype=torch.float64)
+        x = x * 10.0 ** torch.randint(-12, 12, x.shape, generator=g)
+        loop = x[:, 0]
+        for r in range(1, width):
+            loop = loop + x[:, r]
+        assert torch.equal(_ordered_sum(x, 1), loop)
+    big = torch.tensor([1e16, 1.0, -1e16, 1.0], dtype=torch.float64)[None]
+    assert _ordered_sum(big, 1).item() == 1.0  # ((1e16 + 1) - 1e16) + 1: not the exact sum 2
+
+
+def test_relu_attention_shared_leading_pairs_give_the_same_bits() -> None:
+    """Heads that differ only in their last (bias) pair share their leading partial score; the result
+    equals the head-by-head computation bit for bit, and relu(X) - relu(X - 1) stays exactly 1."""
+    t = HeadTable()
+    for k in range(3):
+        lead_q, lead_k = [(k, 1e8), (3, 1.0)], [(4, 1.0), (k + 1, 1.0)]
+        t.add(q=[*lead_q, (5, 0.0)], k=[*lead_k, (5, 0.0)], v=[(5, 6, 1.0)])
+        t.add(q=[*lead_q, (5, -1.0)], k=[*lead_k, (5, 1.0)], v=[(5, 6, -1.0)])
+    for acc in ("tokens", "heads"):
+        layer = ReLUAttention(t.tensors(), 8, accumulate=acc)  # type: ignore[arg-type]
+        assert layer._prefixes(torch.zeros(1, 1, 8, dtype=torch.float64)) is not None
+        plain = ReLUAttention(t.tensors(), 8, accumulate=acc)  # type: ignore[arg-type]
+        plain._prefixes = lambda H: None  # type: ignore[method-assign]
+        g = torch.Generator().manual_seed(1)
+        H = torch.rand(2, 5, 8, generator=g, dtype=torch.float64) + 0.5
+        H[..., 5] = 1.0
+        H[..., 6] = 0.0
+        out = layer(H)
+        assert torch.equal(out, plain(H))
+        assert torch.equal(out[..., 6], torch.full_like(out[..., 6], 3.0))  # 3 steps of 1 per key, / T
+
+
 def test_mlp_accumulates_reads_in_order() -> None:
     """The gate pattern of Lemma 4: (-C) + C + x is exact because the two large reads come first."""
     units = UnitTable()

@@ -13,7 +13,8 @@ import torch
 
 from icdl import theory
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
-from icdl.construct.rows import RowAttention, RowsLayout, derivative_product, eval_product
+from icdl.construct.layers import DEFAULT_CHUNK_ELEMS
+from icdl.construct.rows import RowAttention, RowMLP, RowsLayout, derivative_product, eval_product
 from icdl.nets import NetSpec, forward, reference_gd
 
 # (N, K, d_x, d_y, n, L, box) — d_x != d_y throughout
@@ -163,6 +164,37 @@ def test_row_attention_equals_dense_relu_attention() -> None:
             want += torch.relu(S) @ (H @ V[h].T)
             scale = scale + S.abs() @ (H @ V[h].T).abs()  # size of the summands (random states cancel)
         assert bool(((m(H) - want).abs() <= 1e-13 * scale).all())
+
+
+def test_flat_plan_equals_group_by_group_evaluation() -> None:
+    """RowAttention's single gather/scatter plan against its group-by-group path, along a real run (the
+    relu' slots R_j bit for bit: they hold exact 0/1 steps), and the sublayers' outputs after an in-place
+    edit of a table (the cached plan is rebuilt)."""
+    spec = NetSpec(3, 5, 3, 2)
+    model = compile_gd_transformer(spec, steps=2, n=6, variant="rows")
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=3)
+    H = model.build_prompt(x, y, xq, w0)
+    H = torch.cat([H, model.build_prompt(x.flip(0), y.flip(0), xq, w0)])
+    R = model.layout.indices("R", 1)
+    for m in model.block_layers:
+        if isinstance(m, RowAttention):
+            fast, slow = m(H), m._forward_groups(H)
+            torch.testing.assert_close(fast, slow, rtol=1e-13, atol=1e-15)
+            assert torch.equal(fast[..., R], slow[..., R])
+            if m.info.role == "update":
+                before, H_update = fast, H
+        if isinstance(m, RowMLP):  # flat plan against group by group (forced by a zero memory bound)
+            fast = m(H)
+            m.max_chunk_elems = 0
+            assert torch.equal(fast, m(H))
+            m.max_chunk_elems = DEFAULT_CHUNK_ELEMS
+        H = m(H)
+    upd = next(m for m in model.block_layers if m.info.role == "update")
+    assert isinstance(upd, RowAttention)
+    upd.v_coef.mul_(2.0)
+    after = upd(H_update)
+    torch.testing.assert_close(after, upd._forward_groups(H_update), rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(after - H_update, 2 * (before - H_update), rtol=1e-12, atol=1e-15)
 
 
 def test_verifier_localises_a_broken_update() -> None:

@@ -34,15 +34,21 @@ cancellations (the relu' delta-step and the query gate, docs/construction.md):
   ``X`` is ~1e9; ``accumulate="tokens"`` (default) sums over keys per head first, which is faster.
 
 Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor exceeds ``max_chunk_elems``.
+
+Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
+indices) are built once per prompt shape, dtype and device and cached (:meth:`Sublayer.cached_plan`; the
+cache follows in-place edits of the tables and is not part of ``state_dict``); the pair-by-pair score sum is
+one ``cumsum`` (:func:`_ordered_sum`, the same left-to-right additions); heads that differ only in their
+last pair share their leading partial score. Every sublayer's output equals the plain loops' bit for bit.
 All modules work in any floating dtype; use float64 to verify constructions.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -185,6 +191,22 @@ def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
     return out
 
 
+def _ordered_sum(x: Tensor, dim: int) -> Tensor:
+    """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
+
+    In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
+    tensor's own dtype (one call instead of ``2 d_h``; ``tests/test_layers.py`` checks the bits against the
+    loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan in parallel)
+    the loop itself.
+    """
+    if x.dtype == torch.float64 and x.device.type == "cpu":
+        return x.cumsum(dim).select(dim, -1)
+    out = x.select(dim, 0)
+    for r in range(1, x.shape[dim]):
+        out = out + x.select(dim, r)
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # Shared machinery
 # --------------------------------------------------------------------------------------------------
@@ -310,6 +332,19 @@ class Sublayer(nn.Module):
         """Non-zero coefficients = non-zero entries of the equivalent dense matrices."""
         return sum(int((t != 0).sum()) for t in self.coefficient_tables())
 
+    def cached_plan(self, H: Tensor, build: Callable[[], Any]) -> Any:
+        """``build()``, cached per prompt shape, dtype, device and memory bound; rebuilt when a table was
+        modified in place (its version counter moved), so edited or ablated tables are always honoured. The
+        cache (the latest plan only) is not part of ``state_dict``."""
+        buffers = self._buffers  # direct access: this runs on every forward
+        versions = tuple([buffers[n]._version for n in self.TABLES])  # type: ignore[union-attr]
+        key = (H.shape, H.dtype, H.device, versions, self.__dict__.get("max_chunk_elems"))
+        last = self.__dict__.get("_plan_cache")
+        if last is None or last[0] != key:
+            last = (key, build())
+            self.__dict__["_plan_cache"] = last
+        return last[1]
+
 
 class _HeadSublayer(Sublayer):
     TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
@@ -336,6 +371,28 @@ class _HeadSublayer(Sublayer):
         if self.k_idx.shape != (M, dh) or self.v_src.shape[0] != M or self.v_dst.shape != self.v_src.shape:
             raise ValueError(f"{type(self).__name__}: inconsistent head table shapes")
         self.max_chunk_elems = int(max_chunk_elems)
+
+    def _stacked(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[int]]:
+        """The ``(idx, coef)`` tables ``names`` (e.g. ``("k", "v")``) stacked row-wise into one gather, with
+        the number of rows of each (cached per prompt shape, dtype and device)."""
+
+        def build() -> tuple[Tensor, Tensor, list[int]]:
+            cols = {"q": ("q_idx", "q_coef"), "k": ("k_idx", "k_coef"), "v": ("v_src", "v_coef")}
+            idx = [getattr(self, cols[n][0]).reshape(-1) for n in names]
+            coef = [getattr(self, cols[n][1]).reshape(-1).to(H.dtype) for n in names]
+            sizes = [i.numel() for i in idx]
+            return torch.cat(idx).to(H.device), torch.cat(coef)[:, None].to(H.device), sizes
+
+        plans: dict[tuple[str, ...], Any] = self.cached_plan(H, dict)
+        if names not in plans:
+            plans[names] = build()
+        return plans[names]
+
+    def _gather_stacked(self, F: Tensor, H: Tensor, names: tuple[str, ...]) -> list[Tensor]:
+        """:func:`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
+        returns ``(rows, tokens)`` blocks, one per table."""
+        idx, coef, sizes = self._stacked(H, names)
+        return list((F.index_select(0, idx) * coef).split(sizes))
 
     @property
     def num_heads(self) -> int:
@@ -374,10 +431,7 @@ class _HeadSublayer(Sublayer):
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        S = k[:, 0, :, :, None] * q[:, 0, :, None, :]
-        for r in range(1, q.shape[1]):
-            S = S + k[:, r, :, :, None] * q[:, r, :, None, :]
-        return S
+        return _ordered_sum(k[:, :, :, :, None] * q[:, :, :, None, :], 1)
 
     def dense(self) -> tuple[Tensor, Tensor, Tensor]:
         """Dense per-head ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
@@ -424,10 +478,6 @@ class ReLUAttention(_HeadSublayer):
     """
 
     KIND: ClassVar[SublayerKind] = "relu_attention"
-    _udst: Tensor
-    _entry_udst: Tensor
-    _entry_head: Tensor
-    _select: Tensor
     _q_slots: Tensor
     _kv_slots: Tensor
 
@@ -446,19 +496,6 @@ class ReLUAttention(_HeadSublayer):
         if accumulate not in ("tokens", "heads"):
             raise ValueError(f"accumulate must be 'tokens' or 'heads', got {accumulate!r}")
         self.accumulate: Accumulate = accumulate
-        # For the heads-first order: one row per value entry, mapped to a compact list of destinations.
-        dst = self.v_dst.reshape(-1)
-        udst, inv = torch.unique(dst, return_inverse=True)
-        self.register_buffer("_udst", udst, persistent=False)
-        self.register_buffer("_entry_udst", inv, persistent=False)
-        self.register_buffer(
-            "_entry_head",
-            torch.arange(self.num_heads).repeat_interleave(self.v_src.shape[1]),
-            persistent=False,
-        )
-        select = torch.zeros(dst.numel(), udst.numel(), dtype=self.v_coef.dtype)
-        select[torch.arange(dst.numel()), inv] = 1.0
-        self.register_buffer("_select", select, persistent=False)
         self.fast_paths = fast_paths
         # Slots that matter for queries and for keys/values (zero-coefficient padding excluded).
         q_slots = self.q_idx[self.q_coef != 0]
@@ -487,39 +524,100 @@ class ReLUAttention(_HeadSublayer):
                 Fk = F[..., :1]
         Tq, Tk = Fq.shape[-1], Fk.shape[-1]
         Fq2, Fk2 = Fq.reshape(D, B * Tq), Fk.reshape(D, B * Tk)
-        q = _gather(Fq2, self.q_idx, self.q_coef).view(self.num_heads, -1, B, Tq)
-        k = _gather(Fk2, self.k_idx, self.k_coef).view(self.num_heads, -1, B, Tk)
-        v = _gather(Fk2, self.v_src, self.v_coef).view(self.num_heads, -1, B, Tk)
-        acc = self._normalise(self._attend(q, k, v, D), Tk)  # (D, B, Tq), summed over the keys
-        return H + acc.permute(1, 2, 0)
+        M = self.num_heads
+        if Fq is Fk:
+            q, k, v = self._gather_stacked(Fq2, H, ("q", "k", "v"))
+        else:
+            (q,) = self._gather_stacked(Fq2, H, ("q",))
+            k, v = self._gather_stacked(Fk2, H, ("k", "v"))
+        q, k, v = q.view(M, -1, B, Tq), k.view(M, -1, B, Tk), v.view(M, -1, B, Tk)
+        udst, entry, sel = self._destinations(H)
+        acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H)), Tk)  # (U, B, Tq)
+        # Only the U written coordinates change (every other one gets h + 0 = h); a query-broadcast result
+        # (Tq = 1) is added to every token.
+        out = H.clone(memory_format=torch.contiguous_format)
+        return out.index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, D: int) -> Tensor:
-        """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (D, B, Tq)."""
+    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and the
+        0/1 selection matrix (U, M*E) (cached; follows in-place table edits)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "dst" not in plans:
+            dst = self.v_dst.reshape(-1)
+            udst, inv = torch.unique(dst, return_inverse=True)
+            select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
+            select[torch.arange(dst.numel()), inv] = 1.0
+            plans["dst"] = (udst.to(H.device), inv.to(H.device), select.to(H.device).t())
+        return plans["dst"]
+
+    def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """Heads whose Q/K reads agree in all but the last pair (the relu' step's ``X`` and ``X + b``):
+        ``(first, inv)`` with ``first`` one head per distinct leading part and ``inv`` each head's, or None
+        when all differ (cached; follows in-place table edits)."""
+
+        def build() -> tuple[Tensor, Tensor] | None:
+            if self.head_dim < 2:
+                return None
+            lead = [t[:, :-1].to(torch.float64) for t in (self.q_idx, self.q_coef, self.k_idx, self.k_coef)]
+            uniq, inv = torch.unique(torch.cat(lead, 1), dim=0, return_inverse=True)
+            if 2 * uniq.shape[0] > self.num_heads:
+                return None
+            first = torch.full((uniq.shape[0],), self.num_heads, dtype=torch.long)
+            first.scatter_reduce_(0, inv, torch.arange(self.num_heads), reduce="amin")
+            return first.to(H.device), inv.to(H.device)
+
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "prefix" not in plans:
+            plans["prefix"] = build()
+        return plans["prefix"]
+
+    def _all_scores(self, q: Tensor, k: Tensor, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
+        """:meth:`_scores` of every head; heads sharing their leading pairs share that partial sum (the
+        same additions in the same order, so the same bits), then each adds its last pair."""
+        if prefixes is None:
+            return self._scores(q, k)
+        first, inv = prefixes
+        lead = self._scores(q[first, :-1], k[first, :-1]).index_select(0, inv)
+        return lead + k[:, -1, :, :, None] * q[:, -1, :, None, :]
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        dests: tuple[Tensor, Tensor, Tensor],
+        prefixes: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (U, B, Tq) for
+        the U distinct written coordinates ``dests`` (:meth:`_destinations`)."""
+        udst, entry, sel = dests
+        U = udst.numel()
         M, E, B, Tk = v.shape
         Tq = q.shape[-1]
         if self.accumulate == "tokens":
             # Per head, sum over keys s (dim 3 of (M, E, B, Tk, Tq) is an outer reduction: the same order for
             # every query, so queries with equal scores get bit-identical sums), then scatter the heads.
-            per = max(1, self.max_chunk_elems // max(1, E * B * Tk * Tq))
+            # the scores' pair products (m, d_h, B, Tk, Tq) and the weighted values (m, E, B, Tk, Tq)
+            per = max(1, self.max_chunk_elems // max(1, max(E, q.shape[1]) * B * Tk * Tq))
             parts = []
             for a in range(0, M, per):
                 hs = slice(a, min(a + per, M))
-                A = self._weights(self._scores(q[hs], k[hs]))  # (m, B, Tk, Tq)
+                S = self._all_scores(q, k, prefixes) if per >= M else self._scores(q[hs], k[hs])
+                A = self._weights(S)  # (m, B, Tk, Tq)
                 parts.append((A[:, None] * v[hs, ..., None]).sum(3))  # (m, E, B, Tq)
             Z = parts[0] if len(parts) == 1 else torch.cat(parts)
-            return _scatter(D, self.v_dst.reshape(-1), Z.reshape(M * E, B * Tq)).view(D, B, Tq)
+            # entries of one coordinate added in index order, as a scatter into all D coordinates would
+            return _scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
         # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step has exactly
         # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
-        U = self._udst.numel()
-        acc = torch.zeros(D, B, Tq, dtype=q.dtype, device=q.device)
-        per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * E + U)))
-        sel = self._select.to(q.dtype).t()  # (U, M*E)
+        acc = torch.zeros(U, B, Tq, dtype=q.dtype, device=q.device)
+        per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * max(E, q.shape[1]) + U)))
         for a in range(0, Tq, per):
             I = slice(a, min(a + per, Tq))
-            A = self._weights(self._scores(q[..., I], k))  # (M, B, Tk, |I|)
+            A = self._weights(self._all_scores(q[..., I], k, prefixes))  # (M, B, Tk, |I|)
             G = (A[:, None] * v[..., None]).reshape(M * E, -1)  # (M*E, B*Tk*|I|)
             C = torch.matmul(sel, G).view(U, B, Tk, -1)
-            acc[self._udst, :, I] += C.sum(2)
+            acc[:, :, I] += C.sum(2)
         return acc
 
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
@@ -551,14 +649,69 @@ class EWML(_HeadSublayer):
         self._check(H)
         B, T, _ = H.shape
         F = _features(H)
-        q = _gather(F, self.q_idx, self.q_coef)  # (M, d_h, B*T)
-        k = _gather(F, self.k_idx, self.k_coef)
-        v = _gather(F, self.v_src, self.v_coef)  # (M, E, B*T)
-        score = q[:, 0] * k[:, 0]
-        for r in range(1, q.shape[1]):
-            score = score + q[:, r] * k[:, r]
+        M = self.num_heads
+        q, k, v = (g.view(M, -1, B * T) for g in self._gather_stacked(F, H, ("q", "k", "v")))
+        score = _ordered_sum(q * k, 1)  # pair by pair in stored order, as the attention scores
         contrib = (score[:, None] * v).reshape(-1, B * T)
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
+
+
+@dataclass(frozen=True)
+class _MLPPlan:
+    """Flat indices into ``H.reshape(-1)`` for every (unit, token) pair an MLP evaluates, built once per
+    prompt shape: ``read_idx``/``read_coef`` of shape ``(r, pairs)`` (read c of every pair), ``write_idx``/
+    ``write_coef`` of shape ``(pairs, o)``. Pairs are ordered group by group, then (batch, token, unit), so
+    for every (token, coordinate) the writes are scattered in (group, unit, write) order."""
+
+    read_idx: Tensor
+    read_coef: Tensor
+    write_idx: Tensor
+    write_coef: Tensor
+
+    @staticmethod
+    def build(
+        w1_idx: Tensor,
+        w1_coef: Tensor,
+        w2_dst: Tensor,
+        w2_coef: Tensor,
+        groups: Sequence[tuple[slice, slice]],
+        H: Tensor,
+        max_elems: int,
+    ) -> _MLPPlan | None:
+        B, T, D = H.shape
+        r, o = w1_idx.shape[1], w2_dst.shape[1]
+        sizes = [len(range(w1_idx.shape[0])[us]) * len(range(T)[ts]) for us, ts in groups]
+        if B * sum(sizes) * (r + o) > max_elems:
+            return None
+        dev, dt = H.device, H.dtype
+        base = torch.arange(B, device=dev) * (T * D)
+        ri, rc, wi, wc = [], [], [], []
+        for us, ts in groups:
+            tok = torch.arange(T, device=dev)[ts]
+            start = (base[:, None] + tok[None, :] * D)[:, :, None]  # (B, Tg, 1)
+            idx1, c1 = w1_idx[us].to(dev), w1_coef[us].to(device=dev, dtype=dt)
+            U = idx1.shape[0]
+            ri.append((start[None] + idx1.t()[:, None, None, :]).reshape(r, -1))  # (r, B*Tg*U)
+            rc.append(c1.t()[:, None, None, :].expand(r, B, tok.numel(), U).reshape(r, -1))
+            idx2, c2 = w2_dst[us].to(dev), w2_coef[us].to(device=dev, dtype=dt)
+            wi.append((start[..., None] + idx2[None, None]).reshape(-1, o))  # (B*Tg*U, o)
+            wc.append(c2[None, None].expand(B, tok.numel(), U, o).reshape(-1, o))
+        return _MLPPlan(
+            torch.cat(ri, 1).contiguous(),
+            torch.cat(rc, 1).contiguous(),
+            torch.cat(wi).reshape(-1),
+            torch.cat(wc).contiguous(),
+        )
+
+    def values(self, H: Tensor) -> Tensor:
+        """``W_2 relu(W_1 h)`` entries, flat, aligned with ``write_idx``: reads multiplied by their
+        coefficients and added in stored order, as in the chunked path."""
+        r = self.read_idx.shape[0]
+        g = H.reshape(-1).index_select(0, self.read_idx.view(-1)).view(r, -1) * self.read_coef
+        pre = g[0]
+        for c in range(1, r):
+            pre = pre + g[c]
+        return (torch.relu(pre)[:, None] * self.write_coef).view(-1)
 
 
 class ReLUMLP(Sublayer):
@@ -603,8 +756,38 @@ class ReLUMLP(Sublayer):
     def _write_coords(self) -> Tensor:
         return self.w2_dst[self.w2_coef != 0]
 
+    def _unit_groups(self) -> list[tuple[slice, slice]]:
+        """``(units, tokens)`` pairs on which the units are evaluated (here: every unit on every token)."""
+        return [(slice(0, self.hidden), slice(0, None))]
+
+    def _plan(self, H: Tensor) -> _MLPPlan | None:
+        """The flat gather/scatter plan for prompts shaped like ``H``, or None when it would exceed
+        ``max_chunk_elems`` (the chunked path then bounds the memory)."""
+        return self.cached_plan(
+            H,
+            lambda: _MLPPlan.build(
+                self.w1_idx,
+                self.w1_coef,
+                self.w2_dst,
+                self.w2_coef,
+                self._unit_groups(),
+                H,
+                self.max_chunk_elems,
+            ),
+        )
+
     def forward(self, H: Tensor) -> Tensor:
         self._check(H)
+        plan = self._plan(H)
+        if plan is not None:
+            # All units on all tokens in one gather and one scatter; the scatter adds into zeros in (unit,
+            # write) order for every coordinate, as the chunked path does, and then H + acc.
+            acc = torch.zeros(H.numel(), dtype=H.dtype, device=H.device)
+            acc.index_add_(0, plan.write_idx, plan.values(H))
+            return H + acc.view(H.shape)
+        return self._chunked(H)
+
+    def _chunked(self, H: Tensor) -> Tensor:
         B, T, _ = H.shape
         F = _features(H)
         U, r = self.w1_idx.shape
