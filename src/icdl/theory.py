@@ -1044,9 +1044,18 @@ def construction_estimate(
     # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
     # unit a few entries; the update sublayer writes P weights.
     coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
-    states = per_step * steps + readout_sublayers(N) + 4
+
+    def states_of(per_step: int) -> int:
+        return per_step * steps + readout_sublayers(N) + 4
+
+    states = states_of(per_step)
     trace = states * T * D * itemsize
     work = heads * (max(K, spec.in_dim) + 3) * T * T * 2 * (2 * steps + 1) + mlp_work
+    if variant == "rows":
+        # Row attention pairs each data token with the rows of one layer only: about 16 multiply-adds per
+        # weight per data token and step (forward, backward, update; traced and untraced passes), plus
+        # token-local work (measured forward: 7.4e9 FLOPs for N=6, K=64, n=256, L=50).
+        work = 32 * steps * (examples + 1) * spec.num_params + 4 * states_of(per_step) * T * D
     # Compiling holds a few dense D x D float64 temporaries (measured: peak ~ 2.7 D^2 x 8 bytes for
     # N=3, K=32..96); counted as 3 D^2 x 8.
     compile_bytes = 3 * D * D * 8
