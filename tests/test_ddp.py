@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,14 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path) -> None:
     for o in OVERRIDES:
         cmd += ["--set", o]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    if proc.returncode != 0 and "exitcode: -6" in proc.stderr:
+        # A worker aborted (SIGABRT) inside the gloo transport; seen once on a heavily loaded 2-core
+        # machine and never reproduced alone. One fresh try, so a real failure still fails twice.
+        shutil.rmtree(ddp, ignore_errors=True)
+        first = proc.stderr
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"failed twice; first: {first[:3000]}\nsecond: {proc.stderr[:3000]}"
+    assert proc.returncode == 0, proc.stderr[:3000] + "\n...\n" + proc.stderr[-2000:]
     torch.set_num_threads(1)
     train(load_config("tiny", OVERRIDES), single, quiet=True)
 

@@ -487,7 +487,14 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
         tdist.barrier()
 
     try:
-        return _train_loop(cfg, run_dir, device, dist, ckpt, start_step, quiet, t0)
+        result = _train_loop(cfg, run_dir, device, dist, ckpt, start_step, quiet, t0)
+        if dist.enabled:
+            import torch.distributed as tdist
+
+            # No rank tears down its sockets while another is still in a collective or writing: a rank
+            # that leaves early can make its peer's gloo transport abort.
+            tdist.barrier()
+        return result
     finally:
         if dist.enabled:
             import torch.distributed as tdist
