@@ -1,4 +1,4 @@
-"""``icdl demo``: the main job on a small default, end to end, in about 80 s on 2 CPU cores.
+"""``icdl demo``: the main job on a small default, end to end, in about 15 s on 2 idle CPU cores.
 
 It chains the other subcommands (so the demo exercises exactly what a user would run):
 
@@ -42,7 +42,7 @@ def _banner(title: str) -> None:
 @yes_option
 @click.pass_context
 def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes: bool = False) -> None:
-    """Run the main job on a small default, end to end (about 80 s on 2 CPU cores)."""
+    """Run the main job on a small default, end to end (about 15 s on 2 idle CPU cores)."""
     from icdl.cli.approx import approx
     from icdl.cli.construct import construct
 
