@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any
 
+from icdl.io import atomic_write_json
+
 DEFAULT_GRID = [
     (2, 8, 16, 10),
     (3, 8, 16, 10),
@@ -158,10 +160,7 @@ def main() -> None:
             f"{r['ratio']:.0f} | {r['peak_rss_mb']:.0f} | {r['max_abs_err_weights']:.1e} |"
         )
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=2)
-        os.replace(tmp, args.json)
+        atomic_write_json(args.json, rows, indent=2)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any
 
+from icdl.io import atomic_write_json
+
 RATIO_POINT = (3, 16, 8, 1, 64, 10)  # N, K, d_x, d_y, n, L
 SCALE_POINT = (6, 64, 16, 1, 256, 50)
 K_SWEEP = [(3, K, 8, 1, 64, 10) for K in (4, 8, 16, 32, 64)]  # the plot's x axis
@@ -317,10 +319,7 @@ def main() -> None:
     if args.plot:
         plot(rows, args.plot)
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=2)
-        os.replace(tmp, args.json)
+        atomic_write_json(args.json, rows, indent=2)
 
 
 if __name__ == "__main__":
