@@ -261,3 +261,31 @@ def test_linear_output_mixes_gated_and_product_layers() -> None:
     )
     rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
     assert rep.passed and rep.max_sublayer_err <= 1e-12
+
+
+def test_products_outside_their_range_are_counted() -> None:
+    """The smooth products r' ⊙ z are fitted for |z| <= radius; the sublayer check compares with the
+    construction's own surrogate and cannot see z leaving that range, so verify counts it."""
+    import dataclasses
+
+    from icdl.construct import variants
+
+    # The same construction without the z check: what the pre-activation count alone would report.
+    blind = dataclasses.replace(variants.get_variant("rows"), name="rows-without-z-check", ranges=None)
+    variants.register(blind, replace=True)
+    spec = NetSpec(3, 4, 3, 2, activation="softplus")
+    x, y, xq, w0, _ = sample_task(spec, 16, seed=1)
+    counts, errors = {}, {}
+    try:
+        for name in ("rows", blind.name):
+            for radius in (10.0, 2.0):
+                model = compile_gd_transformer(
+                    spec, lr=0.5, steps=3, n=16, variant=name, eps=1e-3, radius=radius
+                )
+                rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+                counts[name, radius], errors[name, radius] = rep.out_of_range_count, rep.max_abs_err_weights
+    finally:
+        variants.VARIANTS.pop(blind.name)
+    assert counts["rows", 10.0] == 0 and errors["rows", 10.0] < 1e-2
+    assert errors["rows", 2.0] > 10 * errors["rows", 10.0]
+    assert counts["rows", 2.0] > counts[blind.name, 2.0]  # the z entries beyond the radius are counted

@@ -153,3 +153,15 @@ def test_softmax_save_load_is_bit_exact(tmp_path: Path) -> None:
     H = model.build_prompt(x, y, xq, w0)
     assert torch.equal(model(H), again(H))
     assert [m.info for m in again.block_layers] == [m.info for m in model.block_layers]
+
+
+def test_products_outside_their_range_are_counted() -> None:
+    """A radius too small for the GD trajectory's factors is reported in out_of_range_count."""
+    spec = NetSpec(2, 4, 3, 1)
+    x, y, xq, w0, _ = sample_task(spec, 8, seed=0)
+    counts = []
+    for radius in (20.0, 0.5):
+        model = compile_gd_transformer(spec, lr=0.1, steps=2, n=8, variant="softmax", eps=1e-2, radius=radius)
+        counts.append(verify(model, x, y, xq, w0, lipschitz_iters=0).out_of_range_count)
+    assert counts[0] == 0
+    assert counts[1] is not None and counts[1] > 0

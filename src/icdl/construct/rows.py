@@ -851,6 +851,18 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     raise ValueError(f"no expected effect for role {info.role!r}")
 
 
+def ranges(ref: Any) -> int:
+    """How many ``z_j`` entries of a smooth layer leave ``[-radius, radius]`` at this step: the products
+    ``r' ⊙ z`` in the backward and update scores are fitted on that range (:func:`derivative_product`)."""
+    spec, cfg = ref.model.spec, ref.model.config
+    count = 0
+    for j in range(1, spec.depth + 1):
+        if smooth(spec, j):
+            z = ref.sur.u if j == spec.depth else _z(j)(ref)
+            count += int((z.abs() > cfg.radius).sum())
+    return count
+
+
 VARIANT = register(
     Variant(
         name="rows",
@@ -859,5 +871,6 @@ VARIANT = register(
         block=build_block,
         readout=build_readout,
         effects=effects,
+        ranges=ranges,
     )
 )

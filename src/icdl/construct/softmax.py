@@ -465,6 +465,14 @@ def _named(name: str, fn: Callable[[Reference], Tensor]) -> Callable[[Reference]
     return fn
 
 
+def ranges(ref: Reference) -> int:
+    """How many kinds of product (:func:`range_ratios`) leave the ranges their ReLU sums were fitted on at
+    this step (ratio above 1): there the products, and so the step, are no longer within eps."""
+    spec, cfg = ref.model.spec, ref.model.config
+    prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+    return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
+
+
 VARIANT = register(
     Variant(
         name="softmax",
@@ -473,5 +481,6 @@ VARIANT = register(
         block=build_block,
         readout=build_readout,
         effects=effects,
+        ranges=ranges,
     )
 )

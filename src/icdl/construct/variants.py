@@ -42,6 +42,10 @@ class Variant:
         paper: whether this is the paper's construction as published (up to the documented fixes).
         check: optional ``GDConfig -> None`` raising :class:`~icdl.errors.InputError` for configurations
             the variant cannot build (e.g. a non-ReLU activation).
+        ranges: optional ``Reference -> int``: how many arguments (or groups of them) of the variant's own
+            approximations (products as sums of ReLUs) leave the ranges they were fitted on at this step. The
+            verifier adds them to ``out_of_range_count``: a sublayer check against the construction's own
+            surrogate cannot see an approximation used outside its range.
     """
 
     name: str
@@ -52,6 +56,7 @@ class Variant:
     effects: EffectsFn
     paper: bool = False
     check: Callable[[GDConfig], Any] | None = None
+    ranges: Callable[[Any], int] | None = None
 
 
 VARIANTS: dict[str, Variant] = {}

@@ -508,6 +508,9 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
             c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
         if fitted:
             c.range += int((z.abs() > cfg.radius).sum())
+    own_ranges = get_variant(cfg.variant).ranges
+    if own_ranges is not None:
+        c.range += own_ranges(ref)
     u = model.terms.u
     for a, b in zip(u.a, u.b, strict=True):
         arg = float((a[0] * ref.sur.p[-1] + a[1] * y_all + b).abs().max())
@@ -617,7 +620,9 @@ def report(
         weights_spread=cmp.spread,
         scratch_max=cmp.scratch_max,
         delta_window_count=counters.window if has_step else None,
-        out_of_range_count=counters.range if fitted else None,
+        out_of_range_count=(
+            counters.range if fitted or get_variant(model.config.variant).ranges is not None else None
+        ),
         gate_margin=counters.gate_margin,
         eps_grad=eps,
         lipschitz_f=lf,
