@@ -146,7 +146,35 @@ def test_cached_icl_score_fn_equals_the_full_forward(attention: str, norm: str) 
         icl_score_fn(model, b.xs[0, :12], b.ys[0, :12])
 
 
-def test_non_finite_loss_is_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_finite_loss_is_one_line_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Like ``icdl train``: 3 is the documented code for a run stopped on a non-finite loss (1 is a bug)."""
     sets = [a for s in [*TINY, "train.lr=1e30", "train.grad_clip=null"] for a in ("--set", s)]
     code, _, err = run(["score", "train", "score-small", "--out", str(tmp_path / "r"), *sets], capsys)
-    assert code == 1 and err.count("\n") == 1 and "non-finite loss" in err
+    assert code == 3 and err.count("\n") == 1 and "non-finite loss" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["score", "train", "score-small", "--set", "train.steps=100000000"],
+        ["score", "evaluate", "--baselines-only", "score-small", "--mlp-epochs", "1000000000"],
+        ["score", "sample", "--baselines-only", "score-small", "--samples", "100000", "--steps", "10000"],
+    ],
+)
+def test_oversized_work_is_refused_with_its_estimate(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run([*args, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "would need about" in err and "--yes" in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_unwritable_outputs_are_refused_before_work(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = str(tmp_path / "missing" / "x.png") if option == "--plot" else str(tmp_path / "f" / "r.json")
+    (tmp_path / "f").write_text("a file, not a directory")
+    code, _, err = run(["score", "evaluate", "--baselines-only", "score-small", option, target], capsys)
+    assert code == 2 and err.count("\n") == 1 and option in err

@@ -13,26 +13,20 @@ Bad input exits with code 2 and one line on stderr (``icdl.errors.InputError``);
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, emit_json
+from icdl.cli._common import POSITIVE_FLOAT, check_output, count, emit_json, guard, yes_option
 from icdl.errors import InputError
+from icdl.io import atomic_write_text
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    """Write atomically (temp file + rename): never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=1, allow_nan=True)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600
-    os.replace(tmp, path)
+    """Write atomically (icdl.io): never a half-written file. NaN is kept (``k`` a baseline skipped)."""
+    atomic_write_text(path, json.dumps(obj, indent=1, allow_nan=True) + "\n")
 
 
 def _check_png(path: Path | None) -> None:
@@ -60,14 +54,14 @@ def _mlp(depth: int, width: int, epochs: int, lr: float, ks: list[int] | None = 
 
 _MLP_OPTIONS = [
     click.option(
-        "--mlp-depth", type=int, default=3, show_default=True, help="Layers of the context-trained net."
+        "--mlp-depth", type=count(1), default=3, show_default=True, help="Layers of the context-trained net."
     ),
     click.option(
-        "--mlp-width", type=int, default=64, show_default=True, help="Width of the context-trained net."
+        "--mlp-width", type=count(1), default=64, show_default=True, help="Width of the context-trained net."
     ),
     click.option(
         "--mlp-epochs",
-        type=int,
+        type=count(0),
         default=100,
         show_default=True,
         help="Adam steps per context (0: untrained).",
@@ -106,23 +100,37 @@ def score() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+@yes_option
 def train_cmd(
-    config: str, overrides: tuple[str, ...], out: Path | None, as_json: bool, quiet: bool, print_config: bool
+    config: str,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    as_json: bool,
+    quiet: bool,
+    print_config: bool,
+    yes: bool = False,
 ) -> None:
-    """Pretrain the ICL score model. CONFIG: a score preset (score-small) or a YAML path."""
+    """Pretrain the ICL score model. CONFIG: a score preset (score-small) or a YAML path.
+
+    Exit codes as for ``icdl train``: 2 bad input, 3 a non-finite loss (the run stops).
+    """
+    from icdl.diffusion.budget import score_train_estimate
     from icdl.diffusion.config import dump_score_config, load_score_config
 
     cfg = load_score_config(config, overrides)
     if print_config:
         click.echo(dump_score_config(cfg), nl=False)
         return
+    run_dir = out if out is not None else Path("runs") / cfg.name
+    check_output(run_dir, "--out", directory=True)
+    guard(score_train_estimate(cfg), yes)
     from icdl.diffusion.train import ScoreTrainingDiverged, train_score
 
     try:
-        result = train_score(cfg, out if out is not None else Path("runs") / cfg.name, quiet=quiet or as_json)
+        result = train_score(cfg, run_dir, quiet=quiet or as_json)
     except ScoreTrainingDiverged as exc:
         click.echo(f"icdl: error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(1)
+        sys.exit(3)
     summary = {
         "run_dir": str(result.run_dir),
         "steps": result.steps,
@@ -197,10 +205,11 @@ def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the result JSON here.")
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write the curves to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@yes_option
 def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
     mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, gd_steps: int, gd_lr: float, gd_width: int,
-    resamples: int, out: Path | None, plot: Path | None, as_json: bool,
+    resamples: int, out: Path | None, plot: Path | None, as_json: bool, yes: bool = False,
 ) -> None:  # fmt: skip
     """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
 
@@ -208,12 +217,20 @@ def evaluate_cmd(
     `icdl score construct` compiles), the prior -x, a Gaussian fit and the empirical score.
     """
     _check_png(plot)
+    check_output(out, "--out")
+    check_output(plot, "--plot")
     ks = _ks(mlp_ks)
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr, ks)
     from icdl.diffusion.baselines import GDScore
+    from icdl.diffusion.budget import score_curves_estimate
 
     gd = GDScore(depth=3, width=gd_width, lr=gd_lr, steps=gd_steps, ks=ks) if gd_steps > 0 else None
     model, cfg = _load(run, preset)
+    est = score_curves_estimate(
+        cfg, prompts=prompts, mlp_ks=0 if no_mlp else len(ks), mlp_epochs=mlp_epochs, mlp_depth=mlp_depth,
+        mlp_width=mlp_width, gd_steps=gd_steps, gd_width=gd_width, resamples=resamples,
+    )  # fmt: skip
+    guard(est, yes)
     from icdl.diffusion.evaluate import score_curves
 
     res = score_curves(model, cfg, prompts=prompts, seed=seed, mlp=mlp, gd=gd, resamples=resamples)
@@ -270,17 +287,27 @@ def evaluate_cmd(
     help="Samples of the first prompt at the largest k (PNG).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@yes_option
 def sample_cmd(
     run: Path | None, preset: str | None, ks_text: str, prompts: int, samples: int, steps: int, method: str,
     seed: int, mlp_depth: int, mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, out: Path | None,
-    plot: Path | None, samples_plot: Path | None, as_json: bool,
+    plot: Path | None, samples_plot: Path | None, as_json: bool, yes: bool = False,
 ) -> None:  # fmt: skip
     """Sample with the in-context score and measure sliced W2 / MMD to the true distribution per k."""
     _check_png(plot)
     _check_png(samples_plot)
+    for path, option in ((out, "--out"), (plot, "--plot"), (samples_plot, "--samples-plot")):
+        check_output(path, option)
     ks = _ks(ks_text)
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr)
     model, cfg = _load(run, preset)
+    from icdl.diffusion.budget import sampling_estimate
+
+    est = sampling_estimate(
+        cfg, ks=ks, prompts=prompts, samples=samples, steps=steps, mlp_epochs=0 if no_mlp else mlp_epochs,
+        mlp_depth=mlp_depth, mlp_width=mlp_width,
+    )  # fmt: skip
+    guard(est, yes)
     from icdl.diffusion.evaluate import sampling_distances
 
     res = sampling_distances(

@@ -1,0 +1,96 @@
+"""Memory and time of the score commands before they start (``icdl score train|evaluate|sample``).
+
+Coarse, conservative cost models in the spirit of :mod:`icdl.budget`: FLOPs of the dominant loops at
+:data:`icdl.budget.CPU_FLOPS` plus a per-call overhead for the many small steps (sampler steps, Adam steps of
+the context-trained network), and the largest tensors held at once. They exist so that an oversized request
+is refused in a second with the estimate, not to predict run times closely.
+"""
+
+from __future__ import annotations
+
+from icdl.budget import CPU_FLOPS, Estimate
+from icdl.config import ModelConfig
+from icdl.diffusion.config import ScoreConfig
+
+__all__ = ["sampling_estimate", "score_curves_estimate", "score_train_estimate"]
+
+_STEP_OVERHEAD = 5e-4  # seconds per small Python-driven step (one sampler step, one Adam step)
+_BASE_BYTES = 400 * 2**20  # torch itself, the model, the prompt
+
+
+def _icl_params(m: ModelConfig, d_tok: int) -> int:
+    return (
+        m.layers * (4 * m.d_model**2 + 2 * m.d_model * m.d_mlp) + (d_tok + 2 * m.max_points + 1) * m.d_model
+    )
+
+
+def _mlp_params(depth: int, width: int, dim: int) -> int:
+    return (dim + 1) * width + max(0, depth - 2) * width * width + width * dim
+
+
+def score_train_estimate(cfg: ScoreConfig) -> Estimate:
+    """Training ``cfg``: ``6 P B T`` FLOPs per step (forward + backward) plus attention, parameters and
+    AdamW state four times over, and the activations kept for the backward pass."""
+    m, t, task = cfg.model, cfg.train, cfg.task
+    T, B = 2 * task.points, t.batch_size
+    P = _icl_params(m, max(task.d_x, task.d_y))
+    flops = t.steps * (6 * P * B * T + 12 * B * T * T * m.d_model * m.layers)
+    acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp + m.heads * T)
+    return Estimate(
+        f"icdl score train ({cfg.name})",
+        float(_BASE_BYTES + 16 * P + 4 * acts),
+        5.0 + flops / CPU_FLOPS + t.steps * _STEP_OVERHEAD,
+        f"{t.steps} steps x batch {B} x {T} tokens, {P:,} parameters",
+    )
+
+
+def score_curves_estimate(
+    cfg: ScoreConfig, *, prompts: int, mlp_ks: int, mlp_epochs: int, mlp_depth: int, mlp_width: int,
+    gd_steps: int, gd_width: int, resamples: int,
+) -> Estimate:  # fmt: skip
+    """``icdl score evaluate``: one ICL pass over every prompt, the context-trained network trained once per
+    (prompt batch, k), plain GD on the score network, and the bootstrap over prompts."""
+    task, m = cfg.task, cfg.model
+    T, K = 2 * task.points, task.examples
+    P = _icl_params(m, max(task.d_x, task.d_y))
+    mlp = _mlp_params(mlp_depth, mlp_width, task.dim)
+    gd = _mlp_params(3, gd_width, task.dim)
+    flops = (
+        2 * P * prompts * T
+        + 6 * mlp * prompts * K * mlp_ks * mlp_epochs
+        + 6 * gd * prompts * K * mlp_ks * gd_steps
+    )
+    flops += resamples * prompts * (K + 1) * 20
+    small_steps = mlp_ks * (mlp_epochs + gd_steps)
+    nbytes = (
+        _BASE_BYTES + 8 * prompts * T * (m.d_model * m.layers * 4 + mlp_width * 4) + 8 * resamples * (K + 1)
+    )
+    return Estimate(
+        "icdl score evaluate",
+        float(nbytes),
+        5.0 + flops / CPU_FLOPS + small_steps * _STEP_OVERHEAD,
+        f"{prompts} prompts x {K + 1} k; context net {mlp_epochs} epochs at {mlp_ks} k",
+    )
+
+
+def sampling_estimate(
+    cfg: ScoreConfig, *, ks: list[int], prompts: int, samples: int, steps: int, mlp_epochs: int,
+    mlp_depth: int, mlp_width: int,
+) -> Estimate:  # fmt: skip
+    """``icdl score sample``: for every prompt, k and estimator (six at most) a sampler run of ``steps``
+    steps (two score evaluations each) on ``samples`` points; the ICL score attends over ``2k`` cached
+    context tokens; the context-trained network is trained once per (prompt, k)."""
+    task, m = cfg.task, cfg.model
+    P = _icl_params(m, max(task.d_x, task.d_y))
+    mlp = _mlp_params(mlp_depth, mlp_width, task.dim)
+    kmax = max(ks)
+    per_eval = 2 * P + 8 * m.layers * m.d_model * kmax + 2 * mlp + 40 * kmax * task.dim
+    runs = prompts * len(ks)
+    flops = runs * (6 * samples * steps * 2 * per_eval + 6 * mlp * kmax * mlp_epochs)
+    nbytes = _BASE_BYTES + 4 * 3 * samples * (2 * kmax + 1) * m.d_model + 8 * 64 * samples * task.dim
+    return Estimate(
+        "icdl score sample",
+        float(nbytes),
+        5.0 + flops / CPU_FLOPS + runs * (6 * 2 * steps + mlp_epochs) * _STEP_OVERHEAD,
+        f"{prompts} prompts x {len(ks)} k x 6 estimators x {samples} samples x {steps} steps",
+    )
