@@ -55,6 +55,17 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def overrides_option(f: F) -> F:
+    """``--set KEY=VALUE`` (repeatable): dotted config keys with YAML values (train and score train)."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a config key (dotted key, YAML value), e.g. --set train.steps=500; repeatable.",
+    )(f)
+
+
 def yes_option(f: F) -> F:
     """The ``--yes`` flag: run even when the work estimate is above the limit (see :mod:`icdl.budget`)."""
     return click.option(

@@ -19,7 +19,15 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, check_output, count, emit_json, guard, yes_option
+from icdl.cli._common import (
+    POSITIVE_FLOAT,
+    check_output,
+    count,
+    emit_json,
+    guard,
+    overrides_option,
+    yes_option,
+)
 from icdl.errors import InputError
 from icdl.io import atomic_write_text
 
@@ -79,6 +87,18 @@ def _with_mlp_options(fn: Any) -> Any:
     return fn
 
 
+def _run_or_preset(fn: Any) -> Any:
+    """``RUN`` (a trained score run) or ``--baselines-only PRESET`` (the baselines on a preset's task)."""
+    fn = click.option(
+        "--baselines-only",
+        "preset",
+        default=None,
+        metavar="PRESET",
+        help="No ICL model: baselines on a preset's task.",
+    )(fn)
+    return click.argument("run", type=click.Path(path_type=Path), required=False)(fn)
+
+
 @click.group(name="score")
 def score() -> None:
     """In-context score estimation for diffusion models (docs/score.md).
@@ -90,10 +110,7 @@ def score() -> None:
 
 @score.command(name="train")
 @click.argument("config")
-@click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
-    help="Override a config key (dotted key, YAML value), e.g. --set train.steps=500; repeatable.",
-)  # fmt: skip
+@overrides_option
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="New run directory [runs/<preset>]."
 )
@@ -160,14 +177,7 @@ def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
 
 
 @score.command(name="evaluate")
-@click.argument("run", type=click.Path(path_type=Path), required=False)
-@click.option(
-    "--baselines-only",
-    "preset",
-    default=None,
-    metavar="PRESET",
-    help="No ICL model: baselines on a preset's task.",
-)
+@_run_or_preset
 @click.option(
     "--prompts", type=click.IntRange(2, 100_000), default=256, show_default=True, help="Test prompts."
 )
@@ -251,14 +261,7 @@ def evaluate_cmd(
 
 
 @score.command(name="sample")
-@click.argument("run", type=click.Path(path_type=Path), required=False)
-@click.option(
-    "--baselines-only",
-    "preset",
-    default=None,
-    metavar="PRESET",
-    help="No ICL model: baselines on a preset's task.",
-)
+@_run_or_preset
 @click.option(
     "--ks", "ks_text", default="5,10,20,40", show_default=True, help="Context sizes k (comma-separated)."
 )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import check_output, emit_json, guard, yes_option
+from icdl.cli._common import check_output, emit_json, guard, overrides_option, yes_option
 
 # Exit code of a run stopped by a non-finite loss (1 is reserved for bugs, 2 for bad input).
 EXIT_DIVERGED = 3
@@ -23,10 +23,7 @@ EXIT_DIVERGED = 3
 
 @click.command(name="train")
 @click.argument("config")
-@click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
-    help="Override a config key (dotted key, YAML value), e.g. --set train.steps=500; repeatable.",
-)  # fmt: skip
+@overrides_option
 @click.option(
     "--out", "out", type=click.Path(path_type=Path), default=None, help="Run directory [runs/<preset>]."
 )
