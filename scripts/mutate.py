@@ -23,14 +23,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRUCT_TESTS = [
-    "tests/test_construct.py",
-    "tests/test_verify.py",
-    "tests/test_verify_localise.py",
-    "tests/test_variant_compact.py",
-    "tests/test_contract.py",
-    "tests/test_construct_store.py",
+    "tests/construct/test_construct.py",
+    "tests/construct/test_verify.py",
+    "tests/construct/test_verify_localise.py",
+    "tests/construct/test_variant_compact.py",
+    "tests/construct/test_contract.py",
+    "tests/construct/test_construct_store.py",
 ]
-SUMS_TESTS = ["tests/test_relu_sums.py", "tests/test_cli_approx.py"]
+SUMS_TESTS = ["tests/test_relu_sums.py", "tests/cli/test_cli_approx.py"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,9 @@ MUTANTS = [
         V,
         "bad = ~torch.isfinite(got) & torch.isfinite(want)",
         "bad = torch.zeros_like(got, dtype=torch.bool)",
-        ("tests/test_verify_localise.py::test_a_planted_value_is_named_with_its_sublayer_and_slot",),
+        (
+            "tests/construct/test_verify_localise.py::test_a_planted_value_is_named_with_its_sublayer_and_slot",
+        ),
         "slot comparison blind to NaN/inf",
     ),
     Mutant(
@@ -68,7 +70,7 @@ MUTANTS = [
         V,
         "ze = z[:n]",
         "ze = z",
-        ("tests/test_verify_localise.py::test_query_inside_the_relu_window_is_not_counted",),
+        ("tests/construct/test_verify_localise.py::test_query_inside_the_relu_window_is_not_counted",),
         "relu' window counter counts the query",
     ),
     Mutant(
@@ -84,7 +86,7 @@ MUTANTS = [
         "src/icdl/icl/train.py",
         "        _set_rng_state(\n",
         "        (lambda _state: None)(\n",
-        ("tests/test_train_resume_dropout.py",),
+        ("tests/icl/test_train_resume_dropout.py",),
         "resume does not restore the global RNG",
     ),
     Mutant(
@@ -92,7 +94,7 @@ MUTANTS = [
         B,
         "units.add([(t, -ctx.gate), (p, -1.0)], [(y, -1.0)])",
         "units.add([(t, -ctx.gate), (p, -1.0)], [(y, 1.0)])",
-        ("tests/test_verify_localise.py::test_readout_of_a_clearly_negative_prediction",),
+        ("tests/construct/test_verify_localise.py::test_readout_of_a_clearly_negative_prediction",),
         "readout's negative half has the wrong sign",
     ),
     # -- construction ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ recorded once and replayed (``torch.cuda.CUDAGraph``):
   inactive input coordinates before labelling (as :func:`icdl.icl.tasks.sample_batch` does) and
   ``points_mask`` keeps only the first ``n`` points in the loss. Because the model is causal, the
   predictions at the first ``n`` points do not depend on the padded points, so the masked loss and its
-  gradient equal those of the unpadded ``n``-point prompts (``tests/test_fast.py`` checks this) and one
+  gradient equal those of the unpadded ``n``-point prompts (``tests/icl/test_fast.py`` checks this) and one
   capture serves every curriculum stage;
 * AdamW is fused and capturable with its learning rate a device tensor, updated in place between
   replays; the loss statistics the loop logs accumulate in device buffers, so a step needs no

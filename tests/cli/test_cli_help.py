@@ -31,7 +31,7 @@ def test_suite_help_lists_the_suites(name: str, option: str) -> None:
     (opt,) = [p for p in _command(name).params if option in getattr(p, "opts", ())]
     for suite in suite_names():
         assert suite in (opt.help or ""), (suite, opt.help)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     out = subprocess.run(
         [sys.executable, "-m", "icdl", name, "--help"], capture_output=True, text=True, env=env, check=True
     ).stdout

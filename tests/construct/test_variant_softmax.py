@@ -124,7 +124,7 @@ def test_query_adds_nothing_to_the_gradient() -> None:
 
 
 def test_cli_softmax_json_has_the_paper_keys() -> None:
-    src = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's code, not an installed copy
+    src = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, not an installed copy
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     args = ["--json", "-N", "2", "-K", "3", "--in-dim", "2", "--out-dim", "1", "-L", "2", "-n", "6"]
     out = {}

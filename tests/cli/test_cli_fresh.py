@@ -16,7 +16,7 @@ import pytest
 
 from icdl.cli import COMMANDS
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _env() -> dict[str, str]:

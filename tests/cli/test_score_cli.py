@@ -109,7 +109,7 @@ def test_bad_input_is_one_line_exit_2(
 
 
 def test_subprocess_help_and_error() -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     for args in (["score", "--help"], ["score", "sample", "--help"]):
         ok = subprocess.run([sys.executable, "-m", "icdl", *args], capture_output=True, text=True, env=env)
         assert ok.returncode == 0 and "Usage" in ok.stdout, ok.stderr

@@ -1,5 +1,5 @@
 """The compiled GD transformer on a ReLU score network (d_x = d + 1, d_y = d) equals reference GD on
-the DSM (squared) loss in float64, like tests/test_construct.py for the paper's task."""
+the DSM (squared) loss in float64, like tests/construct/test_construct.py for the paper's task."""
 
 from __future__ import annotations
 

@@ -221,7 +221,7 @@ def test_save_load_reproduces_bit_for_bit(tmp_path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     return subprocess.run(
         [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env

@@ -3,7 +3,7 @@ exit code 2 and ONE line on stderr, no traceback, and writes no file.
 
 "Bad" values are out of range, not numbers, NaN/inf, or beyond the integer ceiling; "oversized" values are
 valid but ask for far more work than the limits allow, so the estimate (icdl.budget) must refuse them
-before anything runs. In-process (fast); tests/test_cli_fresh.py runs a few in real subprocesses.
+before anything runs. In-process (fast); tests/cli/test_cli_fresh.py runs a few in real subprocesses.
 """
 
 from __future__ import annotations

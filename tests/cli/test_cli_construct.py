@@ -31,7 +31,7 @@ KEYS = {
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    src = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's code, not an installed copy
+    src = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, not an installed copy
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     return subprocess.run(
         [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env

@@ -169,5 +169,5 @@ def test_top_level_entry_points_are_lazy():
         "[getattr(icdl, n) for n in icdl.__all__]; "
         "assert icdl.compile_gd_transformer.__module__ == 'icdl.construct.compile'"
     )
-    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[2] / "src")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
