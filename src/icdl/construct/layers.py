@@ -196,8 +196,8 @@ def _ordered_sum(x: Tensor, dim: int) -> Tensor:
 
     In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
     tensor's own dtype (one call instead of ``2 d_h``; ``tests/construct/test_layers.py`` checks the bits
-    against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan in parallel)
-    the loop itself.
+    against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan
+    in parallel) the loop itself.
     """
     if x.dtype == torch.float64 and x.device.type == "cpu":
         return x.cumsum(dim).select(dim, -1)
