@@ -168,7 +168,7 @@ def construct(
     from icdl.construct.store import save
     from icdl.construct.verify import verify
     from icdl.nets import NetSpec
-    from icdl.theory import construction_estimate
+    from icdl.construct.estimate import construction_estimate
 
     if save_dir is not None and Path(save_dir).exists():
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")

@@ -19,7 +19,7 @@ import click
 from icdl.budget import QUICK_SECONDS
 from icdl.cli._common import POSITIVE_FLOAT, count, emit_json, guard, yes_option
 from icdl.nets import ACTIVATIONS, LOSSES, NetSpec, get_activation, get_loss
-from icdl.theory import compute, compute_estimate
+from icdl.theory_report import compute, compute_estimate
 
 
 def _float(x: float) -> float:
