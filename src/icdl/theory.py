@@ -65,7 +65,6 @@ __all__ = [
     "EXACT_TERMS",
     "ActivationBounds",
     "Lemma6Constants",
-    "Sublayer",
     "SublayerKind",
     "TermCounts",
     "Theorem1Constants",
@@ -291,21 +290,20 @@ def term_counts(
 # --------------------------------------------------------------------------------------------------
 
 
-# One row type with the compiler (icdl.sublayer): the table below and a compiled model's sublayers can be
-# compared field by field.
-Sublayer = SublayerInfo
+# One row type with the compiler (icdl.sublayer.SublayerInfo): the table below and a compiled model's
+# sublayers can be compared field by field.
 
 
-def _forward_layer(spec: NetSpec, terms: TermCounts, j: int) -> Sublayer:
+def _forward_layer(spec: NetSpec, terms: TermCounts, j: int) -> SublayerInfo:
     w = spec.widths
     heads = w[j] * terms.r[j - 1]
     # Lemma 2 / (C.8): Q h_i = [a_m p(j-1); b_m ONE], K h_s = [v_jk; ONE], V h_s = c_m ONE -> P_j[k].
-    return Sublayer(
+    return SublayerInfo(
         f"forward_{j}", "forward", "relu_attention", "Lemma 2", j, heads, 0, heads * (w[j - 1] + 1), heads
     )
 
 
-def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none") -> list[Sublayer]:
+def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none") -> list[SublayerInfo]:
     """The ``2N+4`` sublayers of one GD block with their sizes (Lemmas 2-5; docs/paper.md, sublayers).
 
     Args:
@@ -325,7 +323,7 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
     # (N-2)K + d, a typo for (N-1)K + d (docs/paper.md, erratum E5); the head count uses sum_j n_j.
     d_heads = [w[j] * terms.r_prime[j - 1] for j in range(1, N + 1)]
     rows.append(
-        Sublayer(
+        SublayerInfo(
             "derivative",
             "derivative",
             "relu_attention",
@@ -337,27 +335,29 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
             sum(d_heads),
         )
     )
-    rows.append(Sublayer("loss", "loss", "mlp", "Lemma 4", None, 0, sum(terms.u), 0, 0))
+    rows.append(SublayerInfo("loss", "loss", "mlp", "Lemma 4", None, 0, sum(terms.u), 0, 0))
     for j in range(N, 0, -1):
         # Lemma 5 / (C.15): head k reads Q = column k of V_{j+1} (n_{j+1} entries; for j = N, Q = G[k],
         # K = ONE) and writes R_j[k] * score into S_j[k].
         d_q = 1 if j == N else w[j + 1]
-        rows.append(Sublayer(f"backward_{j}", "backward", "ewml", "Lemma 5", j, w[j], 0, w[j] * d_q, w[j]))
+        rows.append(
+            SublayerInfo(f"backward_{j}", "backward", "ewml", "Lemma 5", j, w[j], 0, w[j] * d_q, w[j])
+        )
     # (C.16): heads (±, j, k), Q = ±ONE, K = S_j[k], value ∓eta(n+1)/(2n) p(j-1) into the W block of v_jk.
     rows.append(
-        Sublayer("update", "update", "relu_attention", "eq. (C.16)", None, 2 * units, 0, 2 * units, 2 * P)
+        SublayerInfo("update", "update", "relu_attention", "eq. (C.16)", None, 2 * units, 0, 2 * units, 2 * P)
     )
     hidden = (2 * P if projection == "box" else 0) + 2 * (3 * units + dy)
-    rows.append(Sublayer("project", "project", "mlp", "Theorem 1 (Proj_W)", None, 0, hidden, 0, 0))
+    rows.append(SublayerInfo("project", "project", "mlp", "Theorem 1 (Proj_W)", None, 0, hidden, 0, 0))
     return rows
 
 
-def readout_table(spec: NetSpec, terms: TermCounts) -> list[Sublayer]:
+def readout_table(spec: NetSpec, terms: TermCounts) -> list[SublayerInfo]:
     """The readout after the last block (docs/paper.md, readout, not in the paper): the N forward layers once
     more, then one MLP with ``2 d_y`` hidden units writing ``P_N`` of the query into its Y slot."""
     terms.check(spec)
     rows = [_forward_layer(spec, terms, j) for j in range(1, spec.depth + 1)]
-    rows.append(Sublayer("readout", "readout", "mlp", READOUT_LEMMA, None, 0, 2 * spec.out_dim, 0, 0))
+    rows.append(SublayerInfo("readout", "readout", "mlp", READOUT_LEMMA, None, 0, 2 * spec.out_dim, 0, 0))
     return rows
 
 
@@ -382,7 +382,7 @@ def model_flops(
     readout: bool = True,
 ) -> dict[str, int]:
     """Exact FLOPs of one forward pass of the compiled model on a prompt of ``n = examples`` examples
-    (``T = n + 1`` tokens), from the size table (:meth:`Sublayer.flops` gives the convention).
+    (``T = n + 1`` tokens), from the size table (:meth:`SublayerInfo.flops` gives the convention).
 
     Returns ``{"per_block": ..., "blocks": L * per_block, "readout": ..., "total": ...}``.
     """
