@@ -227,6 +227,11 @@ class ReLUAttention(HeadSublayer):
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
         return acc / T
 
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """``relu(<Q_m h_i, K_m h_s>) / T`` (Definition 7 normalised by the number of tokens T)."""
+        S = self.head_scores(H, head)
+        return torch.relu(S) / S.shape[-1]
+
 
 class SoftmaxAttention(ReLUAttention):
     """Softmax attention (paper eq. (E.1), ``W^(O)`` folded into V), no mask, no 1/T factor:
@@ -239,6 +244,10 @@ class SoftmaxAttention(ReLUAttention):
 
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
         return acc
+
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """``softmax_s <Q_m h_i, K_m h_s>`` over the keys s (eq. (E.1), no 1/T)."""
+        return torch.softmax(self.head_scores(H, head), dim=-1)
 
 
 class EWML(HeadSublayer):
@@ -258,6 +267,10 @@ class EWML(HeadSublayer):
         score = _ordered_sum(q * k, 1)  # pair by pair in stored order, as the attention scores
         contrib = (score[:, None] * v).reshape(-1, B * T)
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
+
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """The diagonal matrix of scores ``<Q_m h_i, K_m h_i>`` (Definition 6: each token with itself)."""
+        return torch.diag_embed(torch.diagonal(self.head_scores(H, head), dim1=-2, dim2=-1))
 
 
 @dataclass(frozen=True)
@@ -409,6 +422,11 @@ class ReLUMLP(Sublayer):
             out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
             acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
         return H + _tokens(acc, B, T)
+
+    DENSE: ClassVar[tuple[str, ...]] = ("W1", "W2")
+
+    def dense_entries(self) -> int:
+        return 2 * self.hidden * self.dim
 
     def dense(self) -> tuple[Tensor, Tensor]:
         """Dense ``W_1 (U, D)`` and ``W_2 (D, U)`` (tests, small D only)."""

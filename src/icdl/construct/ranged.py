@@ -104,6 +104,16 @@ class RowAttention(HeadSublayer):
     def store_kwargs(self) -> dict[str, Any]:
         return {"parts": list(self.parts), "groups": [list(g) for g in self.groups]}
 
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """``relu(<Q_m h_i, K_m h_s>)`` — no 1/T — on the query and key tokens of the head's group, 0 for
+        every other (query, key) pair (the sublayer never evaluates them)."""
+        S = self.head_scores(H, head)
+        out = torch.zeros_like(S)
+        for hs, queries, keys, _ in self._groups:
+            if hs.start <= head < hs.stop:
+                out[:, queries, keys] = torch.relu(S[:, queries, keys])
+        return out
+
     def _score_dim(self) -> int:
         pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
         return int((~pad).sum())

@@ -298,6 +298,22 @@ class Sublayer(nn.Module):
     def _write_coords(self) -> Tensor:
         raise NotImplementedError
 
+    # Names of the dense matrices :meth:`dense` returns, in order (icdl.inspect.dense_sublayer's keys).
+    DENSE: ClassVar[tuple[str, ...]] = ()
+
+    def dense(self) -> tuple[Tensor, ...]:
+        """The sublayer as the paper writes it: dense matrices named by :attr:`DENSE` (small D only)."""
+        raise NotImplementedError
+
+    def dense_entries(self) -> int:
+        """Number of entries of :meth:`dense` (to refuse exports that would not fit in memory)."""
+        raise NotImplementedError
+
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """Attention weights of one head on ``H (B, T, D)``, ``(B, T_query, T_key)``; only head sublayers
+        have them."""
+        raise TypeError(f"{type(self).__name__} has no attention heads")
+
     def dense_parameters(self) -> int:
         """Parameters of the paper's dense form of this sublayer."""
         raise NotImplementedError
@@ -420,6 +436,39 @@ class HeadSublayer(Sublayer):
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
         return _ordered_sum(k[:, :, :, :, None] * q[:, :, :, None, :], 1)
+
+    DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
+
+    def dense_head(self, head: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Dense ``Q_m, K_m (d_h, D)`` and ``V_m (D, D)`` of one head, built from its compact tables."""
+        D, dh, dt = self.dim, self.head_dim, self.q_coef.dtype
+        rows = torch.arange(dh)
+        Q = torch.zeros(dh, D, dtype=dt).index_put_(
+            (rows, self.q_idx[head]), self.q_coef[head], accumulate=True
+        )
+        K = torch.zeros(dh, D, dtype=dt).index_put_(
+            (rows, self.k_idx[head]), self.k_coef[head], accumulate=True
+        )
+        V = torch.zeros(D, D, dtype=dt).index_put_(
+            (self.v_dst[head], self.v_src[head]), self.v_coef[head], accumulate=True
+        )
+        return Q, K, V
+
+    def head_scores(self, H: Tensor, head: int) -> Tensor:
+        """Scores ``S[b, i, s] = <Q_m h_i, K_m h_s>`` of head ``m`` on ``H (B, T, D)``, shape
+        ``(B, T_query, T_key)``, from the head's dense ``Q_m, K_m`` (independently of the forward pass)."""
+        Q, K, _ = self.dense_head(head)
+        Hd = H.to(Q.dtype)
+        q, k = Hd @ Q.T, Hd @ K.T  # (B, T, d_h)
+        return q @ k.transpose(-1, -2)
+
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """Attention weights of head ``head`` as this sublayer applies them: ``(B, T_query, T_key)`` such that
+        the head adds ``pattern @ (H V_m^T)`` to the stream."""
+        raise NotImplementedError
+
+    def dense_entries(self) -> int:
+        return self.num_heads * (2 * self.head_dim * self.dim + self.dim * self.dim)
 
     def dense(self) -> tuple[Tensor, Tensor, Tensor]:
         """Dense per-head ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
