@@ -240,7 +240,7 @@ MUTANTS = [
     ),
     Mutant(
         "verify-prediction-layer",
-        V,
+        "src/icdl/construct/contract.py",  # Reference.value lives in the contract
         'return g.p[len(g.p) - 1 if q == "prediction" else _layer(e, 0)]',
         'return g.p[len(g.p) - 2 if q == "prediction" else _layer(e, 0)]',
         CT,

@@ -13,51 +13,41 @@ axis) — to a tensor of the same shape, and is residual: ``out = H + f(H)``.
 * :class:`SoftmaxAttention` — eq. (E.1) with ``W^(O)`` folded into V: ``out_i = h_i + sum_m sum_s
   softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
 
-Compact weights (why: a sigmoid construction has thousands of heads, each touching a handful of the D
-coordinates, so dense ``D x D`` matrices per head would be absurd). A head ``m`` of width ``d_h`` stores
-
-* ``q_idx, q_coef`` of shape ``(M, d_h)``: ``(Q_m h)[r] = q_coef[m, r] * h[q_idx[m, r]]``;
-* ``k_idx, k_coef`` likewise for ``K_m``;
-* ``v_src, v_dst, v_coef`` of shape ``(M, E)``: ``V_m h = sum_e v_coef[m, e] h[v_src[m, e]] e_{v_dst[m, e]}``.
-
-An MLP hidden unit ``u`` stores its reads ``w1_idx, w1_coef`` (``(U, r)``) and writes ``w2_dst, w2_coef``
-(``(U, o)``). Rows are padded with zero coefficients (index 0); a zero coefficient contributes an exact 0.
-
-Floating-point order is part of the contract, because the compiled GD transformer relies on exact
-cancellations (the relu' delta-step and the query gate, docs/construction.md):
-
-* the **last** Q/K read pair of every head is added to the score last (builders put the bias
-  ``b * ONE · ONE`` there), so that two heads with the same leading reads get scores ``X`` and ``X + b``;
-* MLP pre-activations are accumulated read by read **in the stored order** (builders put the gate first);
-* :class:`ReLUAttention` with ``accumulate="heads"`` sums the heads writing one coordinate for each
-  (query, key) pair *before* summing over the keys, so ``relu(X) - relu(X - 1) = 1`` stays exact even when
-  ``X`` is ~1e9; ``accumulate="tokens"`` (default) sums over keys per head first, which is faster.
-
-Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor exceeds ``max_chunk_elems``.
-
-Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
-indices) are built once per prompt shape, dtype and device and cached (:meth:`Sublayer.cached_plan`; the
-cache follows in-place edits of the tables and is not part of ``state_dict``); the pair-by-pair score sum is
-one ``cumsum`` (:func:`_ordered_sum`, the same left-to-right additions); heads that differ only in their
-last pair share their leading partial score. Every sublayer's output equals the plain loops' bit for bit.
-All modules work in any floating dtype; use float64 to verify constructions.
+The compact weight format and the floating-point order every sublayer keeps are in
+:mod:`icdl.construct.tables`; the same tables evaluated on token ranges are in :mod:`icdl.construct.ranged`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from icdl.sublayer import SublayerInfo, SublayerKind
+from icdl.construct.tables import (
+    DEFAULT_CHUNK_ELEMS,
+    Accumulate,
+    HeadSublayer,
+    HeadTable,
+    Role,
+    Sublayer,
+    UnitTable,
+    _features,
+    _gather,
+    _ordered_sum,
+    _scatter,
+    _tokens,
+)
+from icdl.sublayer import SublayerKind
 
 __all__ = [
+    "DEFAULT_CHUNK_ELEMS",
     "EWML",
     "Accumulate",
+    "HeadSublayer",
     "HeadTable",
     "ReLUAttention",
     "ReLUMLP",
@@ -65,394 +55,8 @@ __all__ = [
     "SoftmaxAttention",
     "Sublayer",
     "UnitTable",
+    "chunk_count",
 ]
-
-Accumulate = Literal["tokens", "heads"]
-Read = tuple[int, float]
-Write = tuple[int, int, float]
-
-DEFAULT_CHUNK_ELEMS = 1 << 22  # 4M entries of a score tensor: 32 MB in float64
-
-
-# --------------------------------------------------------------------------------------------------
-# Builders of the compact tables (plain Python lists -> padded tensors)
-# --------------------------------------------------------------------------------------------------
-
-
-class HeadTable:
-    """Collects heads as sparse reads/writes and packs them into padded tensors.
-
-    ``add(q, k, v)``: ``q`` and ``k`` are lists of ``(slot, coef)`` of equal length (the score is
-    ``sum_r q_coef[r] h_i[q_slot[r]] * k_coef[r] h_s[k_slot[r]]``; the last pair is added last); ``v`` is a
-    list of ``(src, dst, coef)``.
-    """
-
-    def __init__(self) -> None:
-        self.q: list[list[Read]] = []
-        self.k: list[list[Read]] = []
-        self.v: list[list[Write]] = []
-
-    def add(self, q: Sequence[Read], k: Sequence[Read], v: Sequence[Write]) -> None:
-        if len(q) != len(k) or not q:
-            raise ValueError(f"a head needs equal, non-empty Q and K reads, got {len(q)} and {len(k)}")
-        if not v:
-            raise ValueError("a head needs at least one value entry")
-        self.q.append([(int(i), float(c)) for i, c in q])
-        self.k.append([(int(i), float(c)) for i, c in k])
-        self.v.append([(int(s), int(d), float(c)) for s, d, c in v])
-
-    def __len__(self) -> int:
-        return len(self.q)
-
-    def tensors(self, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
-        """Padded tables; Q/K rows are padded at the *front* so that each head's last pair stays last."""
-        if not self.q:
-            raise ValueError("no heads")
-        dh = max(len(r) for r in self.q)
-        ne = max(len(r) for r in self.v)
-
-        def front_pad(rows: list[list[Read]]) -> tuple[Tensor, Tensor]:
-            idx = [[0] * (dh - len(r)) + [i for i, _ in r] for r in rows]
-            coef = [[0.0] * (dh - len(r)) + [c for _, c in r] for r in rows]
-            return torch.tensor(idx, dtype=torch.long), torch.tensor(coef, dtype=dtype)
-
-        q_idx, q_coef = front_pad(self.q)
-        k_idx, k_coef = front_pad(self.k)
-        v_src = torch.tensor([[s for s, _, _ in r] + [0] * (ne - len(r)) for r in self.v], dtype=torch.long)
-        v_dst = torch.tensor([[d for _, d, _ in r] + [0] * (ne - len(r)) for r in self.v], dtype=torch.long)
-        v_coef = torch.tensor([[c for _, _, c in r] + [0.0] * (ne - len(r)) for r in self.v], dtype=dtype)
-        return {
-            "q_idx": q_idx,
-            "q_coef": q_coef,
-            "k_idx": k_idx,
-            "k_coef": k_coef,
-            "v_src": v_src,
-            "v_dst": v_dst,
-            "v_coef": v_coef,
-        }
-
-
-class UnitTable:
-    """Collects MLP hidden units: ``add(reads, writes)`` with reads ``[(slot, coef)]`` (accumulated in this
-    order) and writes ``[(dst, coef)]``."""
-
-    def __init__(self) -> None:
-        self.reads: list[list[Read]] = []
-        self.writes: list[list[Read]] = []
-
-    def add(self, reads: Sequence[Read], writes: Sequence[Read]) -> None:
-        if not reads or not writes:
-            raise ValueError("an MLP unit needs at least one read and one write")
-        self.reads.append([(int(i), float(c)) for i, c in reads])
-        self.writes.append([(int(i), float(c)) for i, c in writes])
-
-    def __len__(self) -> int:
-        return len(self.reads)
-
-    def tensors(self, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
-        """Padded tables; reads are padded at the *end* (a trailing ``+ 0`` leaves the sum unchanged)."""
-        if not self.reads:
-            raise ValueError("no units")
-        r = max(len(x) for x in self.reads)
-        o = max(len(x) for x in self.writes)
-
-        def pad(rows: list[list[Read]], width: int) -> tuple[Tensor, Tensor]:
-            idx = [[i for i, _ in x] + [0] * (width - len(x)) for x in rows]
-            coef = [[c for _, c in x] + [0.0] * (width - len(x)) for x in rows]
-            return torch.tensor(idx, dtype=torch.long), torch.tensor(coef, dtype=dtype)
-
-        w1_idx, w1_coef = pad(self.reads, r)
-        w2_dst, w2_coef = pad(self.writes, o)
-        return {"w1_idx": w1_idx, "w1_coef": w1_coef, "w2_dst": w2_dst, "w2_coef": w2_coef}
-
-
-def _features(H: Tensor) -> Tensor:
-    """``(B, T, D) -> (D, B*T)``: the feature-major layout in which gathers and scatters of slots are
-    contiguous row copies (``index_select``/``index_add_`` along dim 0)."""
-    B, T, D = H.shape
-    return H.reshape(B * T, D).t().contiguous()
-
-
-def _tokens(F: Tensor, B: int, T: int) -> Tensor:
-    """Inverse of :func:`_features`: ``(D, B*T) -> (B, T, D)``."""
-    return F.t().reshape(B, T, -1)
-
-
-def _gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
-    """``coef[m, r] * h[idx[m, r]]`` for every token: ``(D, N) -> (M, w, N)``."""
-    return F.index_select(0, idx.reshape(-1)).view(*idx.shape, F.shape[1]) * coef.to(F.dtype)[..., None]
-
-
-def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
-    """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
-    in index order, the same order for every token."""
-    out = torch.zeros(D, src.shape[1], dtype=src.dtype, device=src.device)
-    out.index_add_(0, dst, src)
-    return out
-
-
-def _ordered_sum(x: Tensor, dim: int) -> Tensor:
-    """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
-
-    In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
-    tensor's own dtype (one call instead of ``2 d_h``; ``tests/construct/test_layers.py`` checks the bits
-    against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan
-    in parallel) the loop itself.
-    """
-    if x.dtype == torch.float64 and x.device.type == "cpu":
-        return x.cumsum(dim).select(dim, -1)
-    out = x.select(dim, 0)
-    for r in range(1, x.shape[dim]):
-        out = out + x.select(dim, r)
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Shared machinery
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Role:
-    """What a sublayer is for, as its builder states it: the rest of its :class:`SublayerInfo` (kind, sizes,
-    slots read and written) is derived from its own tables.
-
-    Attributes:
-        name: unique inside its block (default: ``role`` or ``role_layer``).
-        role: what it computes (``forward``, ``loss`` ...).
-        lemma: where the paper (or docs/construction.md) builds it.
-        layer: the network layer j it serves, else None.
-    """
-
-    role: str
-    lemma: str = ""
-    layer: int | None = None
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        return self.role if self.layer is None else f"{self.role}_{self.layer}"
-
-
-def _coord_labels(coords: Tensor, labels: Sequence[str] | None) -> tuple[str, ...]:
-    """Distinct labels of the coordinates ``coords`` in embedding order (``h[i]`` without labels)."""
-    out: list[str] = []
-    for i in sorted(set(coords.reshape(-1).tolist())):
-        lab = f"h[{i}]" if labels is None else labels[i]
-        if lab not in out:
-            out.append(lab)
-    return tuple(out)
-
-
-class Sublayer(nn.Module):
-    """Base class: registers the compact tables as buffers (so ``state_dict`` holds them), counts them and
-    describes itself (``info``, derived from the tables and the builder's :class:`Role`)."""
-
-    TABLES: tuple[str, ...] = ()
-    INDEX_TABLES: frozenset[str] = frozenset()
-    KIND: ClassVar[SublayerKind]
-
-    def __init__(
-        self,
-        tables: dict[str, Tensor],
-        dim: int,
-        *,
-        role: Role | None = None,
-        labels: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__()
-        missing = set(self.TABLES) - set(tables)
-        if missing:
-            raise ValueError(f"{type(self).__name__}: missing tables {sorted(missing)}")
-        self.dim = int(dim)
-        for name in self.TABLES:
-            t = tables[name]
-            if name in self.INDEX_TABLES:
-                t = t.to(torch.long)
-                if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.dim):
-                    raise ValueError(f"{type(self).__name__}.{name}: slot index outside [0, {self.dim})")
-            self.register_buffer(name, t.contiguous())
-        if labels is not None and len(labels) != self.dim:
-            raise ValueError(f"{type(self).__name__}: {len(labels)} coordinate labels for dim {self.dim}")
-        self.role = role if role is not None else Role(self.KIND)
-        self.info: SublayerInfo = self._describe(labels)
-
-    def _describe(self, labels: Sequence[str] | None) -> SublayerInfo:
-        """This sublayer's description; every size and slot field comes from its own tables."""
-        return SublayerInfo(
-            name=self.role.label,
-            role=self.role.role,
-            kind=self.KIND,
-            lemma=self.role.lemma,
-            layer=self.role.layer,
-            heads=self._heads(),
-            hidden=self._hidden(),
-            score_dim=self._score_dim(),
-            value_dim=self._value_dim(),
-            reads=_coord_labels(self._read_coords(), labels),
-            writes=_coord_labels(self._write_coords(), labels),
-        )
-
-    def _heads(self) -> int:
-        return 0
-
-    def _hidden(self) -> int:
-        return 0
-
-    def _score_dim(self) -> int:
-        return 0
-
-    def _value_dim(self) -> int:
-        return 0
-
-    def _read_coords(self) -> Tensor:
-        raise NotImplementedError
-
-    def _write_coords(self) -> Tensor:
-        raise NotImplementedError
-
-    def dense_parameters(self) -> int:
-        """Parameters of the paper's dense form of this sublayer."""
-        raise NotImplementedError
-
-    def _check(self, H: Tensor) -> None:
-        if H.dim() != 3 or H.shape[-1] != self.dim:
-            raise ValueError(f"expected H of shape (B, T, {self.dim}), got {tuple(H.shape)}")
-
-    def coefficient_tables(self) -> list[Tensor]:
-        return [getattr(self, n) for n in self.TABLES if n not in self.INDEX_TABLES]
-
-    def stored_coefficients(self) -> int:
-        """Number of stored coefficients (padding included): what this compact sublayer holds."""
-        return sum(t.numel() for t in self.coefficient_tables())
-
-    def nonzero_coefficients(self) -> int:
-        """Non-zero coefficients = non-zero entries of the equivalent dense matrices."""
-        return sum(int((t != 0).sum()) for t in self.coefficient_tables())
-
-    def cached_plan(self, H: Tensor, build: Callable[[], Any]) -> Any:
-        """``build()``, cached per prompt shape, dtype, device and memory bound; rebuilt when a table was
-        modified in place (its version counter moved), so edited or ablated tables are always honoured. The
-        cache (the latest plan only) is not part of ``state_dict``."""
-        buffers = self._buffers  # direct access: this runs on every forward
-        versions = tuple([buffers[n]._version for n in self.TABLES])  # type: ignore[union-attr]
-        key = (H.shape, H.dtype, H.device, versions, self.__dict__.get("max_chunk_elems"))
-        last = self.__dict__.get("_plan_cache")
-        if last is None or last[0] != key:
-            last = (key, build())
-            self.__dict__["_plan_cache"] = last
-        return last[1]
-
-
-class _HeadSublayer(Sublayer):
-    TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
-    q_idx: Tensor
-    q_coef: Tensor
-    k_idx: Tensor
-    k_coef: Tensor
-    v_src: Tensor
-    v_dst: Tensor
-    v_coef: Tensor
-    INDEX_TABLES = frozenset({"q_idx", "k_idx", "v_src", "v_dst"})
-
-    def __init__(
-        self,
-        tables: dict[str, Tensor],
-        dim: int,
-        max_chunk_elems: int = DEFAULT_CHUNK_ELEMS,
-        *,
-        role: Role | None = None,
-        labels: Sequence[str] | None = None,
-    ):
-        super().__init__(tables, dim, role=role, labels=labels)
-        M, dh = self.q_idx.shape
-        if self.k_idx.shape != (M, dh) or self.v_src.shape[0] != M or self.v_dst.shape != self.v_src.shape:
-            raise ValueError(f"{type(self).__name__}: inconsistent head table shapes")
-        self.max_chunk_elems = int(max_chunk_elems)
-
-    def _stacked(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[int]]:
-        """The ``(idx, coef)`` tables ``names`` (e.g. ``("k", "v")``) stacked row-wise into one gather, with
-        the number of rows of each (cached per prompt shape, dtype and device)."""
-
-        def build() -> tuple[Tensor, Tensor, list[int]]:
-            cols = {"q": ("q_idx", "q_coef"), "k": ("k_idx", "k_coef"), "v": ("v_src", "v_coef")}
-            idx = [getattr(self, cols[n][0]).reshape(-1) for n in names]
-            coef = [getattr(self, cols[n][1]).reshape(-1).to(H.dtype) for n in names]
-            sizes = [i.numel() for i in idx]
-            return torch.cat(idx).to(H.device), torch.cat(coef)[:, None].to(H.device), sizes
-
-        plans: dict[tuple[str, ...], Any] = self.cached_plan(H, dict)
-        if names not in plans:
-            plans[names] = build()
-        return plans[names]
-
-    def _gather_stacked(self, F: Tensor, H: Tensor, names: tuple[str, ...]) -> list[Tensor]:
-        """:func:`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
-        returns ``(rows, tokens)`` blocks, one per table."""
-        idx, coef, sizes = self._stacked(H, names)
-        return list((F.index_select(0, idx) * coef).split(sizes))
-
-    @property
-    def num_heads(self) -> int:
-        return int(self.q_idx.shape[0])
-
-    def _heads(self) -> int:
-        return self.num_heads
-
-    def _score_dim(self) -> int:
-        # Q/K rows are padded at the front with (index 0, coefficient 0) pairs on both sides; any other
-        # pair is a read of the head (HeadTable.tensors).
-        pad = (self.q_idx == 0) & (self.q_coef == 0) & (self.k_idx == 0) & (self.k_coef == 0)
-        leading = torch.cumprod(pad.to(torch.long), dim=1).sum(1)
-        return int((self.head_dim - leading).sum())
-
-    def _value_dim(self) -> int:
-        return int((self.v_coef != 0).sum())
-
-    def _read_coords(self) -> Tensor:
-        return torch.cat(
-            [self.q_idx[self.q_coef != 0], self.k_idx[self.k_coef != 0], self.v_src[self.v_coef != 0]]
-        )
-
-    def _write_coords(self) -> Tensor:
-        return self.v_dst[self.v_coef != 0]
-
-    @property
-    def head_dim(self) -> int:
-        return int(self.q_idx.shape[1])
-
-    @staticmethod
-    def _scores(q: Tensor, k: Tensor) -> Tensor:
-        """Scores ``S[m, b, s, i] = <q_i, k_s>`` (keys before queries) for q of shape (M, d_h, B, Tq) and k of
-        shape (M, d_h, B, Tk) -> (M, B, Tk, Tq).
-
-        Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
-        rows give bit-identical scores and the last pair (the bias) is added last.
-        """
-        return _ordered_sum(k[:, :, :, :, None] * q[:, :, :, None, :], 1)
-
-    def dense(self) -> tuple[Tensor, Tensor, Tensor]:
-        """Dense per-head ``Q (M, d_h, D)``, ``K (M, d_h, D)``, ``V (M, D, D)`` (tests, small D only)."""
-        M, dh, D = self.num_heads, self.head_dim, self.dim
-        dt = self.q_coef.dtype
-        Q = torch.zeros(M, dh, D, dtype=dt)
-        K = torch.zeros(M, dh, D, dtype=dt)
-        V = torch.zeros(M, D, D, dtype=dt)
-        m = torch.arange(M)[:, None]
-        r = torch.arange(dh)[None, :]
-        Q.index_put_((m.expand(M, dh), r.expand(M, dh), self.q_idx), self.q_coef, accumulate=True)
-        K.index_put_((m.expand(M, dh), r.expand(M, dh), self.k_idx), self.k_coef, accumulate=True)
-        E = self.v_src.shape[1]
-        V.index_put_(
-            (torch.arange(M)[:, None].expand(M, E), self.v_dst, self.v_src), self.v_coef, accumulate=True
-        )
-        return Q, K, V
-
-    def dense_parameters(self) -> int:
-        """Parameters of the paper's dense form: ``Q_m, K_m, V_m in R^{D x D}`` per head (Definitions 6-7)."""
-        return 3 * self.num_heads * self.dim * self.dim
 
 
 # --------------------------------------------------------------------------------------------------
@@ -460,7 +64,7 @@ class _HeadSublayer(Sublayer):
 # --------------------------------------------------------------------------------------------------
 
 
-class ReLUAttention(_HeadSublayer):
+class ReLUAttention(HeadSublayer):
     """ReLU attention, Definition 7 in vector form, normalised by the number of tokens T (no mask).
 
     ``out_i = h_i + (1/T) sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` for ``H`` of shape ``(B, T, D)``.
@@ -623,6 +227,11 @@ class ReLUAttention(_HeadSublayer):
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
         return acc / T
 
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """``relu(<Q_m h_i, K_m h_s>) / T`` (Definition 7 normalised by the number of tokens T)."""
+        S = self.head_scores(H, head)
+        return torch.relu(S) / S.shape[-1]
+
 
 class SoftmaxAttention(ReLUAttention):
     """Softmax attention (paper eq. (E.1), ``W^(O)`` folded into V), no mask, no 1/T factor:
@@ -636,8 +245,12 @@ class SoftmaxAttention(ReLUAttention):
     def _normalise(self, acc: Tensor, T: int) -> Tensor:
         return acc
 
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """``softmax_s <Q_m h_i, K_m h_s>`` over the keys s (eq. (E.1), no 1/T)."""
+        return torch.softmax(self.head_scores(H, head), dim=-1)
 
-class EWML(_HeadSublayer):
+
+class EWML(HeadSublayer):
     """Element-wise multiplication layer, Definition 6 (eq. 3.18): each token only with itself.
 
     ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i`` — no ReLU on the score, no normalisation.
@@ -654,6 +267,10 @@ class EWML(_HeadSublayer):
         score = _ordered_sum(q * k, 1)  # pair by pair in stored order, as the attention scores
         contrib = (score[:, None] * v).reshape(-1, B * T)
         return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
+
+    def pattern(self, H: Tensor, head: int) -> Tensor:
+        """The diagonal matrix of scores ``<Q_m h_i, K_m h_i>`` (Definition 6: each token with itself)."""
+        return torch.diag_embed(torch.diagonal(self.head_scores(H, head), dim1=-2, dim2=-1))
 
 
 @dataclass(frozen=True)
@@ -805,6 +422,11 @@ class ReLUMLP(Sublayer):
             out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
             acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
         return H + _tokens(acc, B, T)
+
+    DENSE: ClassVar[tuple[str, ...]] = ("W1", "W2")
+
+    def dense_entries(self) -> int:
+        return 2 * self.hidden * self.dim
 
     def dense(self) -> tuple[Tensor, Tensor]:
         """Dense ``W_1 (U, D)`` and ``W_2 (D, U)`` (tests, small D only)."""

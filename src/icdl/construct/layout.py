@@ -28,11 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
-from icdl.nets import NetSpec
+from icdl.nets import NetSpec, unflatten
 
-__all__ = ["SCRATCH", "Layout", "Slot", "paper_layout"]
+__all__ = ["ROWS_SCRATCH", "SCRATCH", "Layout", "RowsLayout", "Slot", "paper_layout"]
 
 # Slot groups that a block fills and its last MLP zeroes again.
 SCRATCH = ("P", "R", "G", "S")
@@ -224,3 +225,52 @@ def paper_layout(spec: NetSpec) -> Layout:
     groups += [("S", j, n[j]) for j in range(1, N + 1)]
     groups += [("ONE", None, 1), ("T", None, 1)]
     return Layout(spec, groups, token_type="token")
+
+
+# Scratch of the rows layout: the paper's plus Z_j = V_{j+1}^T s(j+1) (icdl.construct.rows).
+ROWS_SCRATCH = (*SCRATCH, "Z")
+
+
+class RowsLayout(Layout):
+    """Data slots plus row-token slots; the ``(N-1)K + d_y`` row tokens come first (layer 1's rows, then
+    layer 2's ...), then the n examples and the query."""
+
+    @property
+    def prefix_tokens(self) -> int:
+        return self.spec.num_units
+
+    def row_offset(self, j: int) -> int:
+        """Token index of row (j, 0)."""
+        return sum(self.spec.widths[1:j])
+
+    def write_weights(self, H: Tensor, w: Tensor) -> None:
+        """Row token (j, k): ``V_j = v_jk``, ``ID_j[k] = 1``, ``ROW_j = 1``."""
+        for j, V in enumerate(unflatten(self.spec, w.to(H.dtype)), start=1):
+            o, rows = self.row_offset(j), V.shape[-2]
+            t = torch.arange(o, o + rows)
+            H[:, o : o + rows, self.indices("V", j)] = V
+            H[:, t, self.slot("ID", j).offset + torch.arange(rows)] = 1.0
+            H[:, o : o + rows, self.index("ROW", j)] = 1.0
+
+    def read_weights(self, H: Tensor, token: int = -1) -> Tensor:
+        """w (row-major ``V_1 .. V_N``) gathered from the row tokens; ``token`` is ignored (one copy)."""
+        parts = []
+        for j in range(1, self.spec.depth + 1):
+            o, rows = self.row_offset(j), self.spec.widths[j]
+            V = H[..., o : o + rows, :][..., self.indices("V", j)]
+            parts.append(V.reshape(*V.shape[:-2], -1))
+        return torch.cat(parts, dim=-1)
+
+    def weight_copies(self, H: Tensor) -> Tensor:
+        return self.read_weights(H)[None]
+
+    def row_values(self, w: Tensor, j: int, dtype: torch.dtype) -> Tensor:
+        """The V_j slot of every prefix token for weights w (P,): ``v_jk`` on row (j, k), 0 elsewhere."""
+        out = torch.zeros(self.prefix_tokens, self.spec.widths[j - 1], dtype=dtype)
+        o, rows = self.row_offset(j), self.spec.widths[j]
+        out[o : o + rows] = unflatten(self.spec, w)[j - 1]
+        return out
+
+    def z_source(self, j: int) -> tuple[str, int | None]:
+        """The slot holding ``z_j`` (whose product with r'(j) is s(j)): G for j = N, else Z_j."""
+        return ("G", None) if j == self.spec.depth else ("Z", j)

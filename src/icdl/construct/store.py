@@ -27,7 +27,7 @@ from safetensors.torch import save as save_bytes
 from icdl import __version__
 from icdl.construct.compile import CompiledModel, GDConfig, SumTerms
 from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
-from icdl.construct.rows import RowAttention, RowMLP
+from icdl.construct.ranged import RowAttention, RowMLP
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError
 from icdl.io import file_mode, fsync_dir, one_line, read_json
@@ -45,8 +45,9 @@ _CLASSES: dict[str, type[Sublayer]] = {
 
 def _module_meta(m: Sublayer) -> dict[str, Any]:
     d: dict[str, Any] = {"class": type(m).__name__, "info": m.info.to_dict()}
-    if isinstance(m, ReLUAttention):
-        d["accumulate"] = m.accumulate
+    accumulate = getattr(m, "accumulate", None)  # how an attention sublayer sums (RowAttention: fixed)
+    if accumulate is not None:
+        d["accumulate"] = accumulate
     extra = getattr(m, "store_kwargs", None)  # constructor options of a variant's own sublayer class
     if extra is not None:
         d["kwargs"] = extra()
@@ -150,7 +151,9 @@ def _rebuild(src: Path, meta: dict[str, Any], tensors: dict[str, torch.Tensor]) 
             tables = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
             stored = d["info"]
             role = Role(stored["role"], stored["lemma"], stored["layer"], stored.get("name", ""))
-            kwargs: dict[str, Any] = {"accumulate": d["accumulate"]} if "accumulate" in d else {}
+            # only ReLUAttention takes it; RowAttention's is fixed ("tokens", also stored)
+            take = "accumulate" in d and issubclass(cls, ReLUAttention)
+            kwargs: dict[str, Any] = {"accumulate": d["accumulate"]} if take else {}
             kwargs.update(d.get("kwargs", {}))
             m = cls(tables, layout.dim, role=role, labels=labels, **kwargs)
             # The tables must describe the sublayer the file says they do (files written before sublayers

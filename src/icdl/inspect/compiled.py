@@ -153,43 +153,21 @@ def head_pattern(
 ) -> Tensor:
     """One head's attention weights on the residual stream ``H_in (B, T, D)`` *entering* sublayer ``name``.
 
-    Returns ``(B, T_query, T_key)``: ``relu(<Q h_i, K h_s>) / T`` for ReLU attention (Definition 7),
-    ``softmax_s <Q h_i, K h_s>`` for softmax attention, and for an EWML layer (Definition 6: each token
-    with itself only) the diagonal matrix of scores ``<Q h_i, K h_i>``. Computed from the dense ``Q_m, K_m``
+    Returns ``(B, T_query, T_key)`` as the sublayer applies them (its ``pattern``; the head adds
+    ``pattern @ (H V_m^T)``): ``relu(<Q h_i, K h_s>) / T`` for ReLU attention (Definition 7),
+    ``softmax_s <Q h_i, K h_s>`` for softmax attention, ``relu(<Q h_i, K h_s>)`` (no 1/T) on the head's
+    token ranges for the rows variant's attention, and for an EWML layer (Definition 6: each token with
+    itself only) the diagonal matrix of scores ``<Q h_i, K h_i>``. Computed from the dense ``Q_m, K_m``
     of the head, independently of the compiled forward pass.
     """
-    from icdl.construct.layers import EWML, ReLUMLP, SoftmaxAttention
+    from icdl.construct.tables import HeadSublayer
 
     m = _get_sublayer(model, name, readout)
-    if isinstance(m, ReLUMLP):
+    if not isinstance(m, HeadSublayer):
         raise InputError(f"sublayer {name!r} is an MLP: it has no attention heads")
     if not 0 <= head < m.num_heads:
         raise InputError(f"sublayer {name!r} has {m.num_heads} heads; head {head} does not exist")
-    Q, K, _ = _dense_head(m, head)  # (d_h, D), (d_h, D)
-    Hd = H_in.to(Q.dtype)
-    q, k = Hd @ Q.T, Hd @ K.T  # (B, T, d_h)
-    S = q @ k.transpose(-1, -2)  # (B, T_query, T_key)
-    if isinstance(m, EWML):
-        return torch.diag_embed(torch.diagonal(S, dim1=-2, dim2=-1))
-    if isinstance(m, SoftmaxAttention):
-        return torch.softmax(S, dim=-1)
-    return torch.relu(S) / S.shape[-1]
-
-
-def _dense_head(m: Any, head: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Dense ``Q_m, K_m (d_h, D)`` and ``V_m (D, D)`` of one head, built from its compact tables."""
-    D, dh = m.dim, m.head_dim
-    dt = m.q_coef.dtype
-    Q = torch.zeros(dh, D, dtype=dt).index_put_(
-        (torch.arange(dh), m.q_idx[head]), m.q_coef[head], accumulate=True
-    )
-    K = torch.zeros(dh, D, dtype=dt).index_put_(
-        (torch.arange(dh), m.k_idx[head]), m.k_coef[head], accumulate=True
-    )
-    V = torch.zeros(D, D, dtype=dt).index_put_(
-        (m.v_dst[head], m.v_src[head]), m.v_coef[head], accumulate=True
-    )
-    return Q, K, V
+    return m.pattern(H_in, head)
 
 
 def dense_sublayer(
@@ -204,17 +182,10 @@ def dense_sublayer(
     Raises :class:`InputError` when the dense form would hold more than ``limit`` entries (the compact
     tables stay small while ``M * D^2`` grows fast: a 66-head sublayer at ``D = 511`` is 17M entries).
     """
-    from icdl.construct.layers import ReLUMLP
-
     m = _get_sublayer(model, name, readout)
-    D = m.dim
-    size = 2 * m.hidden * D if isinstance(m, ReLUMLP) else m.num_heads * (2 * m.head_dim * D + D * D)
+    size = m.dense_entries()
     if size > limit:
         raise InputError(
             f"dense form of {name!r} has {size:,} entries (limit {limit:,}); pass limit= to allow it"
         )
-    if isinstance(m, ReLUMLP):
-        W1, W2 = m.dense()
-        return {"W1": W1, "W2": W2}
-    Q, K, V = m.dense()
-    return {"Q": Q, "K": K, "V": V}
+    return dict(zip(m.DENSE, m.dense(), strict=True))
