@@ -3,11 +3,14 @@
 The prompt (all from ``--seed``, in this order): a random *teacher* network of the same spec with He-scaled
 weights ``N(0, 2/fan_in)`` gives the labels ``y = f(w*, x)`` (for the logistic loss ``y = ±1`` by the sign of
 ``f - median``); inputs ``x_1..x_n, x_query ~ N(0, I)``; the initial weights ``w^(0)`` are drawn like the
-teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks).
+teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks). A draw whose labels are
+all equal or whose first GD step leaves ``w^(0)`` where it is is redrawn (``--raw-task`` keeps it); a task on
+which GD never moves w gets the verdict DEGENERATE and exit code 4 (:data:`EXIT_DEGENERATE`).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +18,9 @@ from typing import Any
 import click
 
 from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
+
+#: Exit code of ``icdl construct`` when reference GD never moves w on the prompt (the check proves nothing).
+EXIT_DEGENERATE = 4
 
 
 class VariantChoice(click.Choice):
@@ -128,6 +134,11 @@ class VariantChoice(click.Choice):
     default=None,
     help="Write safetensors weights + model.json to this new directory.",
 )
+@click.option(
+    "--raw-task",
+    is_flag=True,
+    help="Keep the seed's first prompt even when degenerate (labels all equal or GD never moves w).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--explain",
@@ -156,6 +167,7 @@ def construct(
     variant: str,
     tol: float | None,
     save_dir: str | None,
+    raw_task: bool,
     as_json: bool,
     explain: bool,
     yes: bool = False,
@@ -164,7 +176,8 @@ def construct(
     from pathlib import Path
 
     from icdl.budget import QUICK_SECONDS
-    from icdl.construct import GDConfig, compile_gd_transformer, sample_task
+    from icdl.construct import GDConfig, compile_gd_transformer
+    from icdl.construct.compile import sample_task_info
     from icdl.construct.store import save
     from icdl.construct.verify import verify
     from icdl.nets import NetSpec
@@ -206,7 +219,10 @@ def construct(
     seconds_compile = time.perf_counter() - t0
     if explain and not as_json:  # the sublayer list first: it does not depend on the verification
         click.echo(model.explain() + "\n")
-    x, y, xq, w0, _ = sample_task(spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype)
+    task = sample_task_info(
+        spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype, nondegenerate=not raw_task
+    )
+    x, y, xq, w0 = task.x, task.y, task.x_query, task.w0
     H = model.build_prompt(x, y, xq, w0)
     t0 = time.perf_counter()
     model(H)  # untraced forward pass: the time the transformer itself takes
@@ -237,6 +253,7 @@ def construct(
         "lr": lr,
         "examples": examples,
         "seed": seed,
+        "task_draws": task.draws,
         "dtype": dtype,
         "delta": config.delta,
         "projection": config.projection,
@@ -249,6 +266,7 @@ def construct(
         result["explain"] = model.explain_rows()
     if as_json:
         emit_json(result)
+        _exit_on_verdict(report.verdict)
         return
     p = summary["parameters"]
     lines = [
@@ -265,8 +283,15 @@ def construct(
         f"reference GD {report.seconds_reference:.4f}s",
         "",
         report.table(),
-        f"verdict      {'PASS' if report.passed else 'FAIL'}",
+        f"verdict      {report.verdict}" + (f" (task drawn {task.draws} times)" if task.draws > 1 else ""),
     ]
     if save_dir is not None:
         lines.append(f"saved        {save_dir}")
     click.echo("\n".join(lines))
+    _exit_on_verdict(report.verdict)
+
+
+def _exit_on_verdict(verdict: str) -> None:
+    """Exit :data:`EXIT_DEGENERATE` for a DEGENERATE verdict (PASS and FAIL exit 0 as before)."""
+    if verdict == "DEGENERATE":
+        sys.exit(EXIT_DEGENERATE)
