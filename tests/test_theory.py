@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from icdl import theory as th
 from icdl.errors import InputError
 from icdl.nets import ACTIVATIONS, NetSpec
+from icdl.sublayer import SublayerInfo
 
 SPECS = [
     NetSpec(2, 1, 1, 1),
@@ -410,7 +411,7 @@ def test_model_flops_hand_count() -> None:
 def test_sublayer_flops_match_torch_counter() -> None:
     # The convention (2 FLOPs per MAC) agrees with torch's counter on explicit dense implementations.
     T, D = 6, 11
-    att = th.Sublayer(
+    att = SublayerInfo(
         "update", "update", "relu_attention", "x", None, heads=3, hidden=0, score_dim=7, value_dim=5
     )
     q, k = torch.randn(T, 7), torch.randn(T, 7)  # all heads' query/key coordinates side by side
@@ -419,7 +420,7 @@ def test_sublayer_flops_match_torch_counter() -> None:
         # per head h: scores q_h k_h^T; concatenating heads sums their d_q; same for values
         torch.relu(q @ k.T) @ v
     assert fc.get_total_flops() == att.flops(T, D)
-    mlp = th.Sublayer("project", "project", "mlp", "x", None, heads=0, hidden=9, score_dim=0, value_dim=0)
+    mlp = SublayerInfo("project", "project", "mlp", "x", None, heads=0, hidden=9, score_dim=0, value_dim=0)
     h, W1, W2 = torch.randn(T, D), torch.randn(D, 9), torch.randn(9, D)
     with FlopCounterMode(display=False) as fc:
         torch.relu(h @ W1) @ W2

@@ -229,8 +229,9 @@ def test_yes_lets_large_work_run(
 def test_estimates_track_the_sizes() -> None:
     """The estimate grows with each size it depends on (the refusal threshold is meaningful)."""
     from icdl.budget import MAX_BYTES
+    from icdl.construct.estimate import construction_estimate
     from icdl.nets import NetSpec
-    from icdl.theory import compute_estimate, construction_estimate
+    from icdl.theory_report import compute_estimate
 
     small = construction_estimate(NetSpec(3, 8, 4, 1), steps=5, examples=32)
     assert not small.too_large()

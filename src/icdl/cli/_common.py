@@ -95,3 +95,68 @@ def check_output(path: str | os.PathLike[str] | None, option: str, *, directory:
 def user_error(message: str) -> InputError:
     """Build the exception that the CLI reports as ``icdl: error: <message>`` with exit code 2."""
     return InputError(message)
+
+
+def _apply(f: F, options: list[Callable[[F], F]]) -> F:
+    """Apply click option decorators so that ``--help`` lists them in the given order."""
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def network_options(f: F) -> F:
+    """The network spec (``depth, width, in_dim, out_dim, activation, output``) and ``loss``: one
+    declaration, the same types, defaults and help in every command that builds a
+    :class:`~icdl.nets.NetSpec` (``construct``, ``theory``). Names are checked by the library."""
+    return _apply(
+        f,
+        [
+            click.option(
+                "--depth", "-N", type=count(2), default=3, show_default=True, help="Network depth N."
+            ),
+            click.option(
+                "--width", "-K", type=count(1), default=8, show_default=True, help="Hidden width K."
+            ),
+            click.option("--in-dim", type=count(1), default=4, show_default=True, help="Input dim d_x."),
+            click.option("--out-dim", type=count(1), default=1, show_default=True, help="Output dim d_y."),
+            click.option(
+                "--activation",
+                default="relu",
+                show_default=True,
+                help="relu, sigmoid, tanh, softplus, identity.",
+            ),
+            click.option("--loss", default="squared", show_default=True, help="squared, huber or logistic."),
+            click.option(
+                "--output",
+                type=click.Choice(["same", "linear"]),
+                default="same",
+                show_default=True,
+                help="Activation at the output layer: same as hidden (paper) or linear.",
+            ),
+        ],
+    )
+
+
+def relu_sum_options(f: F) -> F:
+    """``--eps`` and ``--range``: the target sup error and the interval of the fitted ReLU sums
+    (:mod:`icdl.relu_sums`) of a smooth activation or a non-squared loss."""
+    return _apply(
+        f,
+        [
+            click.option(
+                "--eps",
+                type=POSITIVE_FLOAT,
+                default=1e-3,
+                show_default=True,
+                help="Target sup error of each fitted ReLU sum (smooth activations, non-squared losses).",
+            ),
+            click.option(
+                "--range",
+                "radius",
+                type=POSITIVE_FLOAT,
+                default=10.0,
+                show_default=True,
+                help="Range [-R, R] of the fitted ReLU sums.",
+            ),
+        ],
+    )

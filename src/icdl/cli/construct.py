@@ -13,11 +13,26 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
+from icdl.budget import QUICK_SECONDS, Estimate
+from icdl.cli._common import (
+    POSITIVE_FLOAT,
+    check_output,
+    emit_json,
+    guard,
+    network_options,
+    relu_sum_options,
+    user_error,
+    yes_option,
+)
+
+if TYPE_CHECKING:
+    from icdl.nets import NetSpec
 
 #: Exit code of ``icdl construct`` when reference GD never moves w on the prompt (the check proves nothing).
 EXIT_DEGENERATE = 4
@@ -42,25 +57,7 @@ class VariantChoice(click.Choice):
 
 
 @click.command(name="construct")
-@click.option(
-    "--depth", "-N", type=click.IntRange(min=2), default=3, show_default=True, help="Network depth N."
-)
-@click.option(
-    "--width", "-K", type=click.IntRange(min=1), default=8, show_default=True, help="Hidden width K."
-)
-@click.option("--in-dim", type=click.IntRange(min=1), default=4, show_default=True, help="Input dim d_x.")
-@click.option("--out-dim", type=click.IntRange(min=1), default=1, show_default=True, help="Output dim d_y.")
-@click.option(
-    "--activation", default="relu", show_default=True, help="relu, sigmoid, tanh, softplus, identity."
-)
-@click.option("--loss", default="squared", show_default=True, help="squared, huber or logistic.")
-@click.option(
-    "--output",
-    type=click.Choice(["same", "linear"]),
-    default="same",
-    show_default=True,
-    help="Activation at the output layer: same as hidden (paper) or linear.",
-)
+@network_options
 @click.option("--steps", "-L", type=click.IntRange(min=0), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="GD step size eta.")
 @click.option(
@@ -85,21 +82,7 @@ class VariantChoice(click.Choice):
     show_default=True,
     help="Floating type of the weights and the prompt (float64 to verify exactness).",
 )
-@click.option(
-    "--eps",
-    type=POSITIVE_FLOAT,
-    default=1e-3,
-    show_default=True,
-    help="Target sup error of each fitted ReLU sum (smooth activations, non-squared losses).",
-)
-@click.option(
-    "--range",
-    "radius",
-    type=POSITIVE_FLOAT,
-    default=10.0,
-    show_default=True,
-    help="Range [-R, R] of the fitted ReLU sums.",
-)
+@relu_sum_options
 @click.option(
     "--delta",
     type=POSITIVE_FLOAT,
@@ -173,20 +156,76 @@ def construct(
     yes: bool = False,
 ) -> None:
     """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD."""
-    from pathlib import Path
-
-    from icdl.budget import QUICK_SECONDS
-    from icdl.construct import GDConfig, compile_gd_transformer
-    from icdl.construct.compile import sample_task_info
-    from icdl.construct.store import save
-    from icdl.construct.verify import verify
     from icdl.nets import NetSpec
-    from icdl.theory import construction_estimate
 
     if save_dir is not None and Path(save_dir).exists():
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
-    config = GDConfig.create(
+    config = _config(spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype)
+    # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
+    check_output(save_dir, "--save", directory=True)
+    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, radius, dtype, variant)
+    guard(estimate, yes, max_seconds=QUICK_SECONDS)
+    run = _run(
+        config,
+        spec,
+        loss=loss,
+        examples=examples,
+        seed=seed,
+        dtype=dtype,
+        tol=tol,
+        explain=explain and not as_json,
+        raw_task=raw_task,
+    )
+    if save_dir is not None:
+        from icdl.construct.store import save
+
+        save(run.model, save_dir)
+    result = _result(
+        run,
+        spec,
+        config,
+        network={
+            "depth": depth,
+            "width": width,
+            "in_dim": in_dim,
+            "out_dim": out_dim,
+            "activation": activation,
+            "output": output,
+        },
+        options={"loss": loss, "steps": steps, "lr": lr, "examples": examples, "seed": seed, "dtype": dtype},
+        task_draws=run.task_draws,
+        box=box,
+        save_dir=save_dir,
+    )
+    if explain:
+        result["explain"] = run.model.explain_rows()
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(_render(result, run, variant=variant))
+    if run.report.verdict == "DEGENERATE":
+        sys.exit(EXIT_DEGENERATE)
+
+
+def _config(
+    spec: NetSpec,
+    loss: str,
+    steps: int,
+    lr: float,
+    examples: int,
+    eps: float,
+    radius: float,
+    delta: float | None,
+    projection: str,
+    box: float | None,
+    variant: str,
+    dtype: str,
+) -> Any:
+    """The :class:`~icdl.construct.GDConfig` of the command's options (checked there: one line, exit 2)."""
+    from icdl.construct import GDConfig
+
+    return GDConfig.create(
         spec,
         projection=projection,
         box=box,
@@ -200,24 +239,68 @@ def construct(
         variant=variant,
         dtype=dtype,
     )
-    # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
-    check_output(save_dir, "--save", directory=True)
-    estimate = construction_estimate(
+
+
+def _estimate(
+    spec: NetSpec,
+    projection: str,
+    loss: str,
+    steps: int,
+    examples: int,
+    eps: float,
+    radius: float,
+    dtype: str,
+    variant: str,
+) -> Estimate:
+    """Memory and time of compiling and verifying the construction (:mod:`icdl.construct.estimate`)."""
+    from icdl.construct.estimate import construction_estimate
+
+    return construction_estimate(
         spec,
         loss=loss,
         steps=steps,
         examples=examples,
         eps=eps,
         radius=radius,
-        projection=config.projection,  # type: ignore[arg-type]
+        projection=projection,  # type: ignore[arg-type]
         itemsize=8 if dtype == "float64" else 4,
         variant=variant,
     )
-    guard(estimate, yes, max_seconds=QUICK_SECONDS)
+
+
+@dataclass
+class _Run:
+    """A compiled model, its verification on one sampled prompt, and the times they took."""
+
+    model: Any
+    report: Any
+    seconds_compile: float
+    seconds_forward: float
+    task_draws: int
+
+
+def _run(
+    config: Any,
+    spec: NetSpec,
+    *,
+    loss: str,
+    examples: int,
+    seed: int,
+    dtype: str,
+    tol: float | None,
+    explain: bool,
+    raw_task: bool,
+) -> _Run:
+    """Compile ``config``, run it untraced once (timed), verify it on a prompt sampled from ``seed``
+    (redrawn while degenerate unless ``raw_task``)."""
+    from icdl.construct import compile_gd_transformer
+    from icdl.construct.compile import sample_task_info
+    from icdl.construct.verify import verify
+
     t0 = time.perf_counter()
     model = compile_gd_transformer(config)
     seconds_compile = time.perf_counter() - t0
-    if explain and not as_json:  # the sublayer list first: it does not depend on the verification
+    if explain:  # the sublayer list first: it does not depend on the verification
         click.echo(model.explain() + "\n")
     task = sample_task_info(
         spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype, nondegenerate=not raw_task
@@ -230,48 +313,48 @@ def construct(
     report = verify(
         model, x, y, xq, w0, tol=tol if tol is not None else (1e-9 if dtype == "float64" else 1e-4)
     )
-    if save_dir is not None:
-        save(model, save_dir)
+    return _Run(model, report, seconds_compile, seconds_forward, task.draws)
 
-    summary = model.summary()
-    checks = report.to_dict()
-    result: dict[str, Any] = {
+
+def _result(
+    run: _Run,
+    spec: NetSpec,
+    config: Any,
+    *,
+    network: dict[str, Any],
+    options: dict[str, Any],
+    box: float | None,
+    save_dir: str | None,
+    task_draws: int,
+) -> dict[str, Any]:
+    """The ``--json`` object: the model summary, the verify report, and the options that made them."""
+    summary = run.model.summary()
+    checks = run.report.to_dict()
+    return {
         **summary,
         **{k: v for k, v in checks.items() if k != "steps"},
         "per_step": checks["steps"],
-        "network": {
-            "depth": depth,
-            "width": width,
-            "in_dim": in_dim,
-            "out_dim": out_dim,
-            "activation": activation,
-            "output": output,
-            "num_params": spec.num_params,
-        },
-        "loss": loss,
-        "steps": steps,
-        "lr": lr,
-        "examples": examples,
-        "seed": seed,
-        "task_draws": task.draws,
-        "dtype": dtype,
+        "network": {**network, "num_params": spec.num_params},
+        **options,
+        "task_draws": task_draws,
         "delta": config.delta,
         "projection": config.projection,
         "box": box,
-        "seconds_compile": seconds_compile,
-        "seconds_forward": seconds_forward,
+        "seconds_compile": run.seconds_compile,
+        "seconds_forward": run.seconds_forward,
         "saved": save_dir,
     }
-    if explain:
-        result["explain"] = model.explain_rows()
-    if as_json:
-        emit_json(result)
-        _exit_on_verdict(report.verdict)
-        return
-    p = summary["parameters"]
+
+
+def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
+    """The readable report: network, transformer sizes, parameters, times, the verify table, the verdict."""
+    r, summary, report = result, run.model.summary(), run.report
+    net, p = r["network"], summary["parameters"]
     lines = [
-        f"network      N={depth} K={width} d_x={in_dim} d_y={out_dim} {activation} (output {output}), "
-        f"P={spec.num_params}; loss {loss}; n={examples}; L={steps}; lr={lr:g}; {dtype}",
+        f"network      N={net['depth']} K={net['width']} d_x={net['in_dim']} d_y={net['out_dim']} "
+        f"{net['activation']} (output {net['output']}), "
+        f"P={net['num_params']}; loss {r['loss']}; n={r['examples']}; L={r['steps']}; lr={r['lr']:g}; "
+        f"{r['dtype']}",
         f"transformer  variant {variant}: {summary['sublayers']} sublayers "
         f"({summary['sublayers_per_step']} per step) + {summary['readout_sublayers']} readout; "
         f"D={summary['embedding_dim']}; max heads {summary['max_heads']}",
@@ -279,19 +362,13 @@ def construct(
         f"nonzero {summary['nonzero_parameters']:,}",
         f"ReLU terms   r {summary['terms']['r']}  r' {summary['terms']['r_prime']}  "
         f"u {summary['terms']['u']}",
-        f"time         compile {seconds_compile:.3f}s  forward {seconds_forward:.3f}s  "
+        f"time         compile {run.seconds_compile:.3f}s  forward {run.seconds_forward:.3f}s  "
         f"reference GD {report.seconds_reference:.4f}s",
         "",
         report.table(),
-        f"verdict      {report.verdict}" + (f" (task drawn {task.draws} times)" if task.draws > 1 else ""),
+        f"verdict      {report.verdict}"
+        + (f" (task drawn {run.task_draws} times)" if run.task_draws > 1 else ""),
     ]
-    if save_dir is not None:
-        lines.append(f"saved        {save_dir}")
-    click.echo("\n".join(lines))
-    _exit_on_verdict(report.verdict)
-
-
-def _exit_on_verdict(verdict: str) -> None:
-    """Exit :data:`EXIT_DEGENERATE` for a DEGENERATE verdict (PASS and FAIL exit 0 as before)."""
-    if verdict == "DEGENERATE":
-        sys.exit(EXIT_DEGENERATE)
+    if r["saved"] is not None:
+        lines.append(f"saved        {r['saved']}")
+    return "\n".join(lines)

@@ -17,9 +17,17 @@ from typing import Any
 import click
 
 from icdl.budget import QUICK_SECONDS
-from icdl.cli._common import POSITIVE_FLOAT, count, emit_json, guard, yes_option
-from icdl.nets import ACTIVATIONS, LOSSES, NetSpec, get_activation, get_loss
-from icdl.theory import compute, compute_estimate
+from icdl.cli._common import (
+    POSITIVE_FLOAT,
+    count,
+    emit_json,
+    guard,
+    network_options,
+    relu_sum_options,
+    yes_option,
+)
+from icdl.nets import NetSpec, get_activation, get_loss
+from icdl.theory_report import compute, compute_estimate
 
 
 def _float(x: float) -> float:
@@ -101,24 +109,9 @@ def _render(r: dict[str, Any]) -> str:
 
 
 @click.command(name="theory")
-@click.option("--depth", type=count(2), required=True, help="Network depth N (>= 2).")
-@click.option("--width", type=count(1), required=True, help="Hidden width K (>= 1).")
-@click.option("--in-dim", type=count(1), required=True, help="Input dimension d_x.")
-@click.option("--out-dim", type=count(1), required=True, help="Output dimension d_y.")
+@network_options
 @click.option("--steps", type=count(1), required=True, help="GD steps L.")
-@click.option("--activation", default="relu", show_default=True, help=f"One of {', '.join(ACTIVATIONS)}.")
-@click.option(
-    "--output",
-    type=click.Choice(["same", "linear"]),
-    default="same",
-    show_default=True,
-    help="'same' applies r at the output layer (the paper); 'linear' does not.",
-)
-@click.option("--loss", default="squared", show_default=True, help=f"One of {', '.join(LOSSES)}.")
-@click.option("--eps", type=POSITIVE_FLOAT, default=1e-3, show_default=True, help="Target ReLU-sum error.")
-@click.option(
-    "--range", "radius", type=POSITIVE_FLOAT, default=10.0, show_default=True, help="ReLU-sum range R."
-)
+@relu_sum_options
 @click.option(
     "--projection", type=click.Choice(["none", "box"]), default="none", show_default=True, help="Proj_W."
 )
