@@ -14,11 +14,12 @@ test:
 test-all:
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 tests
 
+# lint-imports: the package's layering (the [tool.importlinter] contracts in pyproject.toml)
 lint:
-	ruff check . && ruff format --check . && $(PY) -m mypy
+	ruff check . && ruff format --check . && $(PY) -m mypy && lint-imports
 
 typecheck:
-	$(PY) -m mypy
+	$(PY) -m mypy && lint-imports
 
 demo:
 	icdl demo

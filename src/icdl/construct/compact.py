@@ -12,11 +12,10 @@ their heads per (query, key) pair first, as the paper's r' layer does, so the re
 from __future__ import annotations
 
 from icdl.construct import blocks, paper
-from icdl.construct.blocks import BuildContext
-from icdl.construct.contract import Expect
+from icdl.construct.context import BuildContext
+from icdl.construct.contract import Expect, Variant
 from icdl.construct.layers import HeadTable, ReLUAttention, Role, Sublayer
 from icdl.construct.layout import Layout, paper_layout
-from icdl.construct.variants import Variant, register
 from icdl.sublayer import SublayerInfo
 
 __all__ = ["VARIANT", "build_block", "effects", "forward_derivative_layer"]
@@ -55,13 +54,11 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     return blocks.effects(info, layout)
 
 
-VARIANT = register(
-    Variant(
-        name="compact",
-        summary="2N+3 sublayers per step: the r' heads merged into the forward layers (same scores)",
-        layout=paper_layout,
-        block=build_block,
-        readout=build_readout,
-        effects=effects,
-    )
+VARIANT = Variant(
+    name="compact",
+    summary="2N+3 sublayers per step: the r' heads merged into the forward layers (same scores)",
+    layout=paper_layout,
+    block=build_block,
+    readout=build_readout,
+    effects=effects,
 )

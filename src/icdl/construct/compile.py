@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from icdl.construct.blocks import BuildContext
+from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
 from icdl.construct.terms import Terms, activation_terms, loss_terms

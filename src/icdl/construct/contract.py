@@ -8,7 +8,7 @@ the whole token state; it has no code for any particular role or variant.
 
 Reference quantities (all evaluated at the transformer's own weights w at the start of the current GD step,
 with the construction's conditioned ReLU sums, on all ``T = n + 1`` tokens, the query last; see
-:class:`icdl.construct.verify.Reference`):
+:class:`Reference`):
 
 ==============  =============================  ===============================================================
 quantity        shape per token                meaning (paper)
@@ -26,7 +26,7 @@ quantity        shape per token                meaning (paper)
 ``zero``        slot size                      0 (scratch cleared for the next block)
 ==============  =============================  ===============================================================
 
-An :class:`Expect` may instead carry a function of the :class:`~icdl.construct.verify.Reference` (for a
+An :class:`Expect` may instead carry a function of the :class:`Reference` (for a
 quantity only one variant needs, e.g. an intermediate product), and its own relative tolerance (for
 approximate constructions).
 """
@@ -34,17 +34,22 @@ approximate constructions).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from icdl.construct.layout import Layout
-    from icdl.construct.verify import Reference
-    from icdl.sublayer import SublayerInfo
+from icdl.construct.context import BuildContext
+from icdl.construct.layers import Sublayer
+from icdl.construct.layout import Layout
+from icdl.nets import GradTerms, NetSpec, project
+from icdl.sublayer import SublayerInfo
 
-__all__ = ["QUANTITIES", "EffectsFn", "Expect"]
+if TYPE_CHECKING:
+    # Type-only: the compiled model and its configuration sit above the contract (they run variants).
+    from icdl.construct.compile import CompiledModel, GDConfig
+
+__all__ = ["QUANTITIES", "EffectsFn", "Expect", "Reference", "Variant"]
 
 QUANTITIES = ("p", "r_prime", "u", "s", "A", "grad", "w_step", "w", "prediction", "zero")
 
@@ -88,4 +93,89 @@ class Expect:
 
 
 # A variant's expected effects: (the sublayer's info, the layout) -> what must hold after it.
-EffectsFn = Callable[["SublayerInfo", "Layout"], list[Expect]]
+EffectsFn = Callable[[SublayerInfo, Layout], list[Expect]]
+
+
+@dataclass
+class Reference:
+    """The reference quantities of one GD step (:data:`icdl.construct.contract.QUANTITIES`) at the
+    transformer's own step-start weights ``w``, on all T tokens: ``sur`` with the construction's ReLU sums
+    (what every slot must hold), ``exact`` with the true r, r', u (for the per-step error table).
+
+    A variant's callable :class:`~icdl.construct.contract.Expect` gets this object; ``model``, ``x_all``,
+    ``y_all`` (zero on the query) and ``t`` (1 on examples, 0 on the query) let it evaluate its own
+    recursion. ``cache`` is free for such callables (one Reference per GD step).
+    """
+
+    w: Tensor
+    sur: GradTerms
+    exact: GradTerms
+    lr: float
+    box: float | None
+    model: CompiledModel
+    x_all: Tensor
+    y_all: Tensor
+    t: Tensor
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, e: Expect, terms: GradTerms | None = None) -> Tensor:
+        """The quantity ``e`` names, shape ``(T, slot size)`` (``zero`` is handled by the caller)."""
+        g = self.sur if terms is None else terms
+        T = g.p[0].shape[0]
+        q, j = e.quantity, e.layer
+        if callable(q):
+            return q(self)
+        if q in ("p", "prediction"):
+            return g.p[len(g.p) - 1 if q == "prediction" else _layer(e, 0)]
+        if q == "r_prime":
+            return g.r_prime[_layer(e) - 1]
+        if q == "u":
+            return g.u
+        if q == "s":
+            return g.s[_layer(e) - 1]
+        flat = {
+            "A": lambda: g.A[_layer(e) - 1].reshape(-1),
+            "grad": lambda: g.grad,
+            "w_step": lambda: self.w - self.lr * g.grad,
+            "w": lambda: project(self.w - self.lr * g.grad, self.box),
+        }
+        if q in flat:
+            return flat[q]()[None].expand(T, -1)
+        raise ValueError(f"no reference value for {q!r} (layer {j})")
+
+
+def _layer(e: Expect, low: int = 1) -> int:
+    if e.layer is None or e.layer < low:
+        raise ValueError(f"quantity {e.quantity!r} needs a layer >= {low}, got {e.layer!r}")
+    return e.layer
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A construction.
+
+    Attributes:
+        name: the ``--variant`` value.
+        summary: one line for ``--help`` and docs.
+        layout: ``spec -> Layout``.
+        block: ``BuildContext -> sublayers of one GD step`` (built once, applied L times).
+        readout: ``BuildContext -> sublayers after the last step`` (write the prediction into Y).
+        effects: ``(info, layout) -> list[Expect]``: what must hold after each of its sublayers.
+        paper: whether this is the paper's construction as published (up to the documented fixes).
+        check: optional ``GDConfig -> None`` raising :class:`~icdl.errors.InputError` for configurations
+            the variant cannot build (e.g. a non-ReLU activation).
+        ranges: optional ``Reference -> int``: how many arguments (or groups of them) of the variant's own
+            approximations (products as sums of ReLUs) leave the ranges they were fitted on at this step. The
+            verifier adds them to ``out_of_range_count``: a sublayer check against the construction's own
+            surrogate cannot see an approximation used outside its range.
+    """
+
+    name: str
+    summary: str
+    layout: Callable[[NetSpec], Layout]
+    block: Callable[[BuildContext], list[Sublayer]]
+    readout: Callable[[BuildContext], list[Sublayer]]
+    effects: EffectsFn
+    paper: bool = False
+    check: Callable[[GDConfig], Any] | None = None
+    ranges: Callable[[Reference], int] | None = None

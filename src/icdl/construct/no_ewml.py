@@ -29,11 +29,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from icdl.construct import blocks, paper
-from icdl.construct.blocks import BuildContext
-from icdl.construct.contract import Expect
+from icdl.construct.context import BuildContext
+from icdl.construct.contract import Expect, Variant
 from icdl.construct.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
 from icdl.construct.layout import Layout, paper_layout
-from icdl.construct.variants import Variant, register
 from icdl.errors import InputError
 from icdl.nets import NetSpec
 from icdl.sublayer import SublayerInfo
@@ -145,14 +144,12 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     return blocks.effects(info, layout)
 
 
-VARIANT = register(
-    Variant(
-        name="no-ewml",
-        summary="EWML-free (ReLU nets): 2N+3 sublayers per step, ReLU attention + MLPs, r' as exact gates",
-        layout=layout,
-        block=build_block,
-        readout=build_readout,
-        effects=effects,
-        check=check,
-    )
+VARIANT = Variant(
+    name="no-ewml",
+    summary="EWML-free (ReLU nets): 2N+3 sublayers per step, ReLU attention + MLPs, r' as exact gates",
+    layout=layout,
+    block=build_block,
+    readout=build_readout,
+    effects=effects,
+    check=check,
 )

@@ -9,10 +9,10 @@ runs F_1..F_N once more and copies the query's p(N) into its Y slot.
 from __future__ import annotations
 
 from icdl.construct import blocks
-from icdl.construct.blocks import BuildContext
+from icdl.construct.context import BuildContext
+from icdl.construct.contract import Variant
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout, paper_layout
-from icdl.construct.variants import Variant, register
 from icdl.nets import NetSpec
 
 __all__ = ["VARIANT", "build_block", "build_readout", "layout"]
@@ -42,14 +42,12 @@ def build_readout(ctx: BuildContext) -> list[Sublayer]:
     return out
 
 
-VARIANT = register(
-    Variant(
-        name="paper",
-        summary="Theorem 1 as published: 2N+4 sublayers per step (N+3 ReLU attention/MLP, N EWML)",
-        layout=layout,
-        block=build_block,
-        readout=build_readout,
-        effects=blocks.effects,
-        paper=True,
-    )
+VARIANT = Variant(
+    name="paper",
+    summary="Theorem 1 as published: 2N+4 sublayers per step (N+3 ReLU attention/MLP, N EWML)",
+    layout=layout,
+    block=build_block,
+    readout=build_readout,
+    effects=blocks.effects,
+    paper=True,
 )

@@ -57,8 +57,8 @@ import torch
 from torch import Tensor
 
 from icdl.construct import blocks
-from icdl.construct.blocks import BuildContext
-from icdl.construct.contract import Expect
+from icdl.construct.context import BuildContext
+from icdl.construct.contract import Expect, Reference, Variant
 from icdl.construct.layers import (
     ReLUAttention,
     ReLUMLP,
@@ -68,7 +68,6 @@ from icdl.construct.layers import (
 from icdl.construct.layout import SCRATCH, Layout
 from icdl.construct.products import ProductTerms, product_terms
 from icdl.construct.terms import Terms
-from icdl.construct.variants import Variant, register
 from icdl.nets import NetSpec, project, unflatten
 from icdl.sublayer import SublayerInfo, SublayerKind
 
@@ -584,7 +583,7 @@ def _rows_of(ctx: BuildContext, j: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _unit_heads(ctx: BuildContext, j: int, terms: Any, slot: str) -> list[Any]:
+def _unit_heads(ctx: BuildContext, j: int, terms: Terms, slot: str) -> list[Any]:
     """One head per term m: score ``a_m v_jk . p_i(j-1) + b_m ROW_j``, value ``c_m ID_j -> slot_j``."""
     L = ctx.layout
     src, row, one, flag = _p_idx(L, j - 1), _idx(L, "V", j), L.index("ONE"), L.index("ROW", j)
@@ -761,7 +760,7 @@ def build_readout(ctx: BuildContext) -> list[Sublayer]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _deltas(ref: Any) -> list[Tensor]:
+def _deltas(ref: Reference) -> list[Tensor]:
     """The deltas ``s(1..N)`` (T, n_j) the construction forms at the reference's weights and prompt: the
     exact ``r' ⊙ z`` for ReLU and linear layers (what ``ref.sur.s`` holds), the surrogate products of
     :func:`derivative_product` (:func:`eval_product`) for smooth layers; computed once per GD step."""
@@ -789,7 +788,7 @@ def _deltas(ref: Any) -> list[Tensor]:
     return out
 
 
-def _stepped(ref: Any, box: float | None) -> Tensor:
+def _stepped(ref: Reference, box: float | None) -> Tensor:
     """``Proj(w - η ∇̄)`` with ``∇̄ = (1/(2n)) sum_examples s_i(j) p_i(j-1)^T`` built from :func:`_deltas`
     (``ref.sur.grad`` itself where every delta is the exact one)."""
     spec = ref.model.spec
@@ -803,8 +802,8 @@ def _stepped(ref: Any, box: float | None) -> Tensor:
     return w if box is None else project(w, box)
 
 
-def _z(j: int) -> Callable[[Any], Tensor]:
-    def z(ref: Any) -> Tensor:
+def _z(j: int) -> Callable[[Reference], Tensor]:
+    def z(ref: Reference) -> Tensor:
         V = unflatten(ref.model.spec, ref.w)[j]  # V_{j+1}, (n_{j+1}, n_j)
         return _deltas(ref)[j] @ V
 
@@ -812,8 +811,8 @@ def _z(j: int) -> Callable[[Any], Tensor]:
     return z
 
 
-def _rows(layout: RowsLayout, j: int, projected: bool) -> Callable[[Any], Tensor]:
-    def rows(ref: Any) -> Tensor:
+def _rows(layout: RowsLayout, j: int, projected: bool) -> Callable[[Reference], Tensor]:
+    def rows(ref: Reference) -> Tensor:
         w = _stepped(ref, ref.box if projected else None)
         return layout.row_values(w, j, w.dtype)
 
@@ -851,7 +850,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     raise ValueError(f"no expected effect for role {info.role!r}")
 
 
-def ranges(ref: Any) -> int:
+def ranges(ref: Reference) -> int:
     """How many ``z_j`` entries of a smooth layer leave ``[-radius, radius]`` at this step: the products
     ``r' ⊙ z`` in the backward and update scores are fitted on that range (:func:`derivative_product`)."""
     spec, cfg = ref.model.spec, ref.model.config
@@ -863,14 +862,12 @@ def ranges(ref: Any) -> int:
     return count
 
 
-VARIANT = register(
-    Variant(
-        name="rows",
-        summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step",
-        layout=rows_layout,
-        block=build_block,
-        readout=build_readout,
-        effects=effects,
-        ranges=ranges,
-    )
+VARIANT = Variant(
+    name="rows",
+    summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step",
+    layout=rows_layout,
+    block=build_block,
+    readout=build_readout,
+    effects=effects,
+    ranges=ranges,
 )

@@ -42,25 +42,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from icdl.construct import blocks
-from icdl.construct.blocks import BuildContext
-from icdl.construct.contract import Expect
+from icdl.construct.context import BuildContext
+from icdl.construct.contract import Expect, Reference, Variant
 from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
 from icdl.construct.layout import SCRATCH, Layout, paper_layout
 from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
 from icdl.construct.products import ProductTerms, add_product, product_terms
 from icdl.construct.terms import Terms
-from icdl.construct.variants import Variant, register
 from icdl.nets import NetSpec, project, unflatten
 from icdl.sublayer import SublayerInfo
-
-if TYPE_CHECKING:
-    from icdl.construct.verify import Reference
 
 __all__ = [
     "VARIANT",
@@ -473,14 +468,12 @@ def ranges(ref: Reference) -> int:
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
 
 
-VARIANT = register(
-    Variant(
-        name="softmax",
-        summary="softmax attention and ReLU MLPs only: 4N+3 sublayers per step (products with sup error eps)",
-        layout=layout,
-        block=build_block,
-        readout=build_readout,
-        effects=effects,
-        ranges=ranges,
-    )
+VARIANT = Variant(
+    name="softmax",
+    summary="softmax attention and ReLU MLPs only: 4N+3 sublayers per step (products with sup error eps)",
+    layout=layout,
+    block=build_block,
+    readout=build_readout,
+    effects=effects,
+    ranges=ranges,
 )

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from icdl.construct.compile import CompiledModel, TracePoint
-from icdl.construct.contract import Expect
+from icdl.construct.contract import Expect, Reference
 from icdl.construct.variants import get_variant
 from icdl.nets import (
     GradTerms,
@@ -48,7 +48,6 @@ from icdl.nets import (
     forward,
     gradient,
     lemma1_terms,
-    project,
     reference_gd,
 )
 from icdl.theory import corollary11_bound
@@ -98,60 +97,6 @@ def recursion(
         r_prime=[terms.r_prime[j] for j in range(N)],
         u=terms.u,
     )
-
-
-@dataclass
-class Reference:
-    """The reference quantities of one GD step (:data:`icdl.construct.contract.QUANTITIES`) at the
-    transformer's own step-start weights ``w``, on all T tokens: ``sur`` with the construction's ReLU sums
-    (what every slot must hold), ``exact`` with the true r, r', u (for the per-step error table).
-
-    A variant's callable :class:`~icdl.construct.contract.Expect` gets this object; ``model``, ``x_all``,
-    ``y_all`` (zero on the query) and ``t`` (1 on examples, 0 on the query) let it evaluate its own
-    recursion. ``cache`` is free for such callables (one Reference per GD step).
-    """
-
-    w: Tensor
-    sur: GradTerms
-    exact: GradTerms
-    lr: float
-    box: float | None
-    model: CompiledModel
-    x_all: Tensor
-    y_all: Tensor
-    t: Tensor
-    cache: dict[str, Any] = field(default_factory=dict)
-
-    def value(self, e: Expect, terms: GradTerms | None = None) -> Tensor:
-        """The quantity ``e`` names, shape ``(T, slot size)`` (``zero`` is handled by the caller)."""
-        g = self.sur if terms is None else terms
-        T = g.p[0].shape[0]
-        q, j = e.quantity, e.layer
-        if callable(q):
-            return q(self)
-        if q in ("p", "prediction"):
-            return g.p[len(g.p) - 1 if q == "prediction" else _layer(e, 0)]
-        if q == "r_prime":
-            return g.r_prime[_layer(e) - 1]
-        if q == "u":
-            return g.u
-        if q == "s":
-            return g.s[_layer(e) - 1]
-        flat = {
-            "A": lambda: g.A[_layer(e) - 1].reshape(-1),
-            "grad": lambda: g.grad,
-            "w_step": lambda: self.w - self.lr * g.grad,
-            "w": lambda: project(self.w - self.lr * g.grad, self.box),
-        }
-        if q in flat:
-            return flat[q]()[None].expand(T, -1)
-        raise ValueError(f"no reference value for {q!r} (layer {j})")
-
-
-def _layer(e: Expect, low: int = 1) -> int:
-    if e.layer is None or e.layer < low:
-        raise ValueError(f"quantity {e.quantity!r} needs a layer >= {low}, got {e.layer!r}")
-    return e.layer
 
 
 def estimate_lipschitz(
