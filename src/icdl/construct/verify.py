@@ -536,16 +536,14 @@ def report(
     traj_gd = reference_gd(spec, loss, w0, x, y, lr=lr, steps=L, box=box)
     seconds_reference = time.perf_counter() - t0
     traj_tf = torch.stack(cmp.w_tf)
-    eps = max(cmp.grad_err, default=0.0)
+    eps = _max_or_nan(cmp.grad_err)
     if lipschitz_iters > 0 and L > 0:
         lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], x, y, iters=lipschitz_iters)
     else:
         lf = 0.0
 
     def bound(l: int) -> float:
-        if lf > 0:
-            return corollary11_bound(eps=eps, lr=lr, lipschitz_f=lf, steps=l)
-        return l * lr * eps
+        return _bound(eps, lr, lf, l)
 
     steps_out = []
     for l in range(1, L + 1):
@@ -603,6 +601,22 @@ def report(
             "max_abs_prediction": float(pred_gd.abs().max()),
         },
     )
+
+
+def _max_or_nan(values: list[float]) -> float:
+    """``max(values)`` (0 for none), NaN when any value is NaN (Python's max would depend on the order)."""
+    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
+
+
+def _bound(eps: float, lr: float, lf: float, steps: int) -> float:
+    """The corrected Corollary 1.1 bound after ``steps`` steps (``steps * lr * eps`` without an L_f
+    estimate). A non-finite ``eps`` (a NaN or inf reached the applied gradient; the sublayer check names
+    where) gives a non-finite bound instead of an exception, so the report is still produced."""
+    if not math.isfinite(eps):
+        return eps
+    if lf > 0 and math.isfinite(lf):
+        return corollary11_bound(eps=eps, lr=lr, lipschitz_f=lf, steps=steps)
+    return steps * lr * eps
 
 
 def forward_query(model: CompiledModel, w: Tensor, x_query: Tensor) -> Tensor:
