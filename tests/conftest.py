@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -18,3 +19,20 @@ settings.register_profile(
     derandomize=True,
 )
 settings.load_profile("icdl")
+
+
+def _assert_nondegenerate(spec, x, y, w0, loss: str = "squared") -> None:  # type: ignore[no-untyped-def]
+    """A prompt on which a GD check means something: labels not all equal, and the gradient of L_n at w0
+    (by autograd, independent of icdl's Lemma 1 code) is not exactly zero, so the first GD step moves w."""
+    from icdl.nets import empirical_risk
+
+    assert not bool((y == y[:1]).all()), "degenerate task: all labels equal"
+    w = w0.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(empirical_risk(spec, loss, w, x, y), w)
+    assert bool((g != 0).any()), "degenerate task: the first GD step does not move w0"
+
+
+@pytest.fixture
+def assert_nondegenerate():  # type: ignore[no-untyped-def]
+    """``assert_nondegenerate(spec, x, y, w0, loss="squared")``: fail on a task where GD never moves w."""
+    return _assert_nondegenerate

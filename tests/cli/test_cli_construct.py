@@ -137,3 +137,19 @@ def test_explain_lists_sublayers_before_the_verification() -> None:
     assert out.index("forward_1") < out.index("readout (docs/construction.md)") < out.index("step ")
     assert out.index("reads -> writes") < out.index("legend:") < out.index("verdict")
     assert "outside [-R, R] = —" in out and "None" not in out  # a check that does not apply shows "—"
+
+
+def test_a_degenerate_task_exits_4_and_is_redrawn_by_default() -> None:
+    """Seed 2 of this ReLU-output network draws a task on which GD never moves w (every unit dead)."""
+    args = ("-N", "2", "-K", "4", "--in-dim", "3", "--out-dim", "1", "-n", "8", "-L", "3", "--seed", "2")
+    raw = _run(*args, "--raw-task", "--json")
+    assert raw.returncode == 4, raw.stderr
+    d = json.loads(raw.stdout)
+    assert d["verdict"] == "DEGENERATE" and d["degenerate"] is True and d["weights_moved"] == 0.0
+    assert d["passed"] is False and d["task_draws"] == 1
+    table = _run(*args, "--raw-task")
+    assert table.returncode == 4 and "verdict      DEGENERATE" in table.stdout
+    good = _run(*args, "--json")
+    assert good.returncode == 0, good.stderr
+    d = json.loads(good.stdout)
+    assert d["verdict"] == "PASS" and d["weights_moved"] > 0 and d["task_draws"] > 1

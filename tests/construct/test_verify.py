@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.compile import sample_task_info
 from icdl.construct.verify import estimate_lipschitz, recursion
-from icdl.nets import NetSpec, gradient, lemma1_terms
+from icdl.nets import NetSpec, gradient, lemma1_terms, reference_gd
 
 
 def _setup(activation: str = "relu", eps: float = 1e-3, steps: int = 3, n: int = 8, seed: int = 0, **kw):
@@ -24,7 +25,8 @@ def _setup(activation: str = "relu", eps: float = 1e-3, steps: int = 3, n: int =
 def test_relu_report_is_exact_and_consistent() -> None:
     model, prompt = _setup(projection="box", box=0.7)
     rep = verify(model, *prompt)
-    assert rep.passed and rep.first_divergence is None
+    assert rep.passed and rep.first_divergence is None and rep.verdict == "PASS"
+    assert rep.weights_moved > 0 and not rep.degenerate
     assert rep.delta_window_count == 0  # asserted, not assumed
     assert rep.out_of_range_count is None  # no fitted sums
     assert rep.max_sublayer_err <= 1e-12
@@ -142,3 +144,46 @@ def test_window_hits_are_counted() -> None:
     x[0] = x[0] + (5e-7 - z0) * w0[: spec.in_dim] / w0[: spec.in_dim].dot(w0[: spec.in_dim])
     rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
     assert rep.delta_window_count is not None and rep.delta_window_count >= 1
+
+
+def _raw_degenerate_seed(spec: NetSpec, n: int) -> int:
+    """The first seed whose first draw GD never moves (checked with reference GD, not icdl's own test)."""
+    for seed in range(200):
+        x, y, _, w0, _ = sample_task(spec, n, seed=seed, nondegenerate=False)
+        traj = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=1)
+        if torch.equal(traj[1], traj[0]):
+            return seed
+    raise AssertionError("no degenerate first draw in 200 seeds")
+
+
+def test_a_degenerate_task_is_never_a_pass(assert_nondegenerate) -> None:
+    """ReLU output (the paper's network): some seeds' first draws have every unit dead, GD never moves w
+    and every comparison is trivially exact. verify says DEGENERATE; sample_task redraws them."""
+    spec, n = NetSpec(2, 4, 3, 1), 8
+    seed = _raw_degenerate_seed(spec, n)
+    model = compile_gd_transformer(spec, steps=3, n=n)
+    x, y, xq, w0, _ = sample_task(spec, n, seed=seed, nondegenerate=False)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert rep.first_divergence is None and rep.weights_moved == 0.0 and rep.degenerate
+    assert rep.verdict == "DEGENERATE" and not rep.passed
+    d = rep.to_dict()
+    assert d["verdict"] == "DEGENERATE" and d["degenerate"] is True and d["weights_moved"] == 0.0
+    assert d["passed"] is False and "DEGENERATE" in rep.table()
+    task = sample_task_info(spec, n, seed=seed)
+    assert task.draws > 1
+    assert_nondegenerate(spec, task.x, task.y, task.w0)
+    rep = verify(model, task.x, task.y, task.x_query, task.w0, lipschitz_iters=0)
+    assert rep.verdict == "PASS" and rep.weights_moved > 0 and not rep.degenerate
+
+
+def test_sample_task_keeps_a_seeds_first_good_draw() -> None:
+    """Redrawing changes only degenerate seeds: a good first draw is returned as it is, in one draw."""
+    spec, n = NetSpec(2, 4, 3, 1), 8
+    bad = _raw_degenerate_seed(spec, n)
+    good = next(s for s in range(bad + 1) if s != bad)
+    raw = sample_task(spec, n, seed=good, nondegenerate=False)
+    task = sample_task_info(spec, n, seed=good)
+    assert task.draws == 1
+    for a, b in zip(raw, task.astuple(), strict=True):
+        assert torch.equal(a, b)
+    assert len(sample_task(spec, n, seed=bad)) == 5

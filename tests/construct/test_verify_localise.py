@@ -3,6 +3,7 @@ the examples in the relu' window, and the readout is checked with a clearly nega
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -193,3 +194,45 @@ def test_gate_margin_is_measured_independently() -> None:
     y_all = torch.cat([y, torch.zeros(1, spec.out_dim, dtype=y.dtype)])
     worst = max(float((2 * (forward(spec, w, x_all) - y_all)).abs().max()) for w in traj)
     assert rep.gate_margin == pytest.approx(model.config.gate - worst, rel=0, abs=1e-9)
+
+
+VARIANT_OPTIONS = {
+    "paper": {},
+    "compact": {},
+    "no-ewml": {},
+    "softmax": {"eps": 1e-3, "radius": 4.0},
+    "rows": {},
+}
+
+
+def _small(variant: str):
+    spec = NetSpec(2, 2, 2, 1)
+    n = 4
+    x, y, xq, w0, _ = sample_task(spec, n, seed=1)
+    model = compile_gd_transformer(spec, steps=2, n=n, lr=0.1, variant=variant, **VARIANT_OPTIONS[variant])
+    return model, (x, y, xq, w0)
+
+
+def _non_finite_cases() -> list[tuple[str, int, float]]:
+    cases = []
+    for variant in VARIANT_OPTIONS:
+        blocks = len(_small(variant)[0].block)
+        cases += [(variant, i, v) for i in range(blocks) for v in (math.nan, math.inf)]
+    return cases
+
+
+@pytest.mark.parametrize("variant, index, value", _non_finite_cases())
+def test_non_finite_values_are_named_with_default_options(variant: str, index: int, value: float) -> None:
+    """NaN or inf in any sublayer of any variant, verified with verify's DEFAULT options (the Lipschitz
+    estimate and the Corollary 1.1 bound run on the non-finite trajectory): no exception, the sublayer is
+    named, and the report still has the degenerate flag and a FAIL verdict."""
+    model, prompt = _small(variant)
+    _plant(model.block[index], _inputs(model, prompt)[index], value)
+    rep = verify(model, *prompt)
+    div = rep.first_divergence
+    assert div is not None and rep.verdict == "FAIL" and not rep.passed
+    assert (div.step, div.index, div.name) == (0, index, model.block[index].info.name)
+    # a softmax saturates: inf in its scores can leave a finite (wrong) output
+    assert div.kind in ("nan", "inf") or (variant == "softmax" and math.isinf(value))
+    json.dumps(rep.to_dict())  # still a JSON-ready report
+    assert rep.table()

@@ -3,11 +3,14 @@
 The prompt (all from ``--seed``, in this order): a random *teacher* network of the same spec with He-scaled
 weights ``N(0, 2/fan_in)`` gives the labels ``y = f(w*, x)`` (for the logistic loss ``y = ±1`` by the sign of
 ``f - median``); inputs ``x_1..x_n, x_query ~ N(0, I)``; the initial weights ``w^(0)`` are drawn like the
-teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks).
+teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks). A draw whose labels are
+all equal or whose first GD step leaves ``w^(0)`` where it is is redrawn (``--raw-task`` keeps it); a task on
+which GD never moves w gets the verdict DEGENERATE and exit code 4 (:data:`EXIT_DEGENERATE`).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +33,9 @@ from icdl.cli._common import (
 
 if TYPE_CHECKING:
     from icdl.nets import NetSpec
+
+#: Exit code of ``icdl construct`` when reference GD never moves w on the prompt (the check proves nothing).
+EXIT_DEGENERATE = 4
 
 
 class VariantChoice(click.Choice):
@@ -111,6 +117,11 @@ class VariantChoice(click.Choice):
     default=None,
     help="Write safetensors weights + model.json to this new directory.",
 )
+@click.option(
+    "--raw-task",
+    is_flag=True,
+    help="Keep the seed's first prompt even when degenerate (labels all equal or GD never moves w).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--explain",
@@ -139,6 +150,7 @@ def construct(
     variant: str,
     tol: float | None,
     save_dir: str | None,
+    raw_task: bool,
     as_json: bool,
     explain: bool,
     yes: bool = False,
@@ -163,6 +175,7 @@ def construct(
         dtype=dtype,
         tol=tol,
         explain=explain and not as_json,
+        raw_task=raw_task,
     )
     if save_dir is not None:
         from icdl.construct.store import save
@@ -181,6 +194,7 @@ def construct(
             "output": output,
         },
         options={"loss": loss, "steps": steps, "lr": lr, "examples": examples, "seed": seed, "dtype": dtype},
+        task_draws=run.task_draws,
         box=box,
         save_dir=save_dir,
     )
@@ -190,6 +204,8 @@ def construct(
         emit_json(result)
     else:
         click.echo(_render(result, run, variant=variant))
+    if run.report.verdict == "DEGENERATE":
+        sys.exit(EXIT_DEGENERATE)
 
 
 def _config(
@@ -260,6 +276,7 @@ class _Run:
     report: Any
     seconds_compile: float
     seconds_forward: float
+    task_draws: int
 
 
 def _run(
@@ -272,9 +289,12 @@ def _run(
     dtype: str,
     tol: float | None,
     explain: bool,
+    raw_task: bool,
 ) -> _Run:
-    """Compile ``config``, run it untraced once (timed), verify it on a prompt sampled from ``seed``."""
-    from icdl.construct import compile_gd_transformer, sample_task
+    """Compile ``config``, run it untraced once (timed), verify it on a prompt sampled from ``seed``
+    (redrawn while degenerate unless ``raw_task``)."""
+    from icdl.construct import compile_gd_transformer
+    from icdl.construct.compile import sample_task_info
     from icdl.construct.verify import verify
 
     t0 = time.perf_counter()
@@ -282,7 +302,10 @@ def _run(
     seconds_compile = time.perf_counter() - t0
     if explain:  # the sublayer list first: it does not depend on the verification
         click.echo(model.explain() + "\n")
-    x, y, xq, w0, _ = sample_task(spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype)
+    task = sample_task_info(
+        spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype, nondegenerate=not raw_task
+    )
+    x, y, xq, w0 = task.x, task.y, task.x_query, task.w0
     H = model.build_prompt(x, y, xq, w0)
     t0 = time.perf_counter()
     model(H)  # untraced forward pass: the time the transformer itself takes
@@ -290,7 +313,7 @@ def _run(
     report = verify(
         model, x, y, xq, w0, tol=tol if tol is not None else (1e-9 if dtype == "float64" else 1e-4)
     )
-    return _Run(model, report, seconds_compile, seconds_forward)
+    return _Run(model, report, seconds_compile, seconds_forward, task.draws)
 
 
 def _result(
@@ -302,6 +325,7 @@ def _result(
     options: dict[str, Any],
     box: float | None,
     save_dir: str | None,
+    task_draws: int,
 ) -> dict[str, Any]:
     """The ``--json`` object: the model summary, the verify report, and the options that made them."""
     summary = run.model.summary()
@@ -312,6 +336,7 @@ def _result(
         "per_step": checks["steps"],
         "network": {**network, "num_params": spec.num_params},
         **options,
+        "task_draws": task_draws,
         "delta": config.delta,
         "projection": config.projection,
         "box": box,
@@ -341,7 +366,8 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"reference GD {report.seconds_reference:.4f}s",
         "",
         report.table(),
-        f"verdict      {'PASS' if report.passed else 'FAIL'}",
+        f"verdict      {report.verdict}"
+        + (f" (task drawn {run.task_draws} times)" if run.task_draws > 1 else ""),
     ]
     if r["saved"] is not None:
         lines.append(f"saved        {r['saved']}")

@@ -359,7 +359,10 @@ def compare(
 
 @dataclass
 class VerifyReport:
-    """Result of :func:`verify`. ``passed`` means: no divergence from the expected effects beyond ``tol``."""
+    """Result of :func:`verify`. ``verdict`` is ``"FAIL"`` when some sublayer diverges from its expected
+    effect beyond ``tol``, else ``"DEGENERATE"`` when reference GD never moves w (``weights_moved`` =
+    ``max |w_L - w_0|`` is 0 with L >= 1 steps: every comparison with GD is then trivially exact, so the
+    check proves nothing), else ``"PASS"``. ``passed`` means ``verdict == "PASS"``."""
 
     steps: list[StepErrors]
     first_divergence: Divergence | None
@@ -381,15 +384,25 @@ class VerifyReport:
     seconds_forward: float
     seconds_reference: float
     seconds_verify: float
+    weights_moved: float = math.nan
+    degenerate: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def verdict(self) -> str:
+        """``"PASS"``, ``"FAIL"`` or ``"DEGENERATE"`` (see the class docstring)."""
+        if self.first_divergence is not None:
+            return "FAIL"
+        return "DEGENERATE" if self.degenerate else "PASS"
+
+    @property
     def passed(self) -> bool:
-        return self.first_divergence is None
+        return self.verdict == "PASS"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["passed"] = self.passed
+        d["verdict"] = self.verdict
         d["first_divergence"] = None if self.first_divergence is None else self.first_divergence.describe()
         d["first_divergence_at"] = None if self.first_divergence is None else asdict(self.first_divergence)
         return d
@@ -429,6 +442,8 @@ class VerifyReport:
             f"gate margin = {self.gate_margin:.3g}",
             f"eps = {self.eps_grad:.2e}; L_f ~ {self.lipschitz_f:.3g} ({self.lipschitz_method}); "
             f"Corollary 1.1 bound {self.corollary_bound:.2e} vs trajectory error {self.trajectory_error:.2e}",
+            f"GD moves w by max |w_L - w_0| = {self.weights_moved:.2e}"
+            + ("; DEGENERATE task: GD never moves w, so the check proves nothing" if self.degenerate else ""),
         ]
         return "\n".join(rows)
 
@@ -521,16 +536,14 @@ def report(
     traj_gd = reference_gd(spec, loss, w0, x, y, lr=lr, steps=L, box=box)
     seconds_reference = time.perf_counter() - t0
     traj_tf = torch.stack(cmp.w_tf)
-    eps = max(cmp.grad_err, default=0.0)
+    eps = _max_or_nan(cmp.grad_err)
     if lipschitz_iters > 0 and L > 0:
         lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], x, y, iters=lipschitz_iters)
     else:
         lf = 0.0
 
     def bound(l: int) -> float:
-        if lf > 0:
-            return corollary11_bound(eps=eps, lr=lr, lipschitz_f=lf, steps=l)
-        return l * lr * eps
+        return _bound(eps, lr, lf, l)
 
     steps_out = []
     for l in range(1, L + 1):
@@ -553,6 +566,7 @@ def report(
     pred_gd = forward_query(model, traj_gd[-1], x_query)
     pred_own = forward_query(model, traj_tf[-1], x_query)
     has_step = any(t.delta is not None for t in model.terms.r_prime)
+    moved = float((traj_gd[-1] - traj_gd[0]).abs().max())
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
     return VerifyReport(
         steps=steps_out,
@@ -580,11 +594,29 @@ def report(
         seconds_forward=tr.seconds_forward,
         seconds_reference=seconds_reference,
         seconds_verify=time.perf_counter() - t_start,
+        weights_moved=moved,
+        degenerate=L > 0 and moved == 0.0,
         extra={
             "max_abs_weight": float(traj_gd.abs().max()),
             "max_abs_prediction": float(pred_gd.abs().max()),
         },
     )
+
+
+def _max_or_nan(values: list[float]) -> float:
+    """``max(values)`` (0 for none), NaN when any value is NaN (Python's max would depend on the order)."""
+    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
+
+
+def _bound(eps: float, lr: float, lf: float, steps: int) -> float:
+    """The corrected Corollary 1.1 bound after ``steps`` steps (``steps * lr * eps`` without an L_f
+    estimate). A non-finite ``eps`` (a NaN or inf reached the applied gradient; the sublayer check names
+    where) gives a non-finite bound instead of an exception, so the report is still produced."""
+    if not math.isfinite(eps):
+        return eps
+    if lf > 0 and math.isfinite(lf):
+        return corollary11_bound(eps=eps, lr=lr, lipschitz_f=lf, steps=steps)
+    return steps * lr * eps
 
 
 def forward_query(model: CompiledModel, w: Tensor, x_query: Tensor) -> Tensor:
