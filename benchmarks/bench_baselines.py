@@ -6,6 +6,12 @@ Run with one thread, e.g.::
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_baselines.py --out bench.json
 
+``--tuned`` instead times only the tuned baselines ``ridge_tuned`` and ``kernel`` (icdl.icl.kernels) on
+``--tuned-prompts`` x ``--tuned-points`` prompts of the centred task (configs/cpu-centred.yaml), λ tuned
+on 640 held-out prompts first::
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_baselines.py --tuned --threads 2
+
 The paper's MLP baseline is expensive (one 6-layer width-200 network per prompt and k); it runs on
 ``--mlp-prompts`` prompts and the prefix lengths ``--mlp-ks`` only, and its time is reported per k.
 """
@@ -23,6 +29,7 @@ import torch
 
 from icdl import nets
 from icdl.icl import baselines as bl
+from icdl.icl import kernels as kr
 from icdl.icl import metrics
 
 SHOW_K = (0, 1, 2, 5, 10, 20, 30, 45)
@@ -43,6 +50,36 @@ def _row(name: str, seconds: float, preds: torch.Tensor, ys: torch.Tensor, **met
     return res.to_dict()
 
 
+def bench_tuned(num: int, points: int, seed: int) -> None:
+    """Wall time of tuning (640 held-out prompts) and predicting (``num`` prompts) for the tuned baselines."""
+    from icdl.config import load_config
+    from icdl.icl.tasks import sample_batch
+
+    task = load_config("cpu-centred").task
+
+    def draw(n_prompts: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pb = sample_batch(task, n_prompts, seed=s, points=points)
+        return pb.xs.double(), pb.ys.double()
+
+    xs, ys = draw(num, seed)
+    xv, yv = draw(640, seed + 1)
+    for base in (kr.RidgeTunedBaseline(), kr.KernelBaseline(depth=task.depth, width=task.width)):
+        t = time.perf_counter()
+        base.tune(xv, yv)
+        tune_s = time.perf_counter() - t
+        t = time.perf_counter()
+        preds = base(xs, ys)
+        pred_s = time.perf_counter() - t
+        r2 = metrics.r2_curve(preds, ys)
+        print(
+            f"{base.name:12s} tune {tune_s:6.1f} s ({len(base.lambdas)} λ x 640 prompts), "
+            f"predict {pred_s:6.1f} s "
+            f"({num} prompts x {points} points, {len(set(base.lam_per_k(points)))} distinct λ); "
+            f"mean R² k=1..{points - 1}: {float(r2[1:].mean()):.3f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=640)
@@ -57,8 +94,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--tuned", action="store_true", help="time only ridge_tuned and kernel (see above)")
+    ap.add_argument("--tuned-prompts", type=int, default=6400)
+    ap.add_argument("--tuned-points", type=int, default=76)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.tuned:
+        bench_tuned(args.tuned_prompts, args.tuned_points, args.seed)
+        return
 
     xs, ys = _prompts(args.prompts, args.points, args.dim, args.depth, args.target_width, args.seed)
     xv, yv = _prompts(128, args.points, args.dim, args.depth, args.target_width, args.seed + 1)
