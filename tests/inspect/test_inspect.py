@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task
 from icdl.errors import InputError
-from icdl.icl.models import HOOK_NAMES, ICLTransformer
+from icdl.icl.models import HOOK_NAMES, ICLTransformer, hook_name
 from icdl.inspect import (
     dense_sublayer,
     head_pattern,
@@ -43,11 +39,14 @@ def test_compiled_cache_names_and_shapes(compiled):
     assert len(names) == sublayers_per_step(spec.depth) == 2 * spec.depth + 4
     assert names[: spec.depth] == [f"forward_{j}" for j in range(1, spec.depth + 1)]
     assert names[-2:] == ["update", "project"]
-    steps_keys = [k for k in cache if k[0] != "readout" and k[1] != "prompt"]
-    assert steps_keys == [(s, n) for s in range(model.steps) for n in names]
-    readout = [k for k in cache if k[0] == "readout"]
-    assert [n for _, n in readout] == [m.info.name for m in model.readout_layers]
+    steps_keys = [k for k in cache if k.startswith("steps.")]
+    assert steps_keys == [f"steps.{s}.{n}.hook_out" for s in range(model.steps) for n in names]
+    readout = [k for k in cache if k.startswith("readout.")]
+    assert readout == [f"readout.{m.info.name}.hook_out" for m in model.readout_layers]
+    assert cache.names() == ["hook_prompt", *steps_keys, *readout] == model.hook_names()
     assert torch.equal(cache[readout[-1]], out)  # the last readout sublayer's stream is the output
+    assert torch.equal(cache["readout", model.readout_layers[-1].info.name], out)  # the old key form
+    assert torch.equal(cache[0, "prompt"], H) and torch.equal(cache["hook_prompt"], H)
     for key in cache:
         assert cache[key].shape == (1, model.n + 1, model.layout.dim)
     # A slot key slices exactly the layout's coordinates.
@@ -125,7 +124,8 @@ def test_trained_model_cache(attention):
     xs, ys = torch.randn(2, 5, 3), torch.randn(2, 5, 1)
     preds, cache = model.run_with_cache(xs, ys)
     assert torch.allclose(preds, model(xs, ys), atol=1e-5)
-    assert cache.names() == model.hook_names() == [(b, n) for b in range(2) for n in HOOK_NAMES]
+    assert cache.names() == model.hook_names() == [hook_name(b, n) for b in range(2) for n in HOOK_NAMES]
+    assert "blocks.1.attn.hook_pattern" in cache and "blocks.0.hook_resid_post" in cache
     B, T, dh = 2, 10, cfg["d_model"] // cfg["heads"]
     for b in range(cfg["layers"]):
         for name in ("attn.q", "attn.k", "attn.v", "attn.z"):

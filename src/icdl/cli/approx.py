@@ -25,10 +25,7 @@ FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     """Function, sum (with the flat extension beyond ±R) and error, written atomically as PNG, PDF or SVG
     (by the suffix of ``path``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no backend is chosen or switched
 
     fmt = FIGURE_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -39,7 +36,8 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     inner = torch.linspace(-r, r, 20001, dtype=torch.float64)
     if s.target == "relu'":
         inner = inner[(inner <= 0) | (inner >= delta)]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    fig = Figure(figsize=(7, 6))
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
     ax1.plot(wide, fn(wide), label=s.target, lw=2, alpha=0.5)
     ax1.plot(wide, s(wide), label=f"ReLU sum, H={s.num_terms}", lw=1)
     ax1.axvspan(-r, r, color="0.9", zorder=-1)
@@ -56,8 +54,6 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
         atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi), binary=True)
     except OSError as exc:
         raise user_error(f"cannot write plot {str(path)!r}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
 
 
 @click.command(name="approx")

@@ -33,6 +33,14 @@ from icdl.construct.layout import Layout
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError
+from icdl.hooks import (
+    ActivationCache,
+    FwdHooks,
+    NamesFilter,
+    compiled_hook_names,
+    compiled_run_with_cache,
+    compiled_run_with_hooks,
+)
 from icdl.nets import NetSpec, get_loss
 from icdl.sublayer import SublayerInfo
 
@@ -77,8 +85,9 @@ class TracePoint:
         return f"{where}, sublayer {self.index + 1} ({self.name})"
 
 
-# Called after every sublayer with its trace point and the state H (B, T, D).
-TraceFn = Callable[[TracePoint, Tensor], None]
+# Called after every sublayer with its trace point and the state H (B, T, D); a tensor it returns
+# replaces H for the rest of the pass (hooks, icdl.hooks).
+TraceFn = Callable[[TracePoint, Tensor], "Tensor | None"]
 
 
 def default_delta(dtype: str) -> float:
@@ -372,11 +381,29 @@ class CompiledModel(nn.Module):
                 for i, m in enumerate(layers):
                     H = m(H)
                     if trace is not None:
-                        trace(TracePoint(step, i, m.info), H)
+                        new = trace(TracePoint(step, i, m.info), H)
+                        H = H if new is None else new
         return H
 
     def forward(self, H: Tensor) -> Tensor:
         return self.run(H)
+
+    # -- hooks (TransformerLens conventions, icdl.hooks) --------------------------------------------------
+    def hook_names(self, readout: bool = True) -> list[str]:
+        """``hook_prompt``, ``steps.{l}.{sublayer}.hook_out`` (0-based l), ``readout.{sublayer}.hook_out``."""
+        return compiled_hook_names(self, readout)
+
+    def run_with_cache(
+        self, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True
+    ) -> tuple[Tensor, ActivationCache]:
+        """``(self.run(H), cache)``: the residual stream at every hook point ``names_filter`` picks
+        (None, a name, a list of names or a predicate; ``steps.-1.`` counts from the end)."""
+        return compiled_run_with_cache(self, H, names_filter, readout=readout)
+
+    def run_with_hooks(self, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True) -> Tensor:
+        """``self.run(H)`` with interventions: ``fn(stream, hook)`` returns the stream the next sublayer
+        reads, or None to keep it (edited in place)."""
+        return compiled_run_with_hooks(self, H, fwd_hooks, readout=readout)
 
     # -- description ------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

@@ -17,27 +17,24 @@ def _color(name: str) -> str:
     return COLORS.get(name, "C5" if name.startswith("gd") else "C1")
 
 
-def _plt() -> Any:
-    import matplotlib
+def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+    """``(figure, axes)`` without pyplot: the caller's matplotlib backend is left as it was."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def _save(fig: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80, bbox_inches="tight")
-    _plt().close(fig)
     return path
 
 
 def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
     """Left: h-weighted error against the exact score per k (log scale, 90 % bands); right: DSM loss."""
-    plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax1, ax2) = _subplots(1, 2, figsize=(10, 3.8))
     ks = result["k"]
     for name, c in result["score_error"].items():
         pts = [
@@ -72,9 +69,8 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
 
 def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") -> Path:
     """One panel per estimator: its samples over the true ``p_0`` samples (grey); context points (x)."""
-    plt = _plt()
     names = [n for n in samples if n not in ("true", "context")]
-    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.8), sharex=True, sharey=True)
+    fig, axes = _subplots(1, len(names), figsize=(2.6 * len(names), 2.8), sharex=True, sharey=True)
     true = samples["true"]
     for ax, name in zip(axes, names, strict=True):
         ax.scatter(true[:, 0], true[:, 1], s=3, color="0.75")
@@ -92,8 +88,7 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
 
 def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
     """Sliced W2 to the true distribution per k, with the exact-score and two-sample floors."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig, ax = _subplots(figsize=(5, 3.6))
     for name, vals in result["sw"].items():
         ax.plot(result["ks"], vals, "o-", color=_color(name), label=name, ms=4)
     ax.axhline(result["floor"]["exact_sw"], color="k", ls="--", label="exact score")

@@ -23,9 +23,12 @@ Usage::
     model = ICLTransformer(d_x=20, d_y=1, layers=4, heads=4, d_model=64, d_mlp=256, attention="relu")
     preds = model(xs, ys)          # xs (B, n, 20), ys (B, n, 1) -> preds (B, n, 1)
     preds, cache = model.run_with_cache(xs, ys)
-    cache[0, "attn.pattern"]       # (B, heads, 2n, 2n): block 0's attention weights per head
+    cache["blocks.0.attn.hook_pattern"]   # (B, heads, 2n, 2n): block 0's attention weights per head
+    model.run_with_hooks(xs, ys, fwd_hooks=[("blocks.-1.hook_mlp_out", lambda act, hook: act * 0)])
 
-Hook points (TransformerLens-style, keyed ``(block, hook name)``; :data:`HOOK_NAMES` in forward order):
+Hook points (TransformerLens conventions, :mod:`icdl.hooks`): ``blocks.{i}.`` + the short name of
+:data:`HOOK_NAMES` (forward order) with ``hook_`` before its last part (``attn.pattern`` ->
+``blocks.{i}.attn.hook_pattern``, ``resid_post`` -> ``blocks.{i}.hook_resid_post``). Short names:
 ``resid_pre``, ``ln1``, ``attn.q``/``attn.k``/``attn.v`` ``(B, heads, T, d_head)``, ``attn.scores``
 (the pre-nonlinearity scores ``q k^T / sqrt(d_head)``, future keys masked), ``attn.pattern`` (the weights
 that multiply ``v``: softmax probabilities, or the ReLU weights already divided by the row normaliser),
@@ -37,8 +40,8 @@ that multiply ``v``: softmax probabilities, or the ReLU weights already divided 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +51,8 @@ from icdl.config import ModelConfig
 from icdl.errors import InputError
 
 if TYPE_CHECKING:
-    from icdl.inspect.cache import ActivationCache
+    from icdl.hooks import ActivationCache, NamesFilter
+    from icdl.hooks import HookFn as TLHookFn
 
 __all__ = [
     "HOOK_NAMES",
@@ -58,6 +62,7 @@ __all__ = [
     "HookFn",
     "ICLTransformer",
     "build_model",
+    "hook_name",
     "relu_attention",
 ]
 
@@ -320,50 +325,87 @@ class ICLTransformer(nn.Module):
         h = self.ln_f(h[:, 0::2])  # x-token states only: (B, n, d_model)
         return self.read_out(h)
 
-    def hook_names(self) -> list[tuple[int, str]]:
-        """Every named activation ``(block, hook name)``, in forward order."""
-        return [(b, name) for b in range(len(self.blocks)) for name in HOOK_NAMES]
+    def hook_names(self) -> list[str]:
+        """Every hook point's name, in forward order: ``blocks.{i}.hook_resid_pre``,
+        ``blocks.{i}.attn.hook_q``, ... (:func:`hook_name` of each entry of :data:`HOOK_NAMES`)."""
+        return [hook_name(b, name) for b in range(len(self.blocks)) for name in HOOK_NAMES]
+
+    def _counts(self) -> dict[str, int]:
+        return {"blocks": len(self.blocks)}
 
     @torch.no_grad()
     def run_with_cache(
-        self, xs: Tensor, ys: Tensor, names: Callable[[tuple[int, str]], bool] | None = None
+        self, xs: Tensor, ys: Tensor, names_filter: NamesFilter = None, *, names: Any = None
     ) -> tuple[Tensor, ActivationCache]:
         """Run the model and record activations (TransformerLens' ``run_with_cache``).
 
         Args:
             xs, ys: as :meth:`forward`.
-            names: optional filter on ``(block, hook name)``; default all of :meth:`hook_names`.
+            names_filter: which hook points (:data:`icdl.hooks.NamesFilter`: None for all, a name, a list
+                of names or a predicate on the name); negative block indices count from the end.
+            names: the old filter, a predicate on ``(block, short name)``.
 
         Returns:
             ``(preds, cache)``: the predictions (equal to ``model(xs, ys)`` up to round-off) and an
-            :class:`icdl.inspect.ActivationCache` keyed ``(block, hook name)`` (detached tensors).
+            :class:`icdl.hooks.ActivationCache` keyed by hook name (detached tensors); the old keys
+            ``cache[block, "attn.pattern"]`` work too.
         """
-        from icdl.inspect.cache import ActivationCache
+        from icdl.hooks import ActivationCache, names_matcher
 
-        store: dict[tuple[int, str], Tensor] = {}
+        match = names_matcher(names_filter, self.hook_names(), self._counts())
+        store: dict[str, Tensor] = {}
 
         def record(block: int, name: str, t: Tensor) -> Tensor:
-            if names is None or names((block, name)):
-                store[block, name] = t.detach()
+            full = hook_name(block, name)
+            if match(full) and (names is None or names((block, name))):
+                store[full] = t.detach()
             return t
 
         preds = self(xs, ys, hooks=record)
-        return preds, ActivationCache(store, kind="icl")
+        return preds, ActivationCache(store, kind="icl", counts=self._counts(), legacy=self._legacy_key)
+
+    def _legacy_key(self, key: tuple[Any, ...]) -> str:
+        if len(key) != 2 or not isinstance(key[0], int) or key[1] not in HOOK_NAMES:
+            raise InputError(f"no activation {key!r}; keys are hook names, e.g. {self.hook_names()[0]!r}")
+        return hook_name(key[0] % len(self.blocks) if key[0] < 0 else key[0], key[1])
 
     def run_with_hooks(
-        self, xs: Tensor, ys: Tensor, fwd_hooks: dict[tuple[int, str], Callable[[Tensor], Tensor]]
+        self,
+        xs: Tensor,
+        ys: Tensor,
+        fwd_hooks: Sequence[tuple[NamesFilter, TLHookFn]]
+        | Mapping[tuple[int, str], Callable[[Tensor], Tensor]],
     ) -> Tensor:
-        """Run the model with interventions: ``fwd_hooks[(block, name)](activation)`` replaces that
-        activation (e.g. zero one head's pattern) and the rest of the pass uses the result."""
-        unknown = set(fwd_hooks) - set(self.hook_names())
-        if unknown:
-            raise InputError(f"unknown hook point(s) {sorted(unknown)}; see model.hook_names()")
+        """Run the model with interventions (TransformerLens' ``run_with_hooks``).
 
-        def apply(block: int, name: str, t: Tensor) -> Tensor:
-            fn = fwd_hooks.get((block, name))
-            return t if fn is None else fn(t)
+        ``fwd_hooks`` is a list of ``(name or filter, fn)``; ``fn(activation, hook)`` (``hook.name`` is the
+        point's name) returns the activation to use from there on, or ``None`` to keep the one it was
+        given (e.g. edited in place). The old form ``{(block, short name): fn(activation)}`` still works.
+        """
+        from icdl.hooks import hook_dispatcher
 
-        return self(xs, ys, hooks=apply)
+        if isinstance(fwd_hooks, Mapping):
+            unknown = set(fwd_hooks) - {(b, n) for b in range(len(self.blocks)) for n in HOOK_NAMES}
+            if unknown:
+                raise InputError(f"unknown hook point(s) {sorted(unknown)}; see model.hook_names()")
+            fwd_hooks = [(hook_name(b, n), _ignore_point(fn)) for (b, n), fn in fwd_hooks.items()]
+        apply = hook_dispatcher(fwd_hooks, self.hook_names(), self._counts())
+        return self(xs, ys, hooks=lambda block, name, t: apply(hook_name(block, name), t))
+
+
+OldHook = Callable[[Tensor], Tensor]
+"""The old ``run_with_hooks`` value: ``fn(activation) -> activation``."""
+
+
+def _ignore_point(fn: OldHook) -> TLHookFn:
+    return lambda t, hook: fn(t)
+
+
+def hook_name(block: int, name: str) -> str:
+    """The full hook name of a short one: ``(0, "attn.pattern") -> "blocks.0.attn.hook_pattern"``,
+    ``(1, "resid_post") -> "blocks.1.hook_resid_post"`` (the last dotted part gets the ``hook_`` prefix)."""
+    head, _, last = name.rpartition(".")
+    return f"blocks.{block}." + (f"{head}." if head else "") + f"hook_{last}"
 
 
 def build_model(cfg: ModelConfig, d_x: int, d_y: int) -> ICLTransformer:

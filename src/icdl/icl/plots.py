@@ -2,8 +2,10 @@
 
 R² against the number of in-context examples k, one curve per condition or predictor, the 90 % bootstrap
 band shaded with alpha 0.3, a dashed line at R² = 1 and a dashed vertical line at the training prompt
-length. matplotlib with the Agg backend (no display needed); every function writes one PNG atomically
-and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dpi`` sets the resolution.
+length. Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot, so no display
+is needed and the caller's backend (e.g. Jupyter's inline one) is left alone; every function writes one
+file atomically and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dpi``
+sets the resolution.
 
 Readability rules: every predictor kind has ONE colour (:data:`KIND_COLORS`) in every plot; predictors
 evaluated at a few k only (the MLP baseline) are drawn as markers with error bars at those k, not as
@@ -43,13 +45,13 @@ KIND_COLORS: dict[str, str] = {
 SPIKE_KIND = "least-squares"
 
 
-def _plt() -> Any:
-    import matplotlib
+def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+    """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure is not registered with
+    any backend, so it needs no closing and leaves the caller's backend as it was."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def _finite(vals: Sequence[float | None]) -> list[float]:
@@ -148,31 +150,62 @@ def _save(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
     """Write ``fig`` atomically; the suffix of ``path`` (``.png``, ``.pdf``, ``.svg``) picks the format."""
     path = Path(path)
     fmt = path.suffix.lower()
-    try:
-        if fmt not in FORMATS:
-            raise InputError(f"cannot write {str(path)!r}: figures are {', '.join(FORMATS)}")
-        return atomic_write(
-            path,
-            lambda fh: fig.savefig(fh, format=fmt[1:], dpi=dpi or DEFAULT_DPI, bbox_inches="tight"),
-            binary=True,
-        )
-    finally:
-        _plt().close(fig)
+    if fmt not in FORMATS:
+        raise InputError(f"cannot write {str(path)!r}: figures are {', '.join(FORMATS)}")
+    return atomic_write(
+        path,
+        lambda fh: fig.savefig(fh, format=fmt[1:], dpi=dpi or DEFAULT_DPI, bbox_inches="tight"),
+        binary=True,
+    )
+
+
+BASELINE_STYLES = ("-", "--", "-.", ":")
+"""Line styles of the grey baselines in :func:`plot_conditions`, in drawing order."""
+
+
+def _baselines_to_draw(
+    preds: dict[str, Any], wanted: Sequence[str] | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(name, curve)`` baselines of one condition to draw: all but ``icl`` when ``wanted`` is
+    ``None``, else those whose predictor name or kind is in ``wanted`` (in the order asked)."""
+    others = [(n, c) for n, c in preds.items() if n != "icl"]
+    if wanted is None:
+        return others
+    out: list[tuple[str, dict[str, Any]]] = []
+    for w in wanted:
+        hits = [(n, c) for n, c in others if w in (n, _kind(c, n)) and (n, c) not in out]
+        if not hits:
+            have = ", ".join(n for n, _ in others) or "none"
+            raise InputError(f"baseline {w!r} was not evaluated on this condition (evaluated: {have})")
+        out += hits
+    return out
 
 
 def plot_conditions(
     result: dict[str, Any],
     path: str | Path,
     *,
-    baselines: Sequence[str] = ("mlp-best", "averaging"),
+    baselines: Sequence[str] | None = None,
     dpi: int | None = None,
 ) -> Path:
     """The paper's panel: the ICL model on every condition of a suite (one colour per condition), plus
-    baselines of kinds ``baselines`` on the FIRST condition (grey, dashed for all but the first kind)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    baselines on the FIRST condition (grey, one line style per baseline).
+
+    Args:
+        result: an evaluation result (:func:`icdl.icl.evaluate.evaluate` or ``RUN/eval/<suite>.json``).
+        path: the file to write; its suffix (``.png``, ``.pdf``, ``.svg``) picks the format.
+        baselines: which baselines to draw, by predictor name (``"ridge"``, ``"mlp-best"``) or kind
+            (``meta.kind``); ``None`` (default) draws every baseline evaluated on the first condition,
+            ``()`` none. A name that was not evaluated is an ``InputError``.
+        dpi: resolution (default :data:`DEFAULT_DPI`).
+
+    Returns the path written.
+    """
+    fig, ax = _subplots(figsize=(6.4, 4.2))
     values: list[float] = []
     conds = result["conditions"]
+    first: dict[str, Any] = next(iter(conds.values()), {"predictors": {}})
+    chosen = _baselines_to_draw(first["predictors"], baselines)  # checked before anything is drawn
     degenerate: list[float] = []
     degenerate_curve: tuple[dict[str, Any], str] | None = None
     for i, c in enumerate(conds.values()):
@@ -184,13 +217,11 @@ def plot_conditions(
             degenerate_curve = (c["predictors"]["icl"], COLORS[i % len(COLORS)])
         else:
             values += drawn
-    if conds:
-        first = next(iter(conds.values()))
-        for j, kind in enumerate(baselines):
-            for pname, curve in first["predictors"].items():
-                if curve.get("meta", {}).get("kind") == kind:
-                    label = f"{pname}" + (f" ({first['label']})" if len(conds) > 1 else "")
-                    values += _draw(ax, curve, label, BASELINE_GREY, "-" if j == 0 else "--")
+    for j, (pname, curve) in enumerate(chosen):
+        label = f"{pname}" + (f" ({first['label']})" if len(conds) > 1 else "")
+        drawn = _draw(ax, curve, label, BASELINE_GREY, BASELINE_STYLES[j % len(BASELINE_STYLES)])
+        if _kind(curve, pname) != SPIKE_KIND:  # least squares' spike near k = d does not set the axis
+            values += drawn
     run = result["run"]
     title = (
         f"{run['name']}: {result['suite']['name']} "
@@ -209,10 +240,16 @@ def plot_predictors(
 ) -> Path:
     """Every predictor (ICL model and baselines) on one condition, one colour per predictor kind.
 
+    ``condition`` is a key of ``result["conditions"]``: the suite's condition names, e.g. ``"train"``
+    for the training distribution (the only condition of ``in-distribution``); an unknown name is an
+    ``InputError`` listing the keys.
+
     Least squares does not set the y-axis of the main panel; when its curve leaves the panel (the
     interpolation spike near k = d), a second panel shows it alone on a symlog scale.
     """
-    plt = _plt()
+    if condition not in result["conditions"]:
+        have = ", ".join(result["conditions"]) or "none"
+        raise InputError(f"no condition {condition!r} in this result; its conditions: {have}")
     c = result["conditions"][condition]
     preds = c["predictors"]
     spike = next(
@@ -226,11 +263,11 @@ def plot_predictors(
     spike_vals = [v for v in _finite(spike[1]["r2"]) if math.isfinite(v)] if spike[1] else []
     split = bool(spike_vals) and min(spike_vals) < bottom
     if split:
-        fig, (ax, ax2) = plt.subplots(
+        fig, (ax, ax2) = _subplots(
             2, 1, figsize=(6.4, 5.6), gridspec_kw={"height_ratios": [3, 1.2]}, sharex=True
         )
     else:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = _subplots(figsize=(6.4, 4.2))
     values: list[float] = []
     for i, (pname, curve) in enumerate(preds.items()):
         kind = _kind(curve, pname)
@@ -256,8 +293,7 @@ def plot_predictors(
 
 def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, dpi: int | None = None) -> Path:
     """R² against the number of transformer layers, one line per (attention, k) (the paper's Fig. 7)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    fig, ax = _subplots(figsize=(6.0, 4.0))
     groups: dict[tuple[str, int], list[tuple[int, float, float, float]]] = {}
     for r in rows:
         for k, v, lo, hi in zip(r["ks"], r["r2"], r["r2_low"], r["r2_high"], strict=True):

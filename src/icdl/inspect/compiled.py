@@ -4,9 +4,10 @@ Names follow the construction (paper Theorem 1: one block of ``2N+4`` sublayers 
 every sublayer names itself (``m.info.name``: ``forward_1 .. forward_N`` (Lemma 2), ``derivative``
 (Lemma 3), ``loss`` (Lemma 4), ``backward_N .. backward_1`` (Lemma 5), ``update`` and ``project`` (the
 proof of Theorem 1) for the paper's variant; other variants name theirs). An activation is the residual
-stream after a sublayer, keyed ``(step, name)`` with a 0-based step, or ``("readout", name)`` for the
-readout after the last step; ``(0, "prompt")`` is the input. A slot name from ``model.layout`` as a third
-key element slices its coordinates: ``cache[2, "update", "W"]``.
+stream after a sublayer, named ``steps.{step}.{name}.hook_out`` with a 0-based step (``steps.-1.`` the
+last), or ``readout.{name}.hook_out`` for the readout after the last step; ``hook_prompt`` is the input
+(:mod:`icdl.hooks`). A slot name from ``model.layout`` as a second key element slices its coordinates:
+``cache["steps.2.update.hook_out", "W"]``; the old keys ``cache[2, "update", "W"]`` still work.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
-from icdl.inspect.cache import ActivationCache
+from icdl.hooks import ActivationCache, NamesFilter
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import CompiledModel, TracePoint
+    from icdl.construct.compile import CompiledModel
 
 __all__ = [
     "DENSE_LIMIT",
@@ -103,32 +104,42 @@ def _get_sublayer(model: CompiledModel, name: str, readout: bool = False) -> Any
 # --------------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
 def run_with_cache(
-    model: CompiledModel, H: Tensor, *, readout: bool = True, steps: list[int] | None = None
+    model: CompiledModel,
+    H: Tensor,
+    names_filter: NamesFilter = None,
+    *,
+    readout: bool = True,
+    steps: list[int] | None = None,
 ) -> tuple[Tensor, ActivationCache]:
-    """Run the compiled model on prompt ``H (B, n+1, D)`` and record the residual stream after every sublayer.
+    """Run the compiled model on prompt ``H (B, n+1, D)`` and record the residual stream after every
+    sublayer: an alias of ``model.run_with_cache`` (:mod:`icdl.hooks`).
 
     Args:
         model: a :class:`icdl.construct.CompiledModel`.
         H: its prompt (``model.build_prompt(...)``).
+        names_filter: which hook points (None for all, a name, a list of names or a predicate).
         readout: run (and record) the readout sublayers too.
-        steps: record only these GD steps (default all; ``(0, "prompt")`` is always kept).
+        steps: record only these GD steps (``hook_prompt`` and the readout are always kept).
 
     Returns:
-        ``(out, cache)``: ``out`` equals ``model.run(H, readout=readout)``; ``cache[step, name]`` is
-        ``(B, n+1, D)`` and ``cache[step, name, slot]`` its slot's coordinates (``step`` is ``"readout"``
-        for the readout sublayers).
+        ``(out, cache)``: ``out`` equals ``model.run(H, readout=readout)``;
+        ``cache["steps.{l}.{sublayer}.hook_out"]`` is ``(B, n+1, D)`` and ``cache[name, slot]`` its slot's
+        coordinates; ``hook_prompt`` is the input, ``readout.{sublayer}.hook_out`` the readout. The old
+        keys ``cache[step, sublayer(, slot)]``, ``cache[0, "prompt"]`` and ``cache["readout", sublayer]``
+        still work.
     """
-    store: dict[tuple[Any, ...], Tensor] = {(0, "prompt"): H.detach().clone()}
+    if steps is not None:
+        from icdl.hooks import names_matcher
 
-    def trace(point: TracePoint, Hs: Tensor) -> None:
-        if steps is not None and point.step is not None and point.step not in steps:
-            return
-        store[READOUT if point.step is None else point.step, point.name] = Hs.detach().clone()
-
-    out = model.run(H, trace=trace, readout=readout)
-    return out, ActivationCache(store, kind="compiled", slots=_slots(model))
+        match = names_matcher(names_filter, model.hook_names(readout), {"steps": model.steps})
+        keep = tuple(f"steps.{s}." for s in steps)
+        names_filter = [
+            n
+            for n in model.hook_names(readout)
+            if match(n) and (not n.startswith("steps.") or n.startswith(keep))
+        ]
+    return model.run_with_cache(H, names_filter, readout=readout)
 
 
 def slot_trajectory(cache: ActivationCache, model: CompiledModel, slot: str, token: int = -1) -> Tensor:

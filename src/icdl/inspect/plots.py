@@ -1,6 +1,7 @@
 """Pictures of what a model computes: residual-stream heatmaps, head patterns, slot trajectories.
 
-Every function returns a matplotlib ``Figure`` (Agg backend, no display needed); save it with
+Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no display needed, the
+caller's backend untouched; Jupyter shows a returned Figure inline); save it with
 :func:`icdl.inspect.plots.save_figure` (any dpi, PNG/PDF/SVG from the file suffix) or ``fig.savefig``.
 """
 
@@ -28,14 +29,13 @@ __all__ = [
 FIGURE_FORMATS = (".png", ".pdf", ".svg")
 
 
-def _plt() -> Any:
-    import matplotlib
+def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+    """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure belongs to no backend,
+    so building it never switches the caller's backend and it needs no closing."""
+    from matplotlib.figure import Figure
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 150) -> Path:
@@ -84,7 +84,6 @@ def plot_residual(
     """
     from matplotlib.colors import SymLogNorm
 
-    plt = _plt()
     A = _as_2d(H, batch)
     T, D = A.shape
     if layout is not None and layout.dim != D:
@@ -92,7 +91,7 @@ def plot_residual(
     if token_labels is None:
         token_labels = [str(i + 1) for i in range(T - 1)] + ["query"] if layout is not None else None
     vmax = max(float(A.abs().max()), linthresh)
-    fig, ax = plt.subplots(figsize=(min(16, 3 + D * 0.03 + 2), min(10, 1.5 + T * 0.12 + 1)))
+    fig, ax = _subplots(figsize=(min(16, 3 + D * 0.03 + 2), min(10, 1.5 + T * 0.12 + 1)))
     im = ax.imshow(
         A.numpy(), aspect="auto", cmap="RdBu_r", interpolation="nearest",
         norm=SymLogNorm(linthresh=linthresh, vmin=-vmax, vmax=vmax),
@@ -127,10 +126,9 @@ def plot_head_pattern(
         pattern: ``(B, T_query, T_key)`` (``batch`` picks one prompt) or ``(T_query, T_key)``, e.g.
             :func:`icdl.inspect.head_pattern` or a trained model's ``cache[block, "attn.pattern"][:, head]``.
     """
-    plt = _plt()
     P = _as_2d(pattern, batch)
     Tq, Tk = P.shape
-    fig, ax = plt.subplots(figsize=(min(9, 2.5 + Tk * 0.1), min(8, 2 + Tq * 0.1)))
+    fig, ax = _subplots(figsize=(min(9, 2.5 + Tk * 0.1), min(8, 2 + Tq * 0.1)))
     lim = max(float(P.abs().max()), 1e-12)
     signed = bool((P < 0).any())
     im = ax.imshow(
@@ -165,7 +163,6 @@ def plot_slot_trajectory(
         reference: the same shape or ``(L+1, width)`` (e.g. :func:`icdl.nets.reference_gd`), optional.
         coords: which coordinates to draw (default the first 8).
     """
-    plt = _plt()
 
     def two(t: Tensor) -> Tensor:
         t = t.detach().to("cpu", torch.float64)
@@ -178,7 +175,7 @@ def plot_slot_trajectory(
     cs = list(coords) if coords is not None else list(range(min(8, A.shape[1])))
     steps = range(A.shape[0])
     ncols = 2 if R is not None else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(5.5 * ncols, 3.6), squeeze=False)
+    fig, axes = _subplots(1, ncols, figsize=(5.5 * ncols, 3.6), squeeze=False)
     ax = axes[0, 0]
     for i, c in enumerate(cs):
         color = f"C{i % 10}"
@@ -211,10 +208,9 @@ def plot_block_map(names: Sequence[str], slots: Sequence[str], usage: Tensor, *,
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    plt = _plt()
     U = usage.to("cpu").numpy()
     colors = ["#ffffff", "#6baed6", "#e6550d", "#8c6bb1"]  # none, read, write, read+write
-    fig, ax = plt.subplots(figsize=(1.2 + 0.55 * len(slots), 1.0 + 0.38 * len(names)))
+    fig, ax = _subplots(figsize=(1.2 + 0.55 * len(slots), 1.0 + 0.38 * len(names)))
     ax.imshow(U, cmap=ListedColormap(colors), vmin=-0.5, vmax=3.5, aspect="auto")
     ax.set_xticks(range(len(slots)), list(slots), rotation=90, fontsize=8)
     ax.set_yticks(range(len(names)), list(names), fontsize=8)

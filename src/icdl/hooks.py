@@ -1,0 +1,264 @@
+"""Named hook points and the activation cache shared by both model kinds (TransformerLens conventions).
+
+Both the trained ICL transformer (:class:`icdl.icl.models.ICLTransformer`) and the compiled GD transformer
+(:class:`icdl.construct.compile.CompiledModel`) expose the same three methods:
+
+* ``model.hook_names()``: every hook point's string name, in forward order;
+* ``model.run_with_cache(prompt, names_filter=None)``: ``(output, ActivationCache)``;
+* ``model.run_with_hooks(prompt, fwd_hooks=[(name_or_filter, fn), ...])``: the output with interventions,
+  ``fn(activation, hook)`` receiving a :class:`HookPoint` (``hook.name``) and returning a new activation,
+  or ``None`` to keep the (possibly in-place modified) one.
+
+``names_filter`` (and the first element of a ``fwd_hooks`` pair) is ``None`` (every point), one name,
+a list of names, or a predicate ``name -> bool``. A name may count its block or step from the end:
+``blocks.-1.hook_resid_post``, ``steps.-1.update.hook_out``.
+
+Names: trained model ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.attn.hook_pattern``, ... (one per
+entry of :data:`icdl.icl.models.HOOK_NAMES`, the last dotted part prefixed ``hook_``); compiled model
+``hook_prompt`` (the input), ``steps.{l}.{sublayer}.hook_out`` (the stream after a sublayer of GD step l,
+0-based) and ``readout.{sublayer}.hook_out``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from torch import Tensor
+
+from icdl.errors import InputError
+
+__all__ = [
+    "ActivationCache",
+    "FwdHooks",
+    "HookFn",
+    "HookPoint",
+    "NamesFilter",
+    "hook_dispatcher",
+    "names_matcher",
+    "resolve_name",
+]
+
+NamesFilter = None | str | Sequence[str] | Callable[[str], bool]
+"""Which hook points: ``None`` (all), a name, a list of names, or a predicate on the name."""
+
+
+@dataclass(frozen=True)
+class HookPoint:
+    """The point a hook function is called at (TransformerLens' ``HookPoint``): ``name`` is its full
+    string name, e.g. ``blocks.0.attn.hook_pattern`` or ``steps.2.update.hook_out``."""
+
+    name: str
+
+
+HookFn = Callable[[Tensor, HookPoint], Tensor | None]
+"""``fn(activation, hook) -> new activation or None`` (None keeps the activation, e.g. edited in place)."""
+
+FwdHooks = Sequence[tuple[NamesFilter, HookFn]]
+"""``run_with_hooks``' argument: ``[(name or filter, fn), ...]``."""
+
+_INDEXED = re.compile(r"^(blocks|steps)\.(-?\d+)\.")
+
+
+def resolve_name(name: str, counts: Mapping[str, int]) -> str:
+    """``name`` with a negative block or step index counted from the end (``steps.-1.`` -> ``steps.{L-1}.``);
+    ``counts`` maps ``blocks``/``steps`` to their number. An index out of range is an ``InputError``."""
+    m = _INDEXED.match(name)
+    if m is None or m.group(1) not in counts:
+        return name
+    n, i = counts[m.group(1)], int(m.group(2))
+    if not -n <= i < n:
+        raise InputError(f"{name!r}: {m.group(1)} index {i} out of range for {n} {m.group(1)}")
+    return f"{m.group(1)}.{i % n}." + name[m.end() :]
+
+
+def names_matcher(
+    names_filter: NamesFilter, all_names: Sequence[str], counts: Mapping[str, int]
+) -> Callable[[str], bool]:
+    """A predicate on canonical names from a :data:`NamesFilter`; names given literally must exist."""
+    if names_filter is None:
+        return lambda name: True
+    if callable(names_filter):
+        return names_filter
+    wanted = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+    chosen = {resolve_name(n, counts) for n in wanted}
+    unknown = sorted(chosen - set(all_names))
+    if unknown:
+        raise InputError(f"unknown hook point(s) {unknown}; see model.hook_names()")
+    return chosen.__contains__
+
+
+def hook_dispatcher(
+    fwd_hooks: Sequence[tuple[NamesFilter, HookFn]], all_names: Sequence[str], counts: Mapping[str, int]
+) -> Callable[[str, Tensor], Tensor]:
+    """``apply(name, activation) -> activation``: every ``fn`` whose filter matches ``name`` runs, in the
+    order given; a ``fn`` returning ``None`` keeps the activation it was passed."""
+    pairs = [(names_matcher(f, all_names, counts), fn) for f, fn in fwd_hooks]
+
+    def apply(name: str, t: Tensor) -> Tensor:
+        for match, fn in pairs:
+            if match(name):
+                out = fn(t, HookPoint(name))
+                t = t if out is None else out
+        return t
+
+    return apply
+
+
+Key = str | tuple[Any, ...]
+
+
+class ActivationCache(Mapping[str, Tensor]):
+    """Read-only mapping from hook names to activations, in the order the forward pass reached them.
+
+    Args:
+        store: ``{name: tensor}`` in forward order (names as :func:`icdl.hooks` documents).
+        kind: ``icl`` (a trained model) or ``compiled`` (a compiled GD transformer).
+        slots: for ``compiled``, ``slot name -> coordinate indices`` (from the model's layout), so that
+            ``cache[name, slot]`` returns the slot's coordinates, e.g. ``cache["steps.2.update.hook_out",
+            "W"]``.
+        counts: ``{"blocks": n}`` or ``{"steps": L}`` for negative indices in names.
+        legacy: translates an old tuple key (``(block, "attn.pattern")``, ``(step, sublayer)``) to a name.
+    """
+
+    def __init__(
+        self,
+        store: dict[str, Tensor],
+        kind: Literal["icl", "compiled"],
+        slots: Mapping[str, list[int]] | None = None,
+        *,
+        counts: Mapping[str, int] | None = None,
+        legacy: Callable[[tuple[Any, ...]], str] | None = None,
+    ) -> None:
+        self._store = dict(store)
+        self.kind = kind
+        self._slots = dict(slots or {})
+        self._counts = dict(counts or {})
+        self._legacy = legacy
+
+    def _name(self, key: Key) -> str:
+        if isinstance(key, str):
+            return resolve_name(key, self._counts)
+        if self._legacy is None:
+            raise InputError(
+                f"cache keys are hook names, e.g. {next(iter(self._store), None)!r}; got {key!r}"
+            )
+        return self._legacy(key)
+
+    def __getitem__(self, key: Key) -> Tensor:
+        slot: Any = None
+        point: Key = key
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and "hook_" in key[0]:
+            point, slot = key[0], key[1]  # (hook name, slot)
+        elif isinstance(key, tuple) and len(key) == 3 and self.kind == "compiled":
+            point, slot = key[:2], key[2]  # the old (step, sublayer, slot) form
+        name = self._name(point)
+        if name not in self._store:
+            raise InputError(f"no activation {key!r} in the cache; names: {self._preview()}")
+        if slot is None:
+            return self._store[name]
+        if slot not in self._slots:
+            raise InputError(f"unknown slot {slot!r}; slots: {', '.join(self._slots)}")
+        return self._store[name][..., self._slots[slot]]
+
+    def _preview(self, k: int = 6) -> str:
+        keys = list(self._store)
+        shown = ", ".join(keys[:k])
+        return shown + (f", ... ({len(keys)} in all)" if len(keys) > k else "")
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except (InputError, KeyError, TypeError, ValueError):
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def names(self) -> list[str]:
+        """Every hook name, in forward order."""
+        return list(self._store)
+
+    @property
+    def slots(self) -> list[str]:
+        """Slot names usable as the second key element (compiled models only)."""
+        return list(self._slots)
+
+    def __repr__(self) -> str:
+        return f"ActivationCache(kind={self.kind!r}, {len(self)} activations: {self._preview(3)})"
+
+
+# --------------------------------------------------------------------------------------------------
+# The compiled GD transformer (duck-typed: ``run``, ``block_layers``, ``readout_layers``, ``steps``,
+# ``layout``), so that this module stays at the bottom of the package.
+# --------------------------------------------------------------------------------------------------
+
+PROMPT = "hook_prompt"
+"""The compiled model's input stream ``H`` (before step 0)."""
+
+
+def compiled_hook_names(model: Any, readout: bool = True) -> list[str]:
+    """``hook_prompt``, ``steps.{l}.{sublayer}.hook_out`` for every step and sublayer, then (with
+    ``readout``) ``readout.{sublayer}.hook_out``, in forward order."""
+    block = [m.info.name for m in model.block_layers]
+    names = [PROMPT] + [f"steps.{step}.{n}.hook_out" for step in range(model.steps) for n in block]
+    if readout:
+        names += [f"readout.{m.info.name}.hook_out" for m in model.readout_layers]
+    return names
+
+
+def _point_name(point: Any) -> str:
+    where = "readout" if point.step is None else f"steps.{point.step}"
+    return f"{where}.{point.name}.hook_out"
+
+
+def compiled_legacy_key(key: tuple[Any, ...], steps: int) -> str:
+    """The hook name of an old compiled cache key: ``(0, "prompt")`` -> ``hook_prompt``, ``(step,
+    sublayer)`` -> ``steps.{step}.{sublayer}.hook_out``, ``("readout", sublayer)`` -> ``readout....``."""
+    if len(key) != 2:
+        raise InputError(f"no activation {key!r}; keys are hook names such as 'steps.0.update.hook_out'")
+    step, name = key
+    if key == (0, "prompt"):
+        return PROMPT
+    if step == "readout":
+        return f"readout.{name}.hook_out"
+    if isinstance(step, int) and -steps <= step < 0:
+        step += steps
+    return f"steps.{step}.{name}.hook_out"
+
+
+def compiled_run_with_cache(
+    model: Any, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True
+) -> tuple[Tensor, ActivationCache]:
+    """``(model.run(H), cache)`` with the residual stream ``(B, T, D)`` at every chosen hook point."""
+    counts = {"steps": model.steps}
+    match = names_matcher(names_filter, compiled_hook_names(model, readout), counts)
+    store: dict[str, Tensor] = {PROMPT: H.detach().clone()} if match(PROMPT) else {}
+
+    def trace(point: Any, Hs: Tensor) -> None:
+        name = _point_name(point)
+        if match(name):
+            store[name] = Hs.detach().clone()
+
+    out = model.run(H, trace=trace, readout=readout)
+    slots = {s.label: list(s.indices) for s in model.layout.slots}
+    return out, ActivationCache(
+        store,
+        kind="compiled",
+        slots=slots,
+        counts=counts,
+        legacy=lambda key: compiled_legacy_key(key, model.steps),
+    )
+
+
+def compiled_run_with_hooks(model: Any, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True) -> Tensor:
+    """``model.run(H)`` with every ``fn`` of ``fwd_hooks`` applied where its filter matches; the stream
+    a hook returns is what the next sublayer reads."""
+    apply = hook_dispatcher(fwd_hooks, compiled_hook_names(model, readout), {"steps": model.steps})
+    return model.run(apply(PROMPT, H), trace=lambda point, Hs: apply(_point_name(point), Hs), readout=readout)
