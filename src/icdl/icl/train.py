@@ -54,7 +54,7 @@ from icdl.errors import InputError
 from icdl.icl.fast import StaticStep, graph_seed
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.tasks import sample_batch, stream_generator
-from icdl.io import atomic_write_text, fsync_dir, one_line, read_text
+from icdl.io import atomic_dir, atomic_write_text, one_line, read_text
 from icdl.nets import NetSpec
 
 __all__ = [
@@ -230,24 +230,17 @@ def save_checkpoint(
     name = f"step_{step:07d}"
     final = ck / name
     if not final.exists():
-        tmp = ck / f".tmp-{name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         meta = {"format": CHECKPOINT_FORMAT, "step": str(step), "config": dump_config(cfg)}
-        save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
         state = {
             "format": CHECKPOINT_FORMAT,
             "step": step,
             "optimizer": optimizer.state_dict(),
             "rng": _rng_state(),
         }
-        torch.save(state, tmp / "state.pt")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        fsync_dir(ck)
+        with atomic_dir(final, prefix=f".tmp-{name}-") as tmp:
+            save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
+            torch.save(state, tmp / "state.pt")
     atomic_write_text(ck / "latest", name + "\n")
     old = sorted(p for p in ck.glob("step_*") if p.is_dir() and p.name != name)
     for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
