@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from icdl.config import load_config
-from icdl.construct import store
-from icdl.construct import compile_gd_transformer
+from icdl.construct import compile_gd_transformer, store
 from icdl.icl.models import build_model
 from icdl.icl.train import save_checkpoint
 from icdl.io import atomic_dir, file_mode

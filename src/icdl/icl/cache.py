@@ -21,7 +21,7 @@ from typing import Any
 
 from icdl.manifest import verify_manifest
 
-__all__ = ["canonical_sha256", "checkpoint_digest", "seal", "trusted"]
+__all__ = ["canonical_sha256", "checkpoint_digest", "result_content_sha256", "seal", "trusted"]
 
 _SKIP = ("integrity", "from_cache")
 
@@ -32,7 +32,8 @@ def canonical_sha256(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _content(result: dict[str, Any]) -> str:
+def result_content_sha256(result: dict[str, Any]) -> str:
+    """SHA-256 of a result without its ``integrity`` and ``from_cache`` entries."""
     return canonical_sha256({k: v for k, v in result.items() if k not in _SKIP})
 
 
@@ -51,7 +52,7 @@ def seal(result: dict[str, Any], run_dir: str | Path, request: Any) -> dict[str,
     out["integrity"] = {
         "checkpoint_manifest_sha256": checkpoint_digest(run_dir),
         "request_sha256": canonical_sha256(request),
-        "content_sha256": _content(out),
+        "content_sha256": result_content_sha256(out),
     }
     return out
 
@@ -62,7 +63,7 @@ def trusted(cached: dict[str, Any], run_dir: str | Path, request: Any | None = N
     seal_ = cached.get("integrity")
     if not isinstance(seal_, dict):
         return False
-    if seal_.get("content_sha256") != _content(cached):
+    if seal_.get("content_sha256") != result_content_sha256(cached):
         return False
     if request is not None and seal_.get("request_sha256") != canonical_sha256(request):
         return False
