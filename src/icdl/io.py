@@ -3,6 +3,9 @@
 * :func:`atomic_write` writes a file through a temporary sibling that is renamed into place, so a reader
   (or a run killed half way) sees the old file or the new one, never half of one; the file gets the usual
   mode (``0o666`` minus the umask), so every file of one artefact has the same permissions.
+* :func:`atomic_dir` does the same for a directory artefact (a checkpoint, a saved construction): the
+  files are written into a temporary sibling directory, flushed, given one mode and renamed into place;
+  a failure removes the temporary directory and leaves the target as it was.
 * :func:`clean_json` turns NaN/inf into ``null`` (strict JSON) and tuples into lists.
 * :func:`check_writable` says, before any work, whether an output path can be created.
 * :func:`read_json` / :func:`read_text` read an input file and turn every failure (missing, unreadable,
@@ -15,6 +18,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,11 +27,13 @@ from typing import IO, Any
 from icdl.errors import InputError
 
 __all__ = [
+    "atomic_dir",
     "atomic_write",
     "atomic_write_json",
     "atomic_write_text",
     "check_writable",
     "clean_json",
+    "dir_mode",
     "file_mode",
     "fsync_dir",
     "one_line",
@@ -46,6 +52,11 @@ def file_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def dir_mode() -> int:
+    """The mode a plain ``mkdir`` would give a new directory: ``0o777`` minus the umask."""
+    return file_mode() | ((file_mode() & 0o444) >> 2)
 
 
 def clean_json(value: Any) -> Any:
@@ -100,6 +111,52 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None],
     with _temp_sibling(target, binary) as (fh, _):
         write(fh)
     return target
+
+
+@contextlib.contextmanager
+def atomic_dir(
+    path: str | os.PathLike[str],
+    *,
+    replace: bool = False,
+    prefix: str | None = None,
+    finish: Callable[[Path], object] | None = None,
+) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path``; on a clean exit, publish it as ``path``.
+
+    The caller writes the artefact's files into the yielded directory. On exit every file gets
+    :func:`file_mode` (whatever library wrote it: safetensors creates its files 0600) and is flushed to
+    disk, ``finish(tmp)`` runs (e.g. to write an integrity manifest over the files), the directory gets
+    :func:`dir_mode` and is renamed onto ``path``. An existing ``path`` is removed first when ``replace``,
+    else it is an error (``FileExistsError``). On any exception the temporary directory is removed and
+    ``path`` is untouched. ``prefix`` names the temporary directory (default ``.<name>.``) so that a
+    caller can find and remove the leftovers of a killed process.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix or f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        if finish is not None:
+            finish(tmp)
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file():
+                os.chmod(f, file_mode())
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+            elif f.is_dir():
+                os.chmod(f, dir_mode())
+                fsync_dir(f)
+        os.chmod(tmp, dir_mode())  # mkdtemp makes the directory 0700
+        fsync_dir(tmp)
+        if target.exists():
+            if not replace:
+                raise FileExistsError(f"{target} already exists")
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

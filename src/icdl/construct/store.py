@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAtt
 from icdl.construct.ranged import RowAttention, RowMLP
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError
-from icdl.io import file_mode, fsync_dir, one_line, read_json
+from icdl.io import atomic_dir, one_line, read_json
 from icdl.sublayer import SublayerInfo
 
 __all__ = ["FORMAT", "load", "save"]
@@ -67,7 +65,6 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
     target = Path(directory)
     if target.exists() and not overwrite:
         raise InputError(f"{target} already exists; choose a new directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
     for part, layers in (("block", model.block_layers), ("readout", model.readout_layers)):
         for i, m in enumerate(layers):
@@ -85,22 +82,9 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
     }
     weights = save_bytes(tensors, metadata={"format": FORMAT})
     meta["content_sha256"] = content_hash(meta, weights)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_dir(target, replace=overwrite) as tmp:
         (tmp / WEIGHTS).write_bytes(weights)
         (tmp / META).write_text(json.dumps(meta, indent=2))
-        for f in (tmp / WEIGHTS, tmp / META):
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        # mkdtemp makes the directory 0700; give it the mode its files get (0777/0666 minus the umask).
-        os.chmod(tmp, file_mode() | ((file_mode() & 0o444) >> 2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

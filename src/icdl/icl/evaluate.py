@@ -49,6 +49,8 @@ from icdl.icl.baselines import (
     MLPBaseline,
     ZeroBaseline,
 )
+from icdl.icl.cache import seal as cache_seal
+from icdl.icl.cache import trusted as cache_trusted
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
 from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
 from icdl.io import atomic_write_json, clean_json, read_json
@@ -233,7 +235,9 @@ def result_status(run_dir: str | Path, suite: str) -> str:
     cached = load_result(run_dir, suite)
     if cached is None:
         return "missing"
-    return "stale" if _is_stale(cached, checkpoint_info(run_dir)) else "ok"
+    # An edited cache, or one from a checkpoint rewritten at the same step, is stale too (icdl.icl.cache).
+    stale = _is_stale(cached, checkpoint_info(run_dir)) or not cache_trusted(cached, run_dir)
+    return "stale" if stale else "ok"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -606,7 +610,12 @@ def evaluate_run(
     request = _request(st, opts, baselines)
     path = result_path(run_dir, suite)
     cached = None if force else load_result(run_dir, suite)
-    if cached is not None and cached.get("request") == request and not _is_stale(cached, ck):
+    if (
+        cached is not None
+        and cached.get("request") == request
+        and not _is_stale(cached, ck)
+        and cache_trusted(cached, run_dir, request)
+    ):
         cached["from_cache"] = True
         return cached
 
@@ -741,7 +750,7 @@ def evaluate_run(
         "warnings": warnings + list(st.notes),
         "depth_ks": list(st.ks) if st.ks else list(depth_ks(max_k_all)),
     }
-    result = clean_json(result)
+    result = cache_seal(clean_json(result), run_dir, request)
     atomic_write_json(path, result)
     result["from_cache"] = False
     return result

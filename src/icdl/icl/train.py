@@ -54,7 +54,8 @@ from icdl.errors import InputError
 from icdl.icl.fast import StaticStep, graph_seed
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.tasks import sample_batch, stream_generator
-from icdl.io import atomic_write_text, fsync_dir, one_line, read_text
+from icdl.io import atomic_dir, atomic_write_text, one_line, read_text
+from icdl.manifest import verify_manifest, write_manifest
 from icdl.nets import NetSpec
 
 __all__ = [
@@ -230,29 +231,40 @@ def save_checkpoint(
     name = f"step_{step:07d}"
     final = ck / name
     if not final.exists():
-        tmp = ck / f".tmp-{name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         meta = {"format": CHECKPOINT_FORMAT, "step": str(step), "config": dump_config(cfg)}
-        save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
         state = {
             "format": CHECKPOINT_FORMAT,
             "step": step,
             "optimizer": optimizer.state_dict(),
             "rng": _rng_state(),
         }
-        torch.save(state, tmp / "state.pt")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        fsync_dir(ck)
+        # The manifest (SHA-256 of each file) is written inside the temporary directory, so a published
+        # checkpoint always carries the one that matches it.
+        with atomic_dir(final, prefix=f".tmp-{name}-", finish=write_manifest) as tmp:
+            save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
+            torch.save(state, tmp / "state.pt")
     atomic_write_text(ck / "latest", name + "\n")
     old = sorted(p for p in ck.glob("step_*") if p.is_dir() and p.name != name)
     for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
         shutil.rmtree(p, ignore_errors=True)
     return final
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """Check a checkpoint's files against its ``manifest.json`` (:func:`icdl.manifest.verify_manifest`).
+
+    Returns the manifest's SHA-256, or None for a checkpoint written before manifests (legacy: accepted
+    unverified, with a one-line warning on stderr). A mismatch is an InputError naming the file."""
+    digest = verify_manifest(path, what="checkpoint")
+    if digest is None and str(path) not in _WARNED_LEGACY:
+        _WARNED_LEGACY.add(str(path))
+        warn = f"icdl: warning: checkpoint {str(path)!r} has no manifest (legacy); not verified"
+        print(warn, file=sys.stderr)
+    return digest
+
+
+_WARNED_LEGACY: set[str] = set()
 
 
 def _load_weights(
@@ -319,6 +331,7 @@ def load_run(
     path = run_dir / "checkpoints" / str(checkpoint) if checkpoint is not None else find_checkpoint(run_dir)
     if path is None or not (path / "model.safetensors").is_file():
         raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")
+    verify_checkpoint(path)
     weights, _ = _load_weights(path, device)
     model = build_model(cfg.model, cfg.task.dim, cfg.task.out_dim).to(device)
     _restore(model, weights, path / "model.safetensors")
@@ -397,7 +410,8 @@ def _prepare_run_dir(run_dir: Path, cfg: Config) -> tuple[Path | None, int]:
         ckpt = find_checkpoint(run_dir)
         if ckpt is None:
             return None, 0
-        _load_weights(ckpt)  # a corrupt checkpoint stops here, before anything is written
+        verify_checkpoint(ckpt)  # a damaged checkpoint stops here, before anything is written or rotated
+        _load_weights(ckpt)
         return ckpt, int(_load_state(ckpt)["step"])
     if run_dir.is_dir() and any(p for p in run_dir.iterdir()):
         raise InputError(f"--out {str(run_dir)!r} is a non-empty directory without a run in it")

@@ -1,0 +1,115 @@
+"""``icdl check PATH`` — verify an artefact's integrity on demand (docs/reliability.md).
+
+PATH is a run directory (``icdl train --out``) or a saved construction (``icdl construct --save``). For a
+run: its config, its ``checkpoints/latest`` pointer, every checkpoint against its ``manifest.json``
+(SHA-256 per file) and every evaluation cache ``eval/*.json`` against its own content hash. For a saved
+construction: ``model.json`` and ``weights.safetensors`` against ``content_sha256``. One line per item
+(``ok``, ``legacy`` = written before manifests, not verifiable; ``stale`` = a sound cache of an older
+checkpoint, recomputed on next use; ``FAIL`` = damaged). Exit codes: 0 when nothing failed, 2 otherwise
+(also for a PATH that is neither kind of artefact).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from icdl.errors import InputError
+from icdl.io import one_line, read_json
+
+Item = tuple[str, str, str]  # (status, path, detail)
+
+
+def _guarded(path: Path, check: Callable[[], Item]) -> Item:
+    """``check()``, with an InputError turned into a FAIL item."""
+    try:
+        return check()
+    except InputError as exc:
+        return "FAIL", str(path), one_line(exc)
+
+
+def _check_checkpoint(ck: Path) -> Item:
+    from icdl.manifest import verify_manifest
+
+    digest = verify_manifest(ck, what="checkpoint")
+    if digest is None:
+        return "legacy", str(ck), "no manifest.json (written before manifests); not verified"
+    return "ok", str(ck), f"every file matches manifest.json (sha256 {digest[:12]})"
+
+
+def _check_cache(path: Path, run: Path) -> Item:
+    from icdl.icl.cache import checkpoint_digest, result_content_sha256
+
+    data = read_json(path, what="evaluation cache")
+    seal = data.get("integrity") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return "FAIL", str(path), "not a JSON object"
+    if not isinstance(seal, dict):
+        return "legacy", str(path), "no integrity record (written before it); recomputed on next use"
+    if seal.get("content_sha256") != result_content_sha256(data):
+        return "FAIL", str(path), "content does not match its content_sha256 (edited after it was written)"
+    if seal.get("checkpoint_manifest_sha256") != checkpoint_digest(run):
+        return "stale", str(path), "computed from another checkpoint; recomputed on next use"
+    return "ok", str(path), "content and checkpoint match"
+
+
+def check_run(run: Path) -> list[Item]:
+    """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory."""
+    from icdl.icl.train import find_checkpoint, read_run_config
+
+    def config() -> Item:
+        read_run_config(run)
+        return "ok", str(run / "config.yaml"), "valid config"
+
+    def pointer() -> Item:
+        ck = find_checkpoint(run)
+        return "ok", str(run / "checkpoints" / "latest"), f"names {ck.name if ck else 'no checkpoint yet'}"
+
+    items = [_guarded(run / "config.yaml", config), _guarded(run / "checkpoints" / "latest", pointer)]
+    for ck in sorted((run / "checkpoints").glob("step_*")):
+        items.append(_guarded(ck, lambda ck=ck: _check_checkpoint(ck)))  # type: ignore[misc]
+    for cache in sorted((run / "eval").glob("*.json")):
+        items.append(_guarded(cache, lambda cache=cache: _check_cache(cache, run)))  # type: ignore[misc]
+    return items
+
+
+def check_construction(d: Path) -> list[Item]:
+    """One item: a saved construction's files against its ``content_sha256``."""
+    from icdl.construct.store import META, WEIGHTS, content_hash
+
+    def one() -> Item:
+        meta = read_json(d / META, what="saved model description")
+        if not isinstance(meta, dict):
+            return "FAIL", str(d), f"{META} is not a JSON object"
+        try:
+            weights = (d / WEIGHTS).read_bytes()
+        except OSError as exc:
+            return "FAIL", str(d / WEIGHTS), f"unreadable ({exc.strerror})"
+        if meta.get("content_sha256") != content_hash(meta, weights):
+            return "FAIL", str(d), f"{META} and {WEIGHTS} do not match content_sha256 (changed after saving)"
+        return "ok", str(d), "model.json and weights.safetensors match content_sha256"
+
+    return [_guarded(d, one)]
+
+
+@click.command(name="check")
+@click.argument("path", type=click.Path(path_type=Path))
+def check(path: Path) -> None:
+    """Verify a run directory or a saved construction (hashes of every file); exit 2 if anything fails.
+
+    PATH is a run directory (checkpoints, evaluation caches) or a directory written by
+    `icdl construct --save` (content hash).
+    """
+    if (path / "config.yaml").is_file():
+        items = check_run(path)
+    elif (path / "model.json").is_file():
+        items = check_construction(path)
+    else:
+        raise InputError(f"{str(path)!r} is neither a run directory nor a saved construction")
+    for status, where, detail in items:
+        click.echo(f"{status:6s} {where}: {detail}")
+    if any(status == "FAIL" for status, _, _ in items):
+        sys.exit(2)
