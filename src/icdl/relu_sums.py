@@ -85,6 +85,20 @@ def _check_positive(name: str, value: float) -> float:
     return x
 
 
+def _check_eps_below_range(eps: float, fmax: float, target: str, radius: float, force: bool = False) -> None:
+    """Refuse an ``eps`` at or above ``max |f|`` on ``[-R, R]`` (``fmax``, measured on the grid).
+
+    There the zero function is already within ``eps`` everywhere, so the greedy fit returns a sum with
+    NO terms, and a network built from it would have no heads/units for the activation (the cause of the
+    "cannot reshape tensor of 0 elements" failures of ``icdl construct`` and ``icdl theory``).
+    """
+    if force or eps >= fmax:
+        raise InputError(
+            f"--eps {eps:g} is at or above max|{target}| = {fmax:.6g} on [-{radius:g}, {radius:g}], where "
+            f"the fitted ReLU sum has no terms; --eps must be in (0, {fmax:.6g})"
+        )
+
+
 # --------------------------------------------------------------------------------------------------
 # Named targets
 # --------------------------------------------------------------------------------------------------
@@ -154,7 +168,8 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
       here ``t/delta - 1`` is exact once ``t/delta >= 1/2``, so the difference is exactly 1.
 
     Everything else is fitted by :func:`fit_relu_sum` to a measured sup error ``<= eps`` on
-    ``[-radius, radius]``.
+    ``[-radius, radius]``; an ``eps`` at or above ``max |f|`` there is an :class:`InputError` (the zero
+    function would fit, leaving a sum with no terms).
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
@@ -172,6 +187,9 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
         return _exact_sum(
             [(1.0 / delta, 0.0, 1.0), (1.0 / delta, -1.0, -1.0)], fn, label, radius, (0.0, delta)
         )
+    with torch.no_grad():
+        fmax = float(fn(_grid(radius)).abs().max())
+    _check_eps_below_range(eps, fmax, label, radius)
     return fit_relu_sum(fn, radius=radius, eps=eps, target=label)
 
 
@@ -379,6 +397,8 @@ def fit_relu_sum(
             float(np.abs(evaluate(mid) - s(mid).numpy()).max()),
         )
         if err <= eps:
+            if not a:  # zero is within eps of f everywhere: eps reaches max|f|
+                _check_eps_below_range(eps, float(np.abs(f).max()), target, radius, force=True)
             object.__setattr__(s, "sup_error", err)
             return s
         # Missed between grid points (curvature underestimated) or rounding: finer grid, tighter tube.

@@ -1,0 +1,83 @@
+"""Reliability (issue 21): values inside an option's advertised range must not end in a traceback.
+
+* ``--eps`` at or above what the approximated function reaches on ``[-R, R]`` (the fitted ReLU sum would
+  have no terms) is refused with one line naming ``--eps`` and its allowed range, in every command that
+  fits sums (``construct``, ``theory``, ``approx``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from icdl.cli import main
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+    """Run ``icdl ARGS`` in-process; return (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def assert_one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("icdl: error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. eps beyond the function's range
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "target", "top"),
+    [
+        (["construct", "--activation", "sigmoid", "--eps", "2"], "sigmoid", "0.999955"),
+        (["construct", "--variant", "rows", "--activation", "tanh", "--eps", "5"], "tanh", "1"),
+        (["construct", "--activation", "sigmoid", "--eps", "0.5"], "sigmoid'", "0.25"),
+        (["theory", "--steps", "2", "--activation", "sigmoid", "--eps", "2"], "sigmoid", "0.999955"),
+        (["approx", "tanh'", "--eps", "1", "--range", "3"], "tanh'", "1"),
+    ],
+)
+def test_eps_above_range_refused(args: list[str], target: str, top: str) -> None:
+    code, _, err = run_cli(args)
+    assert_one_line_error(code, err, "--eps", f"max|{target}|", f"(0, {top})")
+
+
+def test_eps_just_below_range_still_fits() -> None:
+    # A constant is a legitimate one-term fit when eps is below max|f| but above half its variation.
+    code, out, err = run_cli(["approx", "sigmoid", "--eps", "0.9", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["num_terms"] == 1
+
+
+def test_eps_above_range_subprocess_no_traceback() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(
+        [sys.executable, "-m", "icdl", "construct", "--activation", "sigmoid", "--eps", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and "--eps" in p.stderr
+    assert p.stderr.count("\n") == 1
