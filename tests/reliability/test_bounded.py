@@ -3,6 +3,8 @@
 * ``--eps`` at or above what the approximated function reaches on ``[-R, R]`` (the fitted ReLU sum would
   have no terms) is refused with one line naming ``--eps`` and its allowed range, in every command that
   fits sums (``construct``, ``theory``, ``approx``).
+* ``icdl score construct`` estimates its memory and time from closed-form sizes and refuses work past the
+  limits of ``icdl construct`` (``--yes`` goes ahead).
 """
 
 from __future__ import annotations
@@ -81,3 +83,51 @@ def test_eps_above_range_subprocess_no_traceback() -> None:
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr and "--eps" in p.stderr
     assert p.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. icdl score construct is bounded
+# --------------------------------------------------------------------------------------------------
+
+SCORE_BIG = ["score", "construct", "-d", "64", "-N", "12", "-K", "64", "-n", "512", "-L", "200"]
+
+
+def test_score_construct_oversized_refused() -> None:
+    # Every value is inside its advertised range; the build would need ~1 TiB. Refused before building.
+    code, out, err = run_cli(SCORE_BIG)
+    assert_one_line_error(code, err, "icdl score construct would need", "--yes", "memory")
+    assert out == ""
+
+
+def test_score_construct_small_runs() -> None:
+    code, out, err = run_cli(
+        ["score", "construct", "-d", "2", "-N", "3", "-K", "4", "-n", "4", "-L", "2", "--json"]
+    )
+    assert code == 0, err
+    assert json.loads(out)["passed"] is True
+
+
+_PEAK = """
+import resource, sys
+from icdl.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def test_score_construct_estimate_near_measured_peak() -> None:
+    from icdl.diffusion.budget import score_construct_estimate
+
+    d, n_, k, n, steps = 8, 3, 16, 64, 40
+    est = score_construct_estimate(d, n_, k, examples=n, steps=steps)
+    args = ["score", "construct", "-d", str(d), "-N", str(n_), "-K", str(k), "-n", str(n), "-L", str(steps)]
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(
+        [sys.executable, "-c", _PEAK, *args, "--yes"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    peak = int(p.stdout.strip().splitlines()[-1])  # Linux ru_maxrss is in KiB
+    assert est.bytes / 3 <= peak <= 3 * est.bytes, (peak, est.bytes)

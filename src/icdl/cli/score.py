@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from icdl.budget import QUICK_SECONDS
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     check_output,
@@ -368,11 +369,25 @@ def sample_cmd(
     "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the prompt and w0."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the verification summary as one JSON object.")
+@yes_option
 def construct_cmd(
-    dim: int, depth: int, width: int, examples: int, steps: int, lr: float, seed: int, as_json: bool
+    dim: int,
+    depth: int,
+    width: int,
+    examples: int,
+    steps: int,
+    lr: float,
+    seed: int,
+    as_json: bool,
+    yes: bool,
 ) -> None:
     """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64)."""
+    from icdl.diffusion.budget import score_construct_estimate
     from icdl.diffusion.construct import compile_score_gd, verify_score_gd
+
+    # Bounded work: refused from closed-form sizes before anything is built, as in ``icdl construct``.
+    est = score_construct_estimate(dim, depth, width, examples=examples, steps=steps)
+    guard(est, yes, max_seconds=QUICK_SECONDS)
 
     model = compile_score_gd(dim, depth, width, lr=lr, steps=steps, n=examples)
     rep = verify_score_gd(model, seed=seed)
