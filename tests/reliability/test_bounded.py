@@ -5,6 +5,8 @@
   fits sums (``construct``, ``theory``, ``approx``).
 * ``icdl score construct`` estimates its memory and time from closed-form sizes and refuses work past the
   limits of ``icdl construct`` (``--yes`` goes ahead).
+* ``icdl score evaluate`` and ``icdl score sample`` refuse a run whose training stopped before
+  ``train.steps`` (``--allow-unfinished`` goes ahead).
 """
 
 from __future__ import annotations
@@ -131,3 +133,61 @@ def test_score_construct_estimate_near_measured_peak() -> None:
     assert p.returncode == 0, p.stderr
     peak = int(p.stdout.strip().splitlines()[-1])  # Linux ru_maxrss is in KiB
     assert est.bytes / 3 <= peak <= 3 * est.bytes, (peak, est.bytes)
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. unfinished score runs
+# --------------------------------------------------------------------------------------------------
+
+TINY_SCORE = [
+    "train.steps=4", "train.log_every=2", "train.checkpoint_every=2", "train.batch_size=8", "train.warmup=1",
+    "model.layers=1", "model.heads=2", "model.d_model=16", "model.d_mlp=32", "task.examples=6",
+    "model.max_points=7",
+]  # fmt: skip
+EVALUATE = ["--prompts", "4", "--mlp-ks", "3", "--no-mlp", "--gd-steps", "0", "--resamples", "5", "--json"]
+SAMPLE = ["--ks", "2", "--prompts", "1", "--samples", "5", "--steps", "2", "--no-mlp", "--json"]
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-step score run interrupted (Ctrl-C) at step 3: its checkpoint is the one of step 2."""
+    import icdl.diffusion.train as score_train
+    from icdl.diffusion.config import load_score_config
+
+    real = score_train.sample_score_batch
+
+    def interrupting(*args: object, step: int = 0, **kwargs: object) -> object:
+        if step == 2:
+            raise KeyboardInterrupt
+        return real(*args, step=step, **kwargs)  # type: ignore[arg-type]
+
+    run = tmp_path_factory.mktemp("unfinished") / "run"
+    mp = pytest.MonkeyPatch()
+    mp.setattr(score_train, "sample_score_batch", interrupting)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            score_train.train_score(load_score_config("score-small", TINY_SCORE), run)
+    finally:
+        mp.undo()
+    return run
+
+
+@pytest.mark.parametrize(("command", "options"), [("evaluate", EVALUATE), ("sample", SAMPLE)])
+def test_unfinished_run_refused(interrupted_run: Path, command: str, options: list[str]) -> None:
+    code, out, err = run_cli(["score", command, str(interrupted_run), *options])
+    assert_one_line_error(code, err, "reached step 2 of 4: unfinished", "--allow-unfinished")
+    assert out == ""
+    code, out, err = run_cli(["score", command, str(interrupted_run), *options, "--allow-unfinished"])
+    assert code == 0, err
+    assert json.loads(out)["run"] == str(interrupted_run)
+
+
+def test_finished_run_accepted(tmp_path: Path) -> None:
+    from icdl.diffusion.config import load_score_config
+    from icdl.diffusion.train import score_run_step, train_score
+
+    run = tmp_path / "run"
+    train_score(load_score_config("score-small", [*TINY_SCORE, "train.steps=2"]), run)
+    assert score_run_step(run) == 2
+    code, _, err = run_cli(["score", "evaluate", str(run), *EVALUATE])
+    assert code == 0, err

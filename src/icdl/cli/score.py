@@ -97,6 +97,11 @@ def _run_or_preset(fn: Any) -> Any:
         metavar="PRESET",
         help="No ICL model: baselines on a preset's task.",
     )(fn)
+    fn = click.option(
+        "--allow-unfinished",
+        is_flag=True,
+        help="Use RUN even when its training stopped before train.steps (killed, interrupted, diverged).",
+    )(fn)
     return click.argument("run", type=click.Path(path_type=Path), required=False)(fn)
 
 
@@ -166,14 +171,18 @@ def train_cmd(
         )
 
 
-def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
+def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple[Any, Any]:
+    """The trained model and config of RUN (refused when its training did not finish, unless
+    ``allow_unfinished``), or no model and the config of PRESET."""
     from icdl.diffusion.config import load_score_config
-    from icdl.diffusion.train import load_score_run
+    from icdl.diffusion.train import check_finished, load_score_run
 
     if run is None and preset is None:
         raise InputError("give a RUN directory, or --baselines-only PRESET")
     if run is not None:
-        return load_score_run(run)
+        model, cfg = load_score_run(run)
+        check_finished(run, cfg, allow=allow_unfinished)
+        return model, cfg
     return None, load_score_config(preset or "")
 
 
@@ -221,6 +230,7 @@ def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
     mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, gd_steps: int, gd_lr: float, gd_width: int,
     resamples: int, out: Path | None, plot: Path | None, as_json: bool, yes: bool = False,
+    allow_unfinished: bool = False,
 ) -> None:  # fmt: skip
     """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
 
@@ -236,7 +246,7 @@ def evaluate_cmd(
     from icdl.diffusion.budget import score_curves_estimate
 
     gd = GDScore(depth=3, width=gd_width, lr=gd_lr, steps=gd_steps, ks=ks) if gd_steps > 0 else None
-    model, cfg = _load(run, preset)
+    model, cfg = _load(run, preset, allow_unfinished)
     est = score_curves_estimate(
         cfg, prompts=prompts, mlp_ks=0 if no_mlp else len(ks), mlp_epochs=mlp_epochs, mlp_depth=mlp_depth,
         mlp_width=mlp_width, gd_steps=gd_steps, gd_width=gd_width, resamples=resamples,
@@ -296,6 +306,7 @@ def sample_cmd(
     run: Path | None, preset: str | None, ks_text: str, prompts: int, samples: int, steps: int, method: str,
     seed: int, mlp_depth: int, mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, out: Path | None,
     plot: Path | None, samples_plot: Path | None, as_json: bool, yes: bool = False,
+    allow_unfinished: bool = False,
 ) -> None:  # fmt: skip
     """Sample with the in-context score and measure sliced W2 / MMD to the true distribution per k."""
     _check_png(plot)
@@ -304,7 +315,7 @@ def sample_cmd(
         check_output(path, option)
     ks = _ks(ks_text)
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr)
-    model, cfg = _load(run, preset)
+    model, cfg = _load(run, preset, allow_unfinished)
     from icdl.diffusion.budget import sampling_estimate
 
     est = sampling_estimate(
