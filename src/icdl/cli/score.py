@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from icdl.budget import QUICK_SECONDS
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     check_output,
@@ -96,6 +97,11 @@ def _run_or_preset(fn: Any) -> Any:
         metavar="PRESET",
         help="No ICL model: baselines on a preset's task.",
     )(fn)
+    fn = click.option(
+        "--allow-unfinished",
+        is_flag=True,
+        help="Use RUN even when its training stopped before train.steps (killed, interrupted, diverged).",
+    )(fn)
     return click.argument("run", type=click.Path(path_type=Path), required=False)(fn)
 
 
@@ -165,14 +171,18 @@ def train_cmd(
         )
 
 
-def _load(run: Path | None, preset: str | None) -> tuple[Any, Any]:
+def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple[Any, Any]:
+    """The trained model and config of RUN (refused when its training did not finish, unless
+    ``allow_unfinished``), or no model and the config of PRESET."""
     from icdl.diffusion.config import load_score_config
-    from icdl.diffusion.train import load_score_run
+    from icdl.diffusion.train import check_finished, load_score_run
 
     if run is None and preset is None:
         raise InputError("give a RUN directory, or --baselines-only PRESET")
     if run is not None:
-        return load_score_run(run)
+        model, cfg = load_score_run(run)
+        check_finished(run, cfg, allow=allow_unfinished)
+        return model, cfg
     return None, load_score_config(preset or "")
 
 
@@ -220,6 +230,7 @@ def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
     mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, gd_steps: int, gd_lr: float, gd_width: int,
     resamples: int, out: Path | None, plot: Path | None, as_json: bool, yes: bool = False,
+    allow_unfinished: bool = False,
 ) -> None:  # fmt: skip
     """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
 
@@ -235,7 +246,7 @@ def evaluate_cmd(
     from icdl.diffusion.budget import score_curves_estimate
 
     gd = GDScore(depth=3, width=gd_width, lr=gd_lr, steps=gd_steps, ks=ks) if gd_steps > 0 else None
-    model, cfg = _load(run, preset)
+    model, cfg = _load(run, preset, allow_unfinished)
     est = score_curves_estimate(
         cfg, prompts=prompts, mlp_ks=0 if no_mlp else len(ks), mlp_epochs=mlp_epochs, mlp_depth=mlp_depth,
         mlp_width=mlp_width, gd_steps=gd_steps, gd_width=gd_width, resamples=resamples,
@@ -295,6 +306,7 @@ def sample_cmd(
     run: Path | None, preset: str | None, ks_text: str, prompts: int, samples: int, steps: int, method: str,
     seed: int, mlp_depth: int, mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, out: Path | None,
     plot: Path | None, samples_plot: Path | None, as_json: bool, yes: bool = False,
+    allow_unfinished: bool = False,
 ) -> None:  # fmt: skip
     """Sample with the in-context score and measure sliced W2 / MMD to the true distribution per k."""
     _check_png(plot)
@@ -303,7 +315,7 @@ def sample_cmd(
         check_output(path, option)
     ks = _ks(ks_text)
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr)
-    model, cfg = _load(run, preset)
+    model, cfg = _load(run, preset, allow_unfinished)
     from icdl.diffusion.budget import sampling_estimate
 
     est = sampling_estimate(
@@ -368,11 +380,25 @@ def sample_cmd(
     "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the prompt and w0."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the verification summary as one JSON object.")
+@yes_option
 def construct_cmd(
-    dim: int, depth: int, width: int, examples: int, steps: int, lr: float, seed: int, as_json: bool
+    dim: int,
+    depth: int,
+    width: int,
+    examples: int,
+    steps: int,
+    lr: float,
+    seed: int,
+    as_json: bool,
+    yes: bool,
 ) -> None:
     """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64)."""
+    from icdl.diffusion.budget import score_construct_estimate
     from icdl.diffusion.construct import compile_score_gd, verify_score_gd
+
+    # Bounded work: refused from closed-form sizes before anything is built, as in ``icdl construct``.
+    est = score_construct_estimate(dim, depth, width, examples=examples, steps=steps)
+    guard(est, yes, max_seconds=QUICK_SECONDS)
 
     model = compile_score_gd(dim, depth, width, lr=lr, steps=steps, n=examples)
     rep = verify_score_gd(model, seed=seed)

@@ -8,11 +8,13 @@ is refused in a second with the estimate, not to predict run times closely.
 
 from __future__ import annotations
 
+import dataclasses
+
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import ModelConfig
 from icdl.diffusion.config import ScoreConfig
 
-__all__ = ["sampling_estimate", "score_curves_estimate", "score_train_estimate"]
+__all__ = ["sampling_estimate", "score_construct_estimate", "score_curves_estimate", "score_train_estimate"]
 
 _STEP_OVERHEAD = 5e-4  # seconds per small Python-driven step (one sampler step, one Adam step)
 _BASE_BYTES = 400 * 2**20  # torch itself, the model, the prompt
@@ -94,3 +96,15 @@ def sampling_estimate(
         5.0 + flops / CPU_FLOPS + runs * (6 * 2 * steps + mlp_epochs) * _STEP_OVERHEAD,
         f"{prompts} prompts x {len(ks)} k x 6 estimators x {samples} samples x {steps} steps",
     )
+
+
+def score_construct_estimate(dim: int, depth: int, width: int, *, examples: int, steps: int) -> Estimate:
+    """``icdl score construct``: compiling GD on the DSM loss of the score network (float64, paper
+    variant, no projection) and verifying it on one prompt — the same closed-form sizes as
+    ``icdl construct`` (:func:`icdl.construct.estimate.construction_estimate`), since it is that
+    construction for the spec :func:`icdl.diffusion.construct.score_net_spec`."""
+    from icdl.construct.estimate import construction_estimate
+    from icdl.diffusion.construct import score_net_spec
+
+    est = construction_estimate(score_net_spec(dim, depth, width), steps=steps, examples=examples)
+    return dataclasses.replace(est, what="icdl score construct")

@@ -9,7 +9,9 @@ is :class:`icdl.icl.models.ICLTransformer` with ``d_x = d + 1``, ``d_y = d``.
 
 Run directory: ``config.yaml`` (the resolved :class:`ScoreConfig`), ``metrics.jsonl`` (one line per
 ``log_every`` steps), ``model.safetensors`` (written atomically at every ``checkpoint_every`` and at the
-end). Unlike ``icdl train`` there is no resume: an existing run directory is refused.
+end; its metadata ``step`` is the number of steps the weights have seen, so a run killed or stopped early
+is told from a finished one by :func:`check_finished`). Unlike ``icdl train`` there is no resume: an
+existing run directory is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from icdl.diffusion.config import ScoreConfig, dump_score_config, validate_score_config
@@ -30,7 +33,15 @@ from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.train import lr_at  # the same warm-up + cosine schedule as icdl train
 
-__all__ = ["ScoreTrainResult", "ScoreTrainingDiverged", "load_score_run", "lr_at", "train_score"]
+__all__ = [
+    "ScoreTrainResult",
+    "ScoreTrainingDiverged",
+    "check_finished",
+    "load_score_run",
+    "lr_at",
+    "score_run_step",
+    "train_score",
+]
 
 
 class ScoreTrainingDiverged(RuntimeError):
@@ -137,3 +148,32 @@ def load_score_run(run_dir: str | Path) -> tuple[ICLTransformer, ScoreConfig]:
         ) from None
     model.eval()
     return model, cfg
+
+
+def score_run_step(run_dir: str | Path) -> int | None:
+    """The training step the run's ``model.safetensors`` was written at (its ``step`` metadata, written by
+    :func:`train_score` at every checkpoint and at the end), or None when the file records none."""
+    try:
+        with safe_open(str(Path(run_dir) / "model.safetensors"), framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as exc:  # a corrupt or foreign file is a user problem, not a bug
+        raise InputError(
+            f"cannot read {Path(run_dir) / 'model.safetensors'}: {' '.join(str(exc).split())[:200]}"
+        ) from None
+    try:
+        return int(meta["step"])
+    except (KeyError, ValueError):
+        return None
+
+
+def check_finished(
+    run_dir: str | Path, cfg: ScoreConfig, *, allow: bool, option: str = "--allow-unfinished"
+) -> None:
+    """Refuse (:class:`InputError`) a run whose weights have not seen all ``cfg.train.steps`` steps — a
+    training run that was killed, interrupted or stopped on a non-finite loss keeps its last checkpoint,
+    which would otherwise be evaluated as if finished — unless ``allow``."""
+    step = score_run_step(run_dir)
+    if allow or step == cfg.train.steps:
+        return
+    reached = "records no training step" if step is None else f"reached step {step} of {cfg.train.steps}"
+    raise InputError(f"run {str(run_dir)!r} {reached}: unfinished; pass {option} to use it")
