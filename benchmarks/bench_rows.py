@@ -44,7 +44,7 @@ def performed_flops(model: Any, batch: int = 1) -> int:
     import torch
 
     from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
-    from icdl.construct.rows import RowAttention, RowMLP, _merged_groups
+    from icdl.construct.ranged import RowAttention, RowMLP, _merged_groups
 
     T = model.layout.prefix_tokens + model.n + 1
 

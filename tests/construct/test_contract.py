@@ -129,7 +129,7 @@ def test_sublayers_describe_themselves_from_their_tables() -> None:
     m.q_coef.zero_()
     assert (
         type(m)(
-            {n: getattr(m, n) for n in m.TABLES}, m.dim, role=m.role, labels=model.layout.coordinate_labels()
+            {n: getattr(m, n) for n in m.TABLES}, m.dim, role=m.role, labels=model.layout.slot_labels()
         ).info.reads
         != before.reads
     )

@@ -174,7 +174,7 @@ def test_a_write_into_a_slot_no_effect_names_is_caught() -> None:
         heads.add(q, k, [e for e in v if e[2] != 0.0])
     one = lay.index("ONE")
     heads.add([(one, 1.0)], [(one, 1.0)], [(one, lay.index("Y"), 1.0)])  # ... plus one stray write
-    extra = ReLUAttention(heads.tensors(), lay.dim, role=f1.role, labels=lay.coordinate_labels())
+    extra = ReLUAttention(heads.tensors(), lay.dim, role=f1.role, labels=lay.slot_labels())
     model.block[0] = extra
     model.block_layers = (extra, *model.block_layers[1:])
     assert "Y" in extra.info.writes

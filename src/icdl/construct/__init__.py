@@ -1,13 +1,18 @@
-"""The compiler of Theorem 1, its variants and its verifier.
+"""The compiler of Theorem 1, its variants and its verifier (docs/architecture.md has the module map and
+the import layers that ``lint-imports`` checks).
 
 * :mod:`~icdl.construct.layout` — named slots of the token (docs/construction.md, "Layout").
-* :mod:`~icdl.construct.layers` — the compact sublayers (ReLU/softmax attention, EWML, ReLU MLP); each
-  describes itself with an :class:`icdl.sublayer.SublayerInfo` derived from its tables.
+* :mod:`~icdl.construct.tables`, :mod:`~icdl.construct.layers`, :mod:`~icdl.construct.ranged` — the
+  compact sublayers (ReLU/softmax attention, EWML, ReLU MLP; the same on token ranges); each describes
+  itself with an :class:`icdl.sublayer.SublayerInfo` derived from its tables.
 * :mod:`~icdl.construct.terms` — the sum-of-ReLU terms, conditioned for exact floating point.
+* :mod:`~icdl.construct.context` — :class:`~icdl.construct.context.BuildContext`, what every builder gets.
 * :mod:`~icdl.construct.blocks` — one builder per sublayer role (Lemmas 2-5, (C.16), Proj_W, readout) and
   each role's expected effect.
-* :mod:`~icdl.construct.contract` — :class:`Expect`: what a sublayer must leave in which slot.
-* :mod:`~icdl.construct.paper`, :mod:`~icdl.construct.compact` — variants, registered in
+* :mod:`~icdl.construct.contract` — :class:`Expect` (what a sublayer must leave in which slot), the
+  verifier's :class:`~icdl.construct.contract.Reference` and :class:`Variant`.
+* :mod:`~icdl.construct.paper`, :mod:`~icdl.construct.compact`, :mod:`~icdl.construct.no_ewml`,
+  :mod:`~icdl.construct.rows`, :mod:`~icdl.construct.softmax` — variants, listed in
   :mod:`~icdl.construct.variants`.
 * :mod:`~icdl.construct.compile` — :func:`compile_gd_transformer`, :class:`GDConfig`, :class:`CompiledModel`,
   :func:`build_prompt`, :func:`sample_task`.

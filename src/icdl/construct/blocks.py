@@ -30,6 +30,7 @@ from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, Role,
 from icdl.construct.layout import Layout
 from icdl.construct.terms import Terms
 from icdl.sublayer import SublayerInfo
+from icdl.theory import READOUT_LEMMA  # the readout is not in the paper (docs/construction.md)
 
 __all__ = [
     "READOUT_LEMMA",
@@ -44,9 +45,6 @@ __all__ = [
     "readout_layer",
     "update_layer",
 ]
-
-# The readout is not in the paper; docs/construction.md ("Readout") documents it.
-READOUT_LEMMA = "readout (docs/construction.md)"
 
 
 def add_unit_sum_heads(heads: HeadTable, ctx: BuildContext, j: int, terms: Terms, slot: str) -> None:

@@ -604,20 +604,7 @@ def compile_gd_transformer(config: GDConfig | NetSpec, **options: Any) -> Compil
     variant = get_variant(cfg.variant)
     layout = variant.layout(cfg.spec)
     terms = _fetch_terms(cfg)
-    ctx = BuildContext(
-        spec=cfg.spec,
-        layout=layout,
-        r=terms.r,
-        r_prime=terms.r_prime,
-        u=terms.u,
-        lr=float(cfg.lr),
-        n=cfg.n,
-        gate=float(cfg.gate),
-        box=cfg.box,
-        dtype=cfg.torch_dtype,
-        eps=float(cfg.eps),
-        radius=float(cfg.radius),
-    )
+    ctx = BuildContext(cfg, layout, terms)
     return CompiledModel(cfg, layout, variant.block(ctx), variant.readout(ctx), terms)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,45 +19,88 @@ from icdl.construct.layout import Layout
 from icdl.construct.terms import Terms
 from icdl.nets import NetSpec
 
+if TYPE_CHECKING:
+    # Type-only: the configuration and the sums are defined by the compiler, which builds this context.
+    from icdl.construct.compile import GDConfig, SumTerms
+
 __all__ = ["BuildContext"]
 
 
 @dataclass(frozen=True)
 class BuildContext:
-    """Everything the builders need.
+    """Everything the builders need: the configuration, the token layout and the conditioned ReLU sums;
+    the rest is read from them (properties below).
 
     Attributes:
-        spec: the network.
-        layout: the token layout.
-        r: conditioned sums of each layer's activation (index j-1 for layer j).
-        r_prime: conditioned sums of each layer's activation derivative.
-        u: conditioned two-argument sum of one coordinate of the loss derivative.
-        lr: the GD step size eta.
-        n: number of in-context examples (the prompt has n + 1 tokens).
-        gate: the constant C of the query gate ``-C (1 - T)`` (Lemma 4) and of the readout.
-        box: box projection bound B (None: unprojected GD).
-        dtype: dtype of the coefficient tables.
-        eps: target sup error of fitted ReLU sums (for builders that fit their own, e.g. products).
-        radius: range ``[-R, R]`` of fitted sums.
+        config: the :class:`~icdl.construct.compile.GDConfig` being compiled.
+        layout: the token layout (``variant.layout(config.spec)``).
+        terms: the conditioned ReLU sums (:class:`~icdl.construct.compile.SumTerms`).
     """
 
-    spec: NetSpec
+    config: GDConfig
     layout: Layout
-    r: tuple[Terms, ...]
-    r_prime: tuple[Terms, ...]
-    u: Terms
-    lr: float
-    n: int
-    gate: float
-    box: float | None
-    dtype: torch.dtype = torch.float64
-    eps: float = 1e-3
-    radius: float = 10.0
+    terms: SumTerms
+
+    @property
+    def spec(self) -> NetSpec:
+        """The network."""
+        return self.config.spec
+
+    @property
+    def r(self) -> tuple[Terms, ...]:
+        """Conditioned sums of each layer's activation (index j-1 for layer j)."""
+        return self.terms.r
+
+    @property
+    def r_prime(self) -> tuple[Terms, ...]:
+        """Conditioned sums of each layer's activation derivative."""
+        return self.terms.r_prime
+
+    @property
+    def u(self) -> Terms:
+        """Conditioned two-argument sum of one coordinate of the loss derivative."""
+        return self.terms.u
+
+    @property
+    def lr(self) -> float:
+        """The GD step size eta."""
+        return float(self.config.lr)
+
+    @property
+    def n(self) -> int:
+        """Number of in-context examples (the prompt has n + 1 data tokens)."""
+        return self.config.n
+
+    @property
+    def gate(self) -> float:
+        """The constant C of the query gate ``-C (1 - T)`` (Lemma 4) and of the readout."""
+        return float(self.config.gate)
+
+    @property
+    def box(self) -> float | None:
+        """Box projection bound B (None: unprojected GD)."""
+        return self.config.box
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the coefficient tables."""
+        return self.config.torch_dtype
+
+    @property
+    def eps(self) -> float:
+        """Target sup error of fitted ReLU sums (for builders that fit their own, e.g. products)."""
+        return float(self.config.eps)
+
+    @property
+    def radius(self) -> float:
+        """Range ``[-R, R]`` of fitted sums."""
+        return float(self.config.radius)
 
     @cached_property
-    def labels(self) -> tuple[str, ...]:
-        """Slot label of every coordinate (what sublayers derive their reads/writes from)."""
-        return self.layout.coordinate_labels()
+    def slot_labels(self) -> tuple[str, ...]:
+        """Slot label of every coordinate (what sublayers derive their reads/writes from;
+        :meth:`~icdl.construct.layout.Layout.slot_labels`)."""
+        return self.layout.slot_labels()
 
     def attention(self, heads: HeadTable, role: Role, *, exact_sums: bool = False) -> ReLUAttention:
         """A ReLU attention sublayer from ``heads``; ``exact_sums`` sums the heads per (query, key) pair
@@ -66,14 +110,14 @@ class BuildContext:
             self.layout.dim,
             accumulate="heads" if exact_sums else "tokens",
             role=role,
-            labels=self.labels,
+            labels=self.slot_labels,
         )
 
     def mlp(self, units: UnitTable, role: Role) -> ReLUMLP:
-        return ReLUMLP(units.tensors(self.dtype), self.layout.dim, role=role, labels=self.labels)
+        return ReLUMLP(units.tensors(self.dtype), self.layout.dim, role=role, labels=self.slot_labels)
 
     def ewml(self, heads: HeadTable, role: Role) -> EWML:
-        return EWML(heads.tensors(self.dtype), self.layout.dim, role=role, labels=self.labels)
+        return EWML(heads.tensors(self.dtype), self.layout.dim, role=role, labels=self.slot_labels)
 
     @property
     def exact_step(self) -> bool:

@@ -134,16 +134,16 @@ class Layout:
     def indices(self, name: str, layer: int | None = None) -> list[int]:
         return list(self.slot(name, layer).indices)
 
-    def labels(self) -> list[str]:
-        """Slot label of every coordinate (length D), e.g. ``"P_2[3]"``."""
+    def entry_labels(self) -> list[str]:
+        """Label of every coordinate (length D) with its entry in the slot, e.g. ``"P_2[3]"``."""
         out: list[str] = []
         for s in self.slots:
             out += [f"{s.label}[{k}]" for k in range(s.size)]
         return out
 
-    def coordinate_labels(self) -> tuple[str, ...]:
-        """Slot label of every coordinate (length D); W coordinates are labelled by their block,
-        ``"W[V_j]"``. Sublayers derive the slots they read and write from these
+    def slot_labels(self) -> tuple[str, ...]:
+        """Slot label of every coordinate (length D), e.g. ``"P_2"``; W coordinates are labelled by their
+        block, ``"W[V_j]"``. Sublayers derive the slots they read and write from these
         (:class:`icdl.construct.layers.Role`)."""
         out: list[str] = []
         for s in self.slots:
@@ -154,6 +154,15 @@ class Layout:
             else:
                 out += [s.label] * s.size
         return tuple(out)
+
+    # Deprecated aliases (the names before slot_labels/entry_labels); other branches may still call them.
+    def coordinate_labels(self) -> tuple[str, ...]:
+        """Deprecated alias of :meth:`slot_labels`."""
+        return self.slot_labels()
+
+    def labels(self) -> list[str]:
+        """Deprecated alias of :meth:`entry_labels`."""
+        return self.entry_labels()
 
     def scratch_indices(self) -> list[int]:
         """Every coordinate of the scratch slots (P, R, G, S in the paper's layout)."""

@@ -230,4 +230,4 @@ def product_mlp(
     for i, j, o in zip(xs, ys, os, strict=True):
         add_product(units, prod, i, j, one, o)
     role = Role("product", "token-local product (docs/construction.md)")
-    return ReLUMLP(units.tensors(dtype), layout.dim, role=role, labels=layout.coordinate_labels()), prod
+    return ReLUMLP(units.tensors(dtype), layout.dim, role=role, labels=layout.slot_labels()), prod

@@ -141,7 +141,7 @@ def rows_layout(spec: NetSpec) -> RowsLayout:
 def _on(ctx: BuildContext, m: ReLUMLP, tokens: tuple[int, int]) -> RowMLP:
     """The same MLP (tables, role) evaluated on one token range."""
     tables = {n: getattr(m, n) for n in m.TABLES}
-    return RowMLP(tables, m.dim, [(0, m.hidden, *tokens)], role=m.role, labels=ctx.labels)
+    return RowMLP(tables, m.dim, [(0, m.hidden, *tokens)], role=m.role, labels=ctx.slot_labels)
 
 
 def _rows_layout(layout: Layout) -> RowsLayout:
@@ -181,7 +181,7 @@ def _attention(
     """A :class:`RowAttention` from per-head parts; one group (queries x keys) unless ``groups``."""
     tables, parts = pack_heads(heads, ctx.dtype)
     groups = groups or [(0, len(heads), *queries, *keys)]
-    return RowAttention(tables, ctx.layout.dim, parts, groups, role=role, labels=ctx.labels)
+    return RowAttention(tables, ctx.layout.dim, parts, groups, role=role, labels=ctx.slot_labels)
 
 
 def _data(ctx: BuildContext) -> tuple[int, int]:
@@ -351,7 +351,7 @@ def project_layer(ctx: BuildContext) -> RowMLP:
         "w2_coef": torch.cat([w[1] for w in writes]).to(ctx.dtype),
     }
     role = Role("project", "Theorem 1 (Proj_W)")
-    return RowMLP(tables, L.dim, groups, role=role, labels=ctx.labels)
+    return RowMLP(tables, L.dim, groups, role=role, labels=ctx.slot_labels)
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:

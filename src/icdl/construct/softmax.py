@@ -258,7 +258,7 @@ def update_layer(ctx: BuildContext) -> SoftmaxAttention:
         v = [(_a_index(L, j, k, l), L.w_entry(j, k, l), -scale) for k in range(rows) for l in range(cols)]
         heads.add(q=[(one, 1.0)], k=[(one, 0.0)], v=v)
     role = Role("update", "eq. (2.3) uniform heads")
-    return SoftmaxAttention(heads.tensors(ctx.dtype), L.dim, role=role, labels=ctx.labels)
+    return SoftmaxAttention(heads.tensors(ctx.dtype), L.dim, role=role, labels=ctx.slot_labels)
 
 
 def build_block(ctx: BuildContext) -> list[Sublayer]:

@@ -125,7 +125,7 @@ def _rebuild(src: Path, meta: dict[str, Any], tensors: dict[str, torch.Tensor]) 
     if layout.to_dict() != meta["layout"]:
         raise InputError(f"{src}: the stored layout does not match variant {cfg.variant!r}")
 
-    labels = layout.coordinate_labels()
+    labels = layout.slot_labels()
 
     def build(part: str) -> list[Sublayer]:
         out = []

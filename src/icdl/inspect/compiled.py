@@ -64,7 +64,7 @@ def sublayer_names(model: CompiledModel) -> list[str]:
 
 def slot_labels(model: CompiledModel) -> list[str]:
     """One label per residual coordinate: ``W[3]``, ``P_2[0]``, ``ONE`` ... (from ``model.layout``)."""
-    return list(model.layout.labels())
+    return list(model.layout.entry_labels())
 
 
 def slot_usage(model: CompiledModel, readout: bool = False) -> tuple[list[str], list[str], Tensor]:
