@@ -134,3 +134,18 @@ def test_compiled_update_ablation_freezes_one_step(compiled: Any) -> None:
     frozen = torch.cat([ref[: ablated_step + 1], ref[ablated_step : model.steps]])  # step l repeated
     assert torch.allclose(torch.stack([ref[0], *weights]), frozen, atol=1e-12, rtol=0)
     assert (ref[ablated_step + 1] - ref[ablated_step]).abs().max() > 1e-6  # GD would have moved w
+
+
+def test_model_takes_its_config_whole() -> None:
+    from icdl.config import ModelConfig
+    from icdl.icl.models import build_model
+
+    cfg = ModelConfig(layers=2, heads=2, d_model=8, d_mlp=16, max_points=6, attention="softmax")
+    torch.manual_seed(1)
+    a = ICLTransformer(3, 1, config=cfg)
+    torch.manual_seed(1)
+    b = ICLTransformer(3, 1, layers=2, heads=2, d_model=8, d_mlp=16, max_points=6, attention="softmax")
+    assert a.config == cfg and b.config.model_dump() == cfg.model_dump()
+    assert a.state_dict().keys() == b.state_dict().keys()
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    assert build_model(cfg, 3, 1).config == cfg

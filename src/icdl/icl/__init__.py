@@ -30,3 +30,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'icdl.icl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names are not globals until first used; list them so dir() and tab completion show them.
+    return sorted(set(globals()) | set(_LAZY))

@@ -21,6 +21,11 @@ Baselines (``--baselines``; ``None`` = the suite's default in :data:`SUITE_BASEL
 last epoch; by default on the first 64 prompts and 5 values of k — it is the costly one, and this is
 recorded in the results), ``gd`` (plain GD on the target's bias-free architecture from a seeded w0,
 10 steps, step size tuned on held-out prompts).
+
+Result keys (``conditions.<name>.predictors``) carry the settings, so they differ from the names asked
+for: ``least-squares`` -> ``least_squares``, ``ridge`` -> ``ridge_1`` (``ridge_<λ>``), ``knn`` -> ``knn_3``,
+``mlp`` -> ``mlp<N>x<width>_best`` and ``..._last``, ``gd`` -> ``gd<N>x<width>_L<steps>``; the name asked
+for is each curve's ``meta.kind`` (``mlp-best``/``mlp-last`` for the MLP).
 """
 
 from __future__ import annotations
@@ -190,13 +195,14 @@ def result_path(run_dir: str | Path, suite: str) -> Path:
 
 def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
     """``{"name", "step", "mtime"}`` of the run's newest checkpoint; InputError if there is none."""
-    from icdl.icl.train import find_checkpoint
+    from icdl.icl.train import find_checkpoint, refuse_score_run
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"run directory {str(run_dir)!r} does not exist")
     if not (run_dir / "config.yaml").is_file():
         raise InputError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    refuse_score_run(run_dir)
     ck = find_checkpoint(run_dir)
     if ck is None:
         raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")

@@ -222,6 +222,8 @@ class ICLTransformer(nn.Module):
             is left untrained when test prompts are longer than training prompts).
         attention: ``softmax`` or ``relu``; relu_norm: ``causal`` (1/(i+1)) or ``length`` (1/T).
         dropout: residual/embedding/attention dropout (0 in the paper's setting).
+        config: a :class:`icdl.config.ModelConfig` taken whole (its fields replace the keywords above);
+            ``model.config`` is the model's ModelConfig either way.
 
     Parameters are initialised as GPT-2 (normal, std 0.02; residual output projections scaled by
     ``1/sqrt(2 * layers)``); read-in and read-out keep PyTorch's Linear default, as Garg et al.
@@ -241,8 +243,18 @@ class ICLTransformer(nn.Module):
         attention: Attention = "relu",
         relu_norm: ReluNorm = "causal",
         dropout: float = 0.0,
+        config: ModelConfig | None = None,
     ) -> None:
         super().__init__()
+        if config is not None:  # the config whole; its fields replace the keywords above
+            layers, heads, d_model, d_mlp = config.layers, config.heads, config.d_model, config.d_mlp
+            max_points, positions, dropout = config.max_points, config.positions, config.dropout
+            attention, relu_norm = config.attention, config.relu_norm
+        # model_construct: no validation here, so the checks below keep their own one-line errors.
+        self.config = config or ModelConfig.model_construct(
+            attention=attention, relu_norm=relu_norm, layers=layers, heads=heads, d_model=d_model,
+            d_mlp=d_mlp, max_points=max_points, positions=positions, dropout=dropout,
+        )  # fmt: skip
         if attention not in ("softmax", "relu"):
             raise InputError(f"unknown attention {attention!r}; choose softmax or relu")
         self.d_x, self.d_y, self.max_points = d_x, d_y, max_points
@@ -410,16 +422,4 @@ def hook_name(block: int, name: str) -> str:
 
 def build_model(cfg: ModelConfig, d_x: int, d_y: int) -> ICLTransformer:
     """The :class:`ICLTransformer` of a model config for a task with dimensions ``d_x -> d_y``."""
-    return ICLTransformer(
-        d_x,
-        d_y,
-        layers=cfg.layers,
-        heads=cfg.heads,
-        d_model=cfg.d_model,
-        d_mlp=cfg.d_mlp,
-        max_points=cfg.max_points,
-        positions=cfg.positions,
-        attention=cfg.attention,
-        relu_norm=cfg.relu_norm,
-        dropout=cfg.dropout,
-    )
+    return ICLTransformer(d_x, d_y, config=cfg)

@@ -313,7 +313,26 @@ def read_run_config(run_dir: Path) -> Config:
         raise InputError(f"cannot read {run_dir / 'config.yaml'}: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise InputError(f"{run_dir / 'config.yaml'} is not a config mapping")
+    _refuse_score_config(run_dir, data)
     return validate(data)
+
+
+def _refuse_score_config(run_dir: Path, data: Any) -> None:
+    # A score run's config fails ICL validation with misleading "did you mean" hints: name it instead.
+    task = data.get("task") if isinstance(data, dict) else None
+    if isinstance(task, dict) and task.get("kind") == "score":
+        raise InputError(
+            f"{str(run_dir)!r} is a score run (icdl score train): use icdl score evaluate {run_dir}"
+        )
+
+
+def refuse_score_run(run_dir: Path) -> None:
+    """InputError if ``run_dir`` holds a score run (``task.kind: score``); silent otherwise."""
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # not readable here: the caller's own checks report it
+    _refuse_score_config(run_dir, data)
 
 
 def load_run(

@@ -1,9 +1,11 @@
 """Look inside compiled and trained models: named activations, attention patterns, plots.
 
-One naming scheme for both model kinds (:class:`ActivationCache`):
+One hook API for both model kinds, TransformerLens' conventions (:mod:`icdl.hooks`): ``model.hook_names()``,
+``model.run_with_cache(prompt, names_filter=...)``, ``model.run_with_hooks(prompt, fwd_hooks=[...])``;
 
-* trained ICL transformer: ``model.run_with_cache(xs, ys)`` keyed ``(block, hook name)``;
-* compiled GD transformer: :func:`run_with_cache` keyed ``(step, sublayer name[, slot])``.
+* trained ICL transformer: names ``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_pattern``, ...;
+* compiled GD transformer: ``hook_prompt``, ``steps.{l}.{sublayer}.hook_out``, ``readout.{sublayer}.hook_out``
+  (:func:`run_with_cache` is an alias of its method).
 
 Plot helpers (matplotlib, return the ``Figure``): :func:`plot_residual` (token x slot heatmap with slot
 labels), :func:`plot_head_pattern` (one head's score pattern), :func:`plot_slot_trajectory` (a slot over
@@ -49,3 +51,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'icdl.inspect' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names are not globals until first used; list them so dir() and tab completion show them.
+    return sorted(set(globals()) | set(_WHERE))
