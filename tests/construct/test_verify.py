@@ -95,8 +95,9 @@ def _inputs(model, prompt):
 
 
 @pytest.mark.parametrize("index", range(10))  # every sublayer of a depth-3 block
-def test_a_wrong_weight_is_named(index: int) -> None:
+def test_a_wrong_weight_is_named(index: int, assert_nondegenerate) -> None:
     model, prompt = _setup(seed=1, projection="box", box=0.3)
+    assert_nondegenerate(model.spec, prompt[0], prompt[1], prompt[3])
     _perturb_one_weight(model.block[index], _inputs(model, prompt)[(0, index)])
     rep = verify(model, *prompt, lipschitz_iters=0)
     assert not rep.passed
