@@ -177,3 +177,26 @@ def test_runs_in_float32_and_batches_over_several_task_dims() -> None:
     y = torch.randn(2, 3, 5, 1, generator=g)
     assert nets.gradient(spec, "squared", w, x, y).shape == (2, 3, spec.num_params)
     assert nets.forward(spec, w, x).dtype == torch.float32
+
+
+def test_backward_deltas_takes_pluggable_products() -> None:
+    """The one backward recursion (eq. 3.6): explicit default products give the same bits as the built-in
+    ones, and a derivative product scaled by c scales s(j) by c^(N-j+1) (each layer multiplies once more)."""
+    from icdl.nets import backward_deltas, lemma1_terms, unflatten
+
+    spec = NetSpec(3, 4, 3, 2, activation="tanh")
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(spec.num_params, generator=g, dtype=torch.float64)
+    x = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    y = torch.randn(6, 2, generator=g, dtype=torch.float64)
+    t = lemma1_terms(spec, "squared", w, x, y)
+    Vs = unflatten(spec, w)
+    s, back = backward_deltas(
+        t.r_prime, t.u, Vs, transpose=lambda j, V, sn: sn @ V, derivative=lambda j, rp, m: rp * m
+    )
+    assert all(torch.equal(a, b) for a, b in zip(s, t.s, strict=True))
+    assert torch.equal(back[-1], t.u)
+    c = 0.5
+    scaled, _ = backward_deltas(t.r_prime, t.u, Vs, derivative=lambda j, rp, m: c * (rp * m))
+    for j in range(1, spec.depth + 1):
+        torch.testing.assert_close(scaled[j - 1], c ** (spec.depth - j + 1) * t.s[j - 1], rtol=1e-12, atol=0)

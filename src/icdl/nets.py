@@ -36,9 +36,12 @@ __all__ = [
     "ACTIVATIONS",
     "LOSSES",
     "Activation",
+    "DerivativeProduct",
     "GradTerms",
     "Loss",
     "NetSpec",
+    "TransposeProduct",
+    "backward_deltas",
     "empirical_risk",
     "flatten",
     "forward",
@@ -46,6 +49,7 @@ __all__ = [
     "init_weights",
     "lemma1_terms",
     "project",
+    "projected_step",
     "reference_gd",
     "unflatten",
 ]
@@ -386,13 +390,55 @@ def lemma1_terms(
     uu = (loss.deriv if u is None else u)(ps[-1], y)
     if mask is not None:
         uu = uu * mask[..., None]
-    s: list[Tensor] = [torch.empty(0)] * spec.depth
-    s[-1] = rp[-1] * uu
-    for j in range(spec.depth - 1, 0, -1):  # layers N-1 .. 1 (0-based index j-1)
-        s[j - 1] = rp[j - 1] * (s[j] @ Vs[j])
+    s, _ = backward_deltas(rp, uu, Vs)
     A = [s[j].transpose(-1, -2) @ ps[j] / (2 * n) for j in range(spec.depth)]
     grad = flatten(spec, A)
     return GradTerms(pre=pre, p=ps, r_prime=rp, u=uu, s=s, A=A, grad=grad)
+
+
+#: ``transpose(j, V_{j+1}, s(j+1))``: the product ``V_{j+1}^T s(j+1)`` per row, for layer j = N-1..1.
+TransposeProduct = Callable[[int, Tensor, Tensor], Tensor]
+#: ``derivative(j, r'(j-1), m)``: the product ``r' ⊙ m`` of layer j = N..1.
+DerivativeProduct = Callable[[int, Tensor, Tensor], Tensor]
+
+
+def backward_deltas(
+    r_prime: Sequence[Tensor],
+    u: Tensor,
+    Vs: Sequence[Tensor],
+    *,
+    transpose: TransposeProduct | None = None,
+    derivative: DerivativeProduct | None = None,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The backward recursion of Lemma 1 (eq. 3.6): ``s(N) = r'(N-1) ⊙ u``,
+    ``s(j) = r'(j-1) ⊙ V_{j+1}^T s(j+1)``, with pluggable products.
+
+    The one recursion behind :func:`lemma1_terms` (exact products), the softmax construction's surrogate
+    (approximate products, :mod:`icdl.construct.softmax`) and the rows construction's deltas
+    (:mod:`icdl.construct.rows`). ``transpose`` defaults to ``s @ V`` and ``derivative`` to ``r' * m``.
+
+    Returns:
+        ``(s, back)``: per layer j (index j-1) the delta ``s(j)`` and the vector multiplied into ``r'``
+        (``back[N-1] = u``, ``back[j-1] = V_{j+1}^T s(j+1)``).
+    """
+    N = len(Vs)
+    s: list[Tensor] = [torch.empty(0)] * N
+    back: list[Tensor] = [torch.empty(0)] * N
+
+    def times(j: int, rp: Tensor, m: Tensor) -> Tensor:
+        return rp * m if derivative is None else derivative(j, rp, m)
+
+    back[N - 1] = u
+    s[N - 1] = times(N, r_prime[N - 1], u)
+    for j in range(N - 1, 0, -1):  # layers N-1 .. 1 (0-based index j-1)
+        back[j - 1] = s[j] @ Vs[j] if transpose is None else transpose(j, Vs[j], s[j])
+        s[j - 1] = times(j, r_prime[j - 1], back[j - 1])
+    return s, back
+
+
+def projected_step(w: Tensor, grad: Tensor, lr: float, box: float | None) -> Tensor:
+    """One step of eq. (2.3): ``Proj_W(w - lr * grad)`` (:func:`project`; the identity without a box)."""
+    return project(w - lr * grad, box)
 
 
 def empirical_risk(spec: NetSpec, loss: Loss | str, w: Tensor, x: Tensor, y: Tensor) -> Tensor:
@@ -446,6 +492,6 @@ def reference_gd(
     traj = [w0]
     w = w0
     for _ in range(steps):
-        w = project(w - lr * gradient(spec, loss, w, x, y), box)
+        w = projected_step(w, gradient(spec, loss, w, x, y), lr, box)
         traj.append(w)
     return torch.stack(traj)

@@ -150,7 +150,7 @@ def test_per_step_errors_are_measured_only_where_a_slot_names_them(toy) -> None:
     x, y, xq, w0, _ = sample_task(spec, 7, seed=0)
     rep = verify(compile_gd_transformer(spec, steps=2, n=7), x, y, xq, w0, lipschitz_iters=0)
     for e in rep.steps:  # paper variant: every quantity has a slot, and ReLU GD is exact
-        assert all(0.0 <= v <= 1e-12 for v in (e.p, e.r_prime, e.g, e.s))
+        assert all(0.0 <= v <= 1e-12 for v in (e.p, e.r_prime, e.u, e.s))
     name = toy("toy-callable", _toy_effects)  # its R slots are checked through a callable only
     rep = verify(compile_gd_transformer(spec, steps=2, n=7, variant=name), x, y, xq, w0, lipschitz_iters=0)
     assert rep.passed and all(math.isnan(e.r_prime) and e.p <= 1e-12 for e in rep.steps)

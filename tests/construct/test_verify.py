@@ -95,8 +95,9 @@ def _inputs(model, prompt):
 
 
 @pytest.mark.parametrize("index", range(10))  # every sublayer of a depth-3 block
-def test_a_wrong_weight_is_named(index: int) -> None:
+def test_a_wrong_weight_is_named(index: int, assert_nondegenerate) -> None:
     model, prompt = _setup(seed=1, projection="box", box=0.3)
+    assert_nondegenerate(model.spec, prompt[0], prompt[1], prompt[3])
     _perturb_one_weight(model.block[index], _inputs(model, prompt)[(0, index)])
     rep = verify(model, *prompt, lipschitz_iters=0)
     assert not rep.passed
@@ -187,3 +188,19 @@ def test_sample_task_keeps_a_seeds_first_good_draw() -> None:
     for a, b in zip(raw, task.astuple(), strict=True):
         assert torch.equal(a, b)
     assert len(sample_task(spec, n, seed=bad)) == 5
+
+
+@pytest.mark.parametrize("variant", ["paper", "compact", "rows"])
+def test_a_valid_float32_model_passes_with_default_options(variant: str) -> None:
+    """verify's default tolerance follows the model's dtype (default_tol): a correct float32 construction
+    passes without a tol argument, and its sublayer errors are float32 round-off, far above float64's."""
+    from icdl.construct.compile import default_tol
+
+    spec, n = NetSpec(2, 3, 3, 1), 6
+    x, y, xq, w0, _ = sample_task(spec, n, seed=4)
+    m32 = compile_gd_transformer(spec, steps=2, n=n, lr=0.1, dtype="float32", variant=variant)
+    rep = verify(m32, x, y, xq, w0)
+    assert rep.verdict == "PASS", rep.table()
+    assert rep.tol == default_tol("float32") == 1e-4 and default_tol("float64") == 1e-9
+    assert 1e-9 < rep.max_sublayer_err <= 1e-4  # would FAIL at the float64 tolerance
+    assert verify(m32, x, y, xq, w0, tol=1e-9, lipschitz_iters=0).verdict == "FAIL"

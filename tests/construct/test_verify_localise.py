@@ -62,8 +62,11 @@ N_BLOCK = 2 * 2 + 4
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, 0.25], ids=["nan", "inf", "finite"])
 @pytest.mark.parametrize("index", range(N_BLOCK))
-def test_a_planted_value_is_named_with_its_sublayer_and_slot(index: int, value: float) -> None:
+def test_a_planted_value_is_named_with_its_sublayer_and_slot(
+    index: int, value: float, assert_nondegenerate
+) -> None:
     model, prompt = _setup()
+    assert_nondegenerate(model.spec, prompt[0], prompt[1], prompt[3])
     assert len(model.block) == N_BLOCK
     _plant(model.block[index], _inputs(model, prompt)[index], value)
     rep = verify(model, *prompt, lipschitz_iters=0)
@@ -222,11 +225,14 @@ def _non_finite_cases() -> list[tuple[str, int, float]]:
 
 
 @pytest.mark.parametrize("variant, index, value", _non_finite_cases())
-def test_non_finite_values_are_named_with_default_options(variant: str, index: int, value: float) -> None:
+def test_non_finite_values_are_named_with_default_options(
+    variant: str, index: int, value: float, assert_nondegenerate
+) -> None:
     """NaN or inf in any sublayer of any variant, verified with verify's DEFAULT options (the Lipschitz
     estimate and the Corollary 1.1 bound run on the non-finite trajectory): no exception, the sublayer is
     named, and the report still has the degenerate flag and a FAIL verdict."""
     model, prompt = _small(variant)
+    assert_nondegenerate(model.spec, prompt[0], prompt[1], prompt[3])  # GD moves w: a real check
     _plant(model.block[index], _inputs(model, prompt)[index], value)
     rep = verify(model, *prompt)
     div = rep.first_divergence

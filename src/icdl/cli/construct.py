@@ -294,7 +294,7 @@ def _run(
     """Compile ``config``, run it untraced once (timed), verify it on a prompt sampled from ``seed``
     (redrawn while degenerate unless ``raw_task``)."""
     from icdl.construct import compile_gd_transformer
-    from icdl.construct.compile import sample_task_info
+    from icdl.construct.compile import default_tol, sample_task_info
     from icdl.construct.verify import verify
 
     t0 = time.perf_counter()
@@ -310,9 +310,7 @@ def _run(
     t0 = time.perf_counter()
     model(H)  # untraced forward pass: the time the transformer itself takes
     seconds_forward = time.perf_counter() - t0
-    report = verify(
-        model, x, y, xq, w0, tol=tol if tol is not None else (1e-9 if dtype == "float64" else 1e-4)
-    )
+    report = verify(model, x, y, xq, w0, tol=tol if tol is not None else default_tol(dtype))
     return _Run(model, report, seconds_compile, seconds_forward, task.draws)
 
 

@@ -42,7 +42,7 @@ from torch import Tensor
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
-from icdl.nets import GradTerms, NetSpec, project
+from icdl.nets import GradTerms, NetSpec, projected_step
 from icdl.sublayer import SublayerInfo
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class Reference:
             "A": lambda: g.A[_layer(e) - 1].reshape(-1),
             "grad": lambda: g.grad,
             "w_step": lambda: self.w - self.lr * g.grad,
-            "w": lambda: project(self.w - self.lr * g.grad, self.box),
+            "w": lambda: projected_step(self.w, g.grad, self.lr, self.box),
         }
         if q in flat:
             return flat[q]()[None].expand(T, -1)

@@ -67,7 +67,7 @@ from icdl.construct.layout import ROWS_SCRATCH, Layout, RowsLayout
 from icdl.construct.products import ProductTerms, product_terms
 from icdl.construct.ranged import RowAttention, RowMLP, pack_heads
 from icdl.construct.terms import Terms
-from icdl.nets import NetSpec, project, unflatten
+from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 
 __all__ = [
@@ -389,19 +389,14 @@ def _deltas(ref: Reference) -> list[Tensor]:
     if not any(smooth(spec, j) for j in range(1, spec.depth + 1)):
         out = list(sur.s)
     else:
-        Vs = unflatten(spec, ref.w)
-        out = [torch.empty(0)] * spec.depth
-        z = sur.u
-        for j in range(spec.depth, 0, -1):
-            if smooth(spec, j):
-                prod = derivative_product(
-                    spec, j, ref.model.terms.r_prime[j - 1], eps=cfg.eps, radius=cfg.radius
-                )
-                out[j - 1] = eval_product(prod, sur.r_prime[j - 1], z)
-            else:
-                out[j - 1] = sur.r_prime[j - 1] * z
-            if j > 1:
-                z = out[j - 1] @ Vs[j - 1]  # z_{j-1} = V_j^T s(j)
+
+        def derivative(j: int, rp: Tensor, z: Tensor) -> Tensor:
+            if not smooth(spec, j):
+                return rp * z
+            prod = derivative_product(spec, j, ref.model.terms.r_prime[j - 1], eps=cfg.eps, radius=cfg.radius)
+            return eval_product(prod, rp, z)
+
+        out, _ = backward_deltas(sur.r_prime, sur.u, unflatten(spec, ref.w), derivative=derivative)
     ref.cache["rows_deltas"] = out
     return out
 
@@ -416,8 +411,7 @@ def _stepped(ref: Reference, box: float | None) -> Tensor:
         t, s, p = ref.t, _deltas(ref), ref.sur.p
         n = float(t.sum())
         grad = torch.cat([((s[j] * t[:, None]).T @ p[j]).reshape(-1) for j in range(spec.depth)]) / (2 * n)
-    w = ref.w - ref.lr * grad
-    return w if box is None else project(w, box)
+    return projected_step(ref.w, grad, ref.lr, box)
 
 
 def _z(j: int) -> Callable[[Reference], Tensor]:

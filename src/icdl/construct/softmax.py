@@ -54,7 +54,7 @@ from icdl.construct.layout import SCRATCH, Layout, paper_layout
 from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
 from icdl.construct.products import ProductTerms, add_product, product_terms
 from icdl.construct.terms import Terms
-from icdl.nets import NetSpec, project, unflatten
+from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 
 __all__ = [
@@ -366,19 +366,14 @@ def surrogate(
         rps.append(r_prime[j - 1](z))
     u = u_terms(ps[-1], y_all) * t[:, None]
 
-    def times_derivative(m: Tensor, z: Tensor) -> Tensor:
-        return m * z if prods.derivative is None else prods.derivative(m, z)
+    def transpose(j: int, V: Tensor, s_next: Tensor) -> Tensor:
+        Vt = V.t()  # (n_j, n_{j+1}): row k is column k of V_{j+1}
+        return _sum_products(prods.transpose, Vt[None].expand(x_all.shape[0], -1, -1), s_next[:, None, :])
 
-    s: list[Tensor] = [torch.empty(0)] * N
-    back: list[Tensor] = [torch.empty(0)] * N
-    back[N - 1] = u
-    s[N - 1] = times_derivative(rps[N - 1], u)
-    for j in range(N - 1, 0, -1):
-        Vt = Vs[j].t()  # (n_j, n_{j+1}): row k is column k of V_{j+1}
-        back[j - 1] = _sum_products(
-            prods.transpose, Vt[None].expand(x_all.shape[0], -1, -1), s[j][:, None, :]
-        )
-        s[j - 1] = times_derivative(rps[j - 1], back[j - 1])
+    deriv = prods.derivative
+    s, back = backward_deltas(
+        rps, u, Vs, transpose=transpose, derivative=None if deriv is None else lambda j, m, z: deriv(m, z)
+    )
     A = torch.cat([prods.gradient(ps[j][:, None, :], s[j][:, :, None]).flatten(1) for j in range(N)], dim=1)
     grad = A.sum(0) / (2 * n)
     return Surrogate(zs, ps, rps, u, back, s, A, grad)
@@ -386,7 +381,7 @@ def surrogate(
 
 def surrogate_step(sur: Surrogate, w: Tensor, lr: float, box: float | None) -> Tensor:
     """``Proj_W(w - eta * grad)`` with the surrogate gradient."""
-    return project(w - lr * sur.grad, box)
+    return projected_step(w, sur.grad, lr, box)
 
 
 # -- expected effects (the contract of icdl.construct.contract) ------------------------------------------
@@ -424,8 +419,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
 
     def stepped(ref: Reference, box: float | None) -> Tensor:
         sur = _surrogate_of(ref, spec)
-        w = ref.w - ref.lr * sur.grad
-        return (w if box is None else project(w, box))[None].expand(ref.x_all.shape[0], -1)
+        return projected_step(ref.w, sur.grad, ref.lr, box)[None].expand(ref.x_all.shape[0], -1)
 
     table: dict[str, list[Expect]] = {
         "forward_products": [Expect(f"P_{j}", q(f"~V_{j} p({j - 1})", lambda s: s.z[j - 1]))],

@@ -33,15 +33,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from icdl.construct.compile import CompiledModel, TracePoint
+from icdl.construct.compile import CompiledModel, TracePoint, default_tol
 from icdl.construct.contract import Expect, Reference
 from icdl.construct.variants import get_variant
+from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport
 from icdl.nets import (
     GradTerms,
     empirical_risk,
@@ -53,7 +53,10 @@ from icdl.nets import (
 from icdl.theory import corollary11_bound
 
 __all__ = [
+    "Checked",
+    "Comparison",
     "Divergence",
+    "Prompt",
     "Reference",
     "StepErrors",
     "Trace",
@@ -125,50 +128,6 @@ def estimate_lipschitz(
 
 
 @dataclass
-class StepErrors:
-    """Errors of one GD step l (1-based), max abs over tokens and coordinates unless said otherwise; p,
-    r_prime, g (= u) and s are NaN when no expected effect of the variant names that quantity."""
-
-    step: int
-    p: float
-    r_prime: float
-    g: float
-    s: float
-    w: float  # max |w̄^l - w^l_GD| (trajectory)
-    grad_l2: float  # eps_l = ||ḡ_l - ∇L_n(w̄^{l-1})||_2
-    trajectory_l2: float  # ||w̄^l - w^l_GD||_2
-    bound_l2: float  # corrected Corollary 1.1 bound at step l
-
-
-@dataclass
-class Divergence:
-    """The first sublayer whose output differs from its expected effect by more than the tolerance.
-
-    Attributes:
-        step: 0-based GD step, None for the readout.
-        index: 0-based position in the block (or the readout).
-        name: the sublayer's name (unique in its block).
-        role: its role.
-        slot: the slot with the largest error (a slot holding NaN or inf wins over any finite error).
-        error: the largest absolute error in that slot (nan or inf when the slot is not finite).
-        kind: ``"finite"``, ``"nan"`` or ``"inf"``.
-    """
-
-    step: int | None
-    index: int
-    name: str
-    role: str
-    slot: str
-    error: float
-    kind: str = "finite"
-
-    def describe(self) -> str:
-        where = "readout" if self.step is None else f"step {self.step + 1}"
-        err = {"nan": "NaN", "inf": "inf"}.get(self.kind, f"|err| = {self.error:.3g}")
-        return f"{where}, sublayer {self.index + 1} ({self.name}), slot {self.slot}: {err}"
-
-
-@dataclass
 class Trace:
     """The prompt and the state after every sublayer (batch element 0), in application order."""
 
@@ -213,6 +172,40 @@ def _slot_error(label: str, got: Tensor, want: Tensor) -> SlotError:
     return SlotError(label, float(rel.max()), float(diff.max()), "finite")
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt in the model's dtype: ``x`` (n, d_x), ``y`` (n, d_y), ``x_query`` (d_x,), ``w0`` (P,)."""
+
+    x: Tensor
+    y: Tensor
+    x_query: Tensor
+    w0: Tensor
+
+    @classmethod
+    def of(cls, model: CompiledModel, x: Tensor, y: Tensor, x_query: Tensor, w0: Tensor) -> Prompt:
+        dt = model.config.torch_dtype
+        return cls(x.to(dt), y.to(dt), x_query.to(dt), w0.to(dt))
+
+    @property
+    def n(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def x_all(self) -> Tensor:
+        """The n examples' inputs, then the query's: ``(n + 1, d_x)``."""
+        return torch.cat([self.x, self.x_query[None]])
+
+    @property
+    def y_all(self) -> Tensor:
+        """The labels, then 0 for the query: ``(n + 1, d_y)``."""
+        return torch.cat([self.y, torch.zeros(1, self.y.shape[1], dtype=self.y.dtype)])
+
+    @property
+    def mask(self) -> Tensor:
+        """``t``: 1 on the examples, 0 on the query, ``(n + 1,)``."""
+        return torch.cat([torch.ones(self.n, dtype=self.x.dtype), torch.zeros(1, dtype=self.x.dtype)])
+
+
 @dataclass
 class Comparison:
     """What :func:`compare` found: the first divergence, the largest relative sublayer error, per step the
@@ -225,19 +218,140 @@ class Comparison:
     w_tf: list[Tensor]
     spread: float
     scratch_max: float
-    references: list[Reference]
 
 
-_EXACT_KEYS = {"p": "p", "r_prime": "r_prime", "u": "g", "s": "s"}
+# quantities whose slots are also compared with the exact Lemma 1 terms (the columns of StepErrors)
+_EXACT = ("p", "r_prime", "u", "s")
+
+
+class _Walk:
+    """The state of :func:`compare` while it walks the trace: the current reference, the state before the
+    sublayer, the weights at the start of the step, and what has been found so far."""
+
+    def __init__(
+        self,
+        model: CompiledModel,
+        tr: Trace,
+        prompt: Prompt,
+        tol: float,
+        on_step: Callable[[Reference], None] | None,
+    ) -> None:
+        variant = get_variant(model.config.variant)
+        self.model, self.prompt, self.tol, self.on_step = model, prompt, tol, on_step
+        self.layout = model.layout
+        self.slots = {s.label: s for s in self.layout.slots}
+        self.T_all, a = tr.H0.shape[1], self.layout.prefix_tokens
+        self.token_rows = {
+            "all": slice(None),
+            "query": slice(self.T_all - 1, None),
+            "data": slice(a, None),
+            "prefix": slice(0, a),
+        }
+        self.effects = {m.info.name: variant.effects(m.info, self.layout) for m in model.block_layers}
+        self.readout_effects = {
+            m.info.name: variant.effects(m.info, self.layout) for m in model.readout_layers
+        }
+        self.x_all, self.y_all, self.tmask = prompt.x_all, prompt.y_all, prompt.mask
+        self.first: Divergence | None = None
+        self.max_rel = self.spread = self.scratch_max = 0.0
+        self.cur = tr.H0[0].clone()
+        self.step_w = prompt.w0
+        self.ref = self.reference(prompt.w0)
+        self.w_tf = [prompt.w0]
+        self.grad_err: list[float] = []
+        self.per_step: list[dict[str, float]] = []
+        self.acc = self.fresh()
+        self.applied: Tensor | None = None
+        self.last = len(model.block_layers) - 1
+
+    @staticmethod
+    def fresh() -> dict[str, float]:
+        """Per step, max error against the exact Lemma 1 terms; NaN until some Expect names the quantity."""
+        return dict.fromkeys(_EXACT, math.nan)
+
+    def reference(self, w: Tensor) -> Reference:
+        """The reference of the GD step that starts at the transformer's own weights ``w``."""
+        m, cfg = self.model, self.model.config
+        sur = recursion(m, w, self.x_all, self.y_all, self.tmask, surrogate=True)
+        exact = recursion(m, w, self.x_all, self.y_all, self.tmask, surrogate=False)
+        ref = Reference(w, sur, exact, cfg.lr, cfg.box, m, self.x_all, self.y_all, self.tmask)
+        if self.on_step is not None:
+            self.on_step(ref)
+        return ref
+
+    def place(self, e: Expect, val: Tensor) -> Tensor:
+        """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
+        per data token (built-in quantities) or per selected token."""
+        if val.dim() == 1:
+            return val
+        rows = self.token_rows[e.tokens]
+        if val.shape[0] == self.T_all:
+            return val[rows]
+        if val.shape[0] == self.prompt.n + 1 and e.tokens in ("data", "query"):
+            return val if e.tokens == "data" else val[-1:]
+        if val.shape[0] == len(range(self.T_all)[rows]):
+            return val
+        raise ValueError(f"expected value for slot {e.slot} has {val.shape[0]} rows ({e.tokens} tokens)")
+
+    def expected(self, pt: TracePoint, H: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """The state the sublayer at ``pt`` must produce from ``self.cur`` and the per-slot tolerances its
+        effects set; records the errors against the exact terms and the weights written before projection."""
+        expects = (self.readout_effects if pt.step is None else self.effects)[pt.name]
+        exp = self.cur.clone()
+        tols: dict[str, float] = {}
+        dt = self.model.config.torch_dtype
+        for e in expects:
+            idx = list(self.slots[e.slot].indices)
+            rows = self.token_rows[e.tokens]
+            val = torch.zeros(len(idx), dtype=dt) if e.quantity == "zero" else self.ref.value(e)
+            exp[rows, idx] = self.place(e, val)
+            if e.rtol is not None:
+                tols[e.slot] = e.rtol
+            if isinstance(e.quantity, str) and e.quantity in _EXACT and pt.step is not None:
+                want = self.place(e, self.ref.value(e, self.ref.exact))
+                err = float((H[rows][:, idx] - want).abs().max())
+                old = self.acc[e.quantity]
+                self.acc[e.quantity] = err if math.isnan(old) else max(old, err)
+            if e.applied_step or e.quantity == "w_step":
+                self.applied = self.layout.read_weights(H)
+        return exp, tols
+
+    def check(self, pt: TracePoint, H: Tensor, exp: Tensor, tols: dict[str, float]) -> None:
+        """Compare every slot of ``H`` with ``exp``; the first failing sublayer is the divergence."""
+        errs = [
+            _slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in self.layout.slots
+        ]
+        for se in errs:
+            if se.kind == "finite":
+                self.max_rel = max(self.max_rel, se.rel)
+        failing = [se for se in errs if not se.rel <= tols.get(se.slot, self.tol)]
+        if self.first is None and failing:
+            bad = max(failing, key=lambda se: se.rank)
+            self.first = Divergence(pt.step, pt.index, pt.name, pt.info.role, bad.slot, bad.abs, bad.kind)
+
+    def end_step(self, H: Tensor) -> None:
+        """After the block's last sublayer: weight replication, scratch, the applied gradient, new w."""
+        layout, p = self.layout, self.prompt
+        W = layout.weight_copies(H)
+        self.spread = max(self.spread, float((W - W[0]).abs().max()))
+        self.scratch_max = max(self.scratch_max, float(H[:, layout.scratch_indices()].abs().max()))
+        # The gradient the transformer applied: read before the projection when a sublayer is expected
+        # to write w - eta grad, else from the step's end (exact without projection).
+        w_new = layout.read_weights(H).clone()
+        g_tf = (self.step_w - (self.applied if self.applied is not None else w_new)) / self.model.config.lr
+        true = gradient(self.model.spec, self.model.config.loss, self.step_w, p.x, p.y)
+        self.grad_err.append(float((g_tf - true).norm()))
+        self.applied = None
+        self.step_w = w_new
+        self.w_tf.append(w_new)
+        self.per_step.append(self.acc)
+        self.acc = self.fresh()
 
 
 def compare(
     model: CompiledModel,
     tr: Trace,
-    x: Tensor,
-    y: Tensor,
-    x_query: Tensor,
-    w0: Tensor,
+    prompt: Prompt,
     *,
     tol: float = 1e-9,
     on_step: Callable[[Reference], None] | None = None,
@@ -245,207 +359,18 @@ def compare(
     """Check every traced state against the variant's expected effects (everything not named must keep its
     value); the reference is re-evaluated at the transformer's own weights at the start of every step, so
     each sublayer is checked on its own input and the first divergence is where a bug is."""
-    variant = get_variant(model.config.variant)
-    layout, spec = model.layout, model.spec
-    dt = model.config.torch_dtype
-    n = x.shape[0]
-    x_all = torch.cat([x, x_query[None]])
-    y_all = torch.cat([y, torch.zeros(1, spec.out_dim, dtype=dt)])
-    tmask = torch.cat([torch.ones(n, dtype=dt), torch.zeros(1, dtype=dt)])
-    lr, box, loss = model.config.lr, model.config.box, model.config.loss
-    slots = {s.label: s for s in layout.slots}
-    scratch_idx = layout.scratch_indices()
-    T_all, a = tr.H0.shape[1], layout.prefix_tokens
-    token_rows = {
-        "all": slice(None),
-        "query": slice(T_all - 1, None),
-        "data": slice(a, None),
-        "prefix": slice(0, a),
-    }
-
-    def place(e: Expect, val: Tensor) -> Tensor:
-        """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
-        per data token (built-in quantities) or per selected token."""
-        if val.dim() == 1:
-            return val
-        rows = token_rows[e.tokens]
-        if val.shape[0] == T_all:
-            return val[rows]
-        if val.shape[0] == n + 1 and e.tokens in ("data", "query"):
-            return val if e.tokens == "data" else val[-1:]
-        if val.shape[0] == len(range(T_all)[rows]):
-            return val
-        raise ValueError(f"expected value for slot {e.slot} has {val.shape[0]} rows ({e.tokens} tokens)")
-
-    effects_of = {m.info.name: variant.effects(m.info, layout) for m in model.block_layers}
-    readout_effects = {m.info.name: variant.effects(m.info, layout) for m in model.readout_layers}
-
-    def reference(w: Tensor) -> Reference:
-        ref = Reference(
-            w,
-            recursion(model, w, x_all, y_all, tmask, surrogate=True),
-            recursion(model, w, x_all, y_all, tmask, surrogate=False),
-            lr,
-            box,
-            model,
-            x_all,
-            y_all,
-            tmask,
-        )
-        if on_step is not None:
-            on_step(ref)
-        return ref
-
-    first: Divergence | None = None
-    max_rel = 0.0
-    cur = tr.H0[0].clone()
-    step_w = w0
-    ref = reference(w0)
-    refs = [ref]
-    w_tf = [w0]
-    grad_err: list[float] = []
-    per_step: list[dict[str, float]] = []
-    # per step, max error against the exact Lemma 1 terms; NaN until some Expect names the quantity
-    acc: dict[str, float] = dict.fromkeys(_EXACT_KEYS.values(), math.nan)
-    applied: Tensor | None = None
-    spread = scratch_max = 0.0
-    last = len(model.block_layers) - 1
+    walk = _Walk(model, tr, prompt, tol, on_step)
     for pt, H in tr.points:
         if pt.index == 0 and pt.step != 0 and not (pt.step is None and model.steps == 0):
-            ref = reference(step_w)
-            refs.append(ref)
-        expects = (readout_effects if pt.step is None else effects_of)[pt.name]
-        exp = cur.clone()
-        tols: dict[str, float] = {}
-        for e in expects:
-            idx = list(slots[e.slot].indices)
-            rows = token_rows[e.tokens]
-            val = torch.zeros(len(idx), dtype=dt) if e.quantity == "zero" else ref.value(e)
-            exp[rows, idx] = place(e, val)
-            if e.rtol is not None:
-                tols[e.slot] = e.rtol
-            if isinstance(e.quantity, str) and e.quantity in _EXACT_KEYS and pt.step is not None:
-                key = _EXACT_KEYS[e.quantity]
-                want = place(e, ref.value(e, ref.exact))
-                err = float((H[rows][:, idx] - want).abs().max())
-                acc[key] = err if math.isnan(acc[key]) else max(acc[key], err)
-            if e.applied_step or e.quantity == "w_step":
-                applied = layout.read_weights(H)
-        errs = [_slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in layout.slots]
-        for se in errs:
-            if se.kind == "finite":
-                max_rel = max(max_rel, se.rel)
-        failing = [se for se in errs if not se.rel <= tols.get(se.slot, tol)]
-        if first is None and failing:
-            bad = max(failing, key=lambda se: se.rank)
-            first = Divergence(pt.step, pt.index, pt.name, pt.info.role, bad.slot, bad.abs, bad.kind)
-        cur = H  # continue from the transformer's own state: later checks localise their own errors
-        if pt.step is not None and pt.index == last:
-            W = layout.weight_copies(H)
-            spread = max(spread, float((W - W[0]).abs().max()))
-            scratch_max = max(scratch_max, float(H[:, scratch_idx].abs().max()))
-            # The gradient the transformer applied: read before the projection when a sublayer is expected
-            # to write w - eta grad, else from the step's end (exact without projection).
-            w_new = layout.read_weights(H).clone()
-            g_tf = (step_w - (applied if applied is not None else w_new)) / lr
-            grad_err.append(float((g_tf - gradient(spec, loss, step_w, x, y)).norm()))
-            applied = None
-            step_w = w_new
-            w_tf.append(step_w)
-            per_step.append(acc)
-            acc = dict.fromkeys(_EXACT_KEYS.values(), math.nan)
-    return Comparison(first, max_rel, per_step, grad_err, w_tf, spread, scratch_max, refs)
-
-
-@dataclass
-class VerifyReport:
-    """Result of :func:`verify`. ``verdict`` is ``"FAIL"`` when some sublayer diverges from its expected
-    effect beyond ``tol``, else ``"DEGENERATE"`` when reference GD never moves w (``weights_moved`` =
-    ``max |w_L - w_0|`` is 0 with L >= 1 steps: every comparison with GD is then trivially exact, so the
-    check proves nothing), else ``"PASS"``. ``passed`` means ``verdict == "PASS"``."""
-
-    steps: list[StepErrors]
-    first_divergence: Divergence | None
-    tol: float
-    max_sublayer_err: float
-    max_abs_err_weights: float
-    max_abs_err_prediction: float
-    max_abs_err_prediction_own_w: float
-    weights_spread: float
-    scratch_max: float
-    delta_window_count: int | None
-    out_of_range_count: int | None
-    gate_margin: float
-    eps_grad: float
-    lipschitz_f: float
-    lipschitz_method: str
-    corollary_bound: float
-    trajectory_error: float
-    seconds_forward: float
-    seconds_reference: float
-    seconds_verify: float
-    weights_moved: float = math.nan
-    degenerate: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def verdict(self) -> str:
-        """``"PASS"``, ``"FAIL"`` or ``"DEGENERATE"`` (see the class docstring)."""
-        if self.first_divergence is not None:
-            return "FAIL"
-        return "DEGENERATE" if self.degenerate else "PASS"
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "PASS"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["passed"] = self.passed
-        d["verdict"] = self.verdict
-        d["first_divergence"] = None if self.first_divergence is None else self.first_divergence.describe()
-        d["first_divergence_at"] = None if self.first_divergence is None else asdict(self.first_divergence)
-        return d
-
-    def table(self) -> str:
-        """A readable per-step table, its legend and the summary lines ("—" where a check does not apply)."""
-        cols = ("p", "r_prime", "u", "s", "w", "eps_l", "traj_l2", "bound")
-        head = f"{'step':>4} " + " ".join(f"{c:>9}" for c in cols)
-        rows = [head]
-
-        def num(v: float) -> str:
-            return f"{'—':>9}" if math.isnan(v) else f"{v:9.2e}"
-
-        for e in self.steps:
-            vals = (e.p, e.r_prime, e.g, e.s, e.w, e.grad_l2, e.trajectory_l2, e.bound_l2)
-            rows.append(f"{e.step:>4} " + " ".join(num(v) for v in vals))
-        rows += [
-            "legend: p, r_prime, u, s = max |slot - exact Lemma 1 term| at the transformer's w "
-            "(— = not a slot of this variant); w = max |w_TF - w_GD|;",
-            "        eps_l = ||applied gradient - grad L_n||_2; traj_l2 = ||w_TF - w_GD||_2; "
-            "bound = Corollary 1.1 (corrected) at step l",
-        ]
-        div = "none" if self.first_divergence is None else self.first_divergence.describe()
-
-        def opt(v: int | None) -> str:
-            return "—" if v is None else str(v)
-
-        rows += [
-            f"sublayer check (tol {self.tol:.0e}): max err {self.max_sublayer_err:.2e}; "
-            f"first divergence: {div}",
-            f"max |w_TF - w_GD| = {self.max_abs_err_weights:.2e}; "
-            f"prediction error = {self.max_abs_err_prediction:.2e}",
-            f"w spread across tokens = {self.weights_spread:.1e}; "
-            f"scratch after blocks = {self.scratch_max:.1e}",
-            f"relu' window (0, delta) hits = {opt(self.delta_window_count)}; "
-            f"outside [-R, R] = {opt(self.out_of_range_count)}; "
-            f"gate margin = {self.gate_margin:.3g}",
-            f"eps = {self.eps_grad:.2e}; L_f ~ {self.lipschitz_f:.3g} ({self.lipschitz_method}); "
-            f"Corollary 1.1 bound {self.corollary_bound:.2e} vs trajectory error {self.trajectory_error:.2e}",
-            f"GD moves w by max |w_L - w_0| = {self.weights_moved:.2e}"
-            + ("; DEGENERATE task: GD never moves w, so the check proves nothing" if self.degenerate else ""),
-        ]
-        return "\n".join(rows)
+            walk.ref = walk.reference(walk.step_w)
+        exp, tols = walk.expected(pt, H)
+        walk.check(pt, H, exp, tols)
+        walk.cur = H  # continue from the transformer's own state: later checks localise their own errors
+        if pt.step is not None and pt.index == walk.last:
+            walk.end_step(H)
+    return Comparison(
+        walk.first, walk.max_rel, walk.per_step, walk.grad_err, walk.w_tf, walk.spread, walk.scratch_max
+    )
 
 
 @dataclass
@@ -484,7 +409,7 @@ def verify(
     x_query: Tensor,
     w0: Tensor,
     *,
-    tol: float = 1e-9,
+    tol: float | None = None,
     lipschitz_iters: int = 20,
 ) -> VerifyReport:
     """Run ``model`` on one prompt and compare it with reference GD: :func:`trace`, :func:`compare`,
@@ -493,107 +418,124 @@ def verify(
     Args:
         model: a compiled model.
         x: ``(n, d_x)`` inputs; y: ``(n, d_y)`` labels; x_query: ``(d_x,)``; w0: ``(P,)`` initial weights.
-        tol: relative tolerance of the sublayer check (``|err| <= tol * max(1, |expected|)``).
+        tol: relative tolerance of the sublayer check (``|err| <= tol * max(1, |expected|)``); default
+            :func:`~icdl.construct.compile.default_tol` of the model's dtype (1e-9 float64, 1e-4 float32).
         lipschitz_iters: power-iteration steps per trajectory point for the L_f estimate (0: skip).
     """
     t_start = time.perf_counter()
-    dt = model.config.torch_dtype
-    x, y, x_query, w0 = (v.to(dt) for v in (x, y, x_query, w0))
-    tr = trace(model, model.build_prompt(x, y, x_query, w0))
-    y_all = torch.cat([y, torch.zeros(1, model.spec.out_dim, dtype=dt)])
+    tol = default_tol(model.config.dtype) if tol is None else tol
+    prompt = Prompt.of(model, x, y, x_query, w0)
+    tr = trace(model, model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0))
     counters = _Counters()
+    y_all = prompt.y_all
     cmp = compare(
-        model,
-        tr,
-        x,
-        y,
-        x_query,
-        w0,
-        tol=tol,
-        on_step=lambda ref: _count(model, ref, counters, x.shape[0], y_all),
+        model, tr, prompt, tol=tol, on_step=lambda ref: _count(model, ref, counters, prompt.n, y_all)
     )
-    return report(model, tr, cmp, counters, x, y, x_query, w0, tol, lipschitz_iters, t_start)
+    return report(Checked(model, prompt, tr, cmp, counters, tol, t_start), lipschitz_iters=lipschitz_iters)
 
 
-def report(
-    model: CompiledModel,
-    tr: Trace,
-    cmp: Comparison,
-    counters: _Counters,
-    x: Tensor,
-    y: Tensor,
-    x_query: Tensor,
-    w0: Tensor,
-    tol: float,
-    lipschitz_iters: int,
-    t_start: float,
-) -> VerifyReport:
-    """Turn a :class:`Comparison` into a :class:`VerifyReport`: trajectory against reference GD,
-    the Corollary 1.1 bound with a local L_f estimate, the prediction errors."""
-    spec, L = model.spec, model.steps
-    lr, box, loss = model.config.lr, model.config.box, model.config.loss
+@dataclass
+class Checked:
+    """What :func:`report` turns into a :class:`VerifyReport`: the model, the prompt, its trace, the
+    sublayer comparison, the range counters, the tolerance used and when the verification started."""
+
+    model: CompiledModel
+    prompt: Prompt
+    trace: Trace
+    comparison: Comparison
+    counters: _Counters
+    tol: float
+    t_start: float
+
+
+@dataclass
+class _GDCheck:
+    """Reference GD and the Corollary 1.1 ingredients: its trajectory, eps = max_l eps_l, the L_f estimate."""
+
+    traj_gd: Tensor
+    traj_tf: Tensor
+    seconds: float
+    eps: float
+    lf: float
+
+    def bound(self, lr: float, steps: int) -> float:
+        return _bound(self.eps, lr, self.lf, steps)
+
+
+def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
+    """Reference GD from the prompt's w0 (timed), and the local L_f estimate along both trajectories."""
+    model, p, cmp = c.model, c.prompt, c.comparison
+    cfg, L = model.config, model.steps
     t0 = time.perf_counter()
-    traj_gd = reference_gd(spec, loss, w0, x, y, lr=lr, steps=L, box=box)
-    seconds_reference = time.perf_counter() - t0
-    traj_tf = torch.stack(cmp.w_tf)
-    eps = _max_or_nan(cmp.grad_err)
+    traj_gd = reference_gd(model.spec, cfg.loss, p.w0, p.x, p.y, lr=cfg.lr, steps=L, box=cfg.box)
+    seconds = time.perf_counter() - t0
     if lipschitz_iters > 0 and L > 0:
-        lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], x, y, iters=lipschitz_iters)
+        lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], p.x, p.y, iters=lipschitz_iters)
     else:
         lf = 0.0
+    return _GDCheck(traj_gd, torch.stack(cmp.w_tf), seconds, _max_or_nan(cmp.grad_err), lf)
 
-    def bound(l: int) -> float:
-        return _bound(eps, lr, lf, l)
 
-    steps_out = []
-    for l in range(1, L + 1):
-        d = traj_tf[l] - traj_gd[l]
-        e = cmp.per_step[l - 1]
-        steps_out.append(
+def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
+    """One :class:`StepErrors` per GD step: the exact-term errors, trajectory and gradient errors, bound."""
+    out = []
+    for l in range(1, c.model.steps + 1):
+        d = gd.traj_tf[l] - gd.traj_gd[l]
+        e = c.comparison.per_step[l - 1]
+        out.append(
             StepErrors(
                 l,
                 e["p"],
                 e["r_prime"],
-                e["g"],
+                e["u"],
                 e["s"],
                 float(d.abs().max()),
-                cmp.grad_err[l - 1],
+                c.comparison.grad_err[l - 1],
                 float(d.norm()),
-                bound(l),
+                gd.bound(c.model.config.lr, l),
             )
         )
-    pred = model.read_prediction(tr.out)[0]
-    pred_gd = forward_query(model, traj_gd[-1], x_query)
-    pred_own = forward_query(model, traj_tf[-1], x_query)
+    return out
+
+
+def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
+    """Turn a :class:`Comparison` into a :class:`VerifyReport`: trajectory against reference GD,
+    the Corollary 1.1 bound with a local L_f estimate, the prediction errors, degeneracy."""
+    model, cmp, L = c.model, c.comparison, c.model.steps
+    gd = _gd_check(c, lipschitz_iters)
+    traj_gd, traj_tf = gd.traj_gd, gd.traj_tf
+    pred = model.read_prediction(c.trace.out)[0]
+    pred_gd = forward_query(model, traj_gd[-1], c.prompt.x_query)
+    pred_own = forward_query(model, traj_tf[-1], c.prompt.x_query)
     has_step = any(t.delta is not None for t in model.terms.r_prime)
     moved = float((traj_gd[-1] - traj_gd[0]).abs().max())
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
     return VerifyReport(
-        steps=steps_out,
+        steps=_step_errors(c, gd),
         first_divergence=cmp.first,
-        tol=tol,
+        tol=c.tol,
         max_sublayer_err=cmp.max_rel,
         max_abs_err_weights=float((traj_tf - traj_gd).abs().max()),
         max_abs_err_prediction=float((pred - pred_gd).abs().max()),
         max_abs_err_prediction_own_w=float((pred - pred_own).abs().max()),
         weights_spread=cmp.spread,
         scratch_max=cmp.scratch_max,
-        delta_window_count=counters.window if has_step else None,
+        delta_window_count=c.counters.window if has_step else None,
         out_of_range_count=(
-            counters.range if fitted or get_variant(model.config.variant).ranges is not None else None
+            c.counters.range if fitted or get_variant(model.config.variant).ranges is not None else None
         ),
-        gate_margin=counters.gate_margin,
-        eps_grad=eps,
-        lipschitz_f=lf,
+        gate_margin=c.counters.gate_margin,
+        eps_grad=gd.eps,
+        lipschitz_f=gd.lf,
         lipschitz_method=(
             f"max |Hessian eigenvalue| by {lipschitz_iters}-step power iteration "
             f"at {2 * (L + 1)} trajectory points (local)"
         ),
-        corollary_bound=bound(L),
+        corollary_bound=gd.bound(model.config.lr, L),
         trajectory_error=float((traj_tf[-1] - traj_gd[-1]).norm()),
-        seconds_forward=tr.seconds_forward,
-        seconds_reference=seconds_reference,
-        seconds_verify=time.perf_counter() - t_start,
+        seconds_forward=c.trace.seconds_forward,
+        seconds_reference=gd.seconds,
+        seconds_verify=time.perf_counter() - c.t_start,
         weights_moved=moved,
         degenerate=L > 0 and moved == 0.0,
         extra={

@@ -1,0 +1,102 @@
+"""Random prompts for a network spec (:func:`sample_task`), redrawn while degenerate: a prompt on which GD
+never moves w proves nothing about a compiled GD transformer (docs/construction.md, "Degenerate tasks")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from icdl.nets import NetSpec
+
+__all__ = ["MAX_DRAWS", "SampledTask", "sample_task", "sample_task_info", "task_is_degenerate"]
+
+
+@dataclass(frozen=True)
+class SampledTask:
+    """A prompt drawn by :func:`sample_task_info`; ``draws`` counts the draws it took (1 unless earlier
+    draws were degenerate and redrawn). :meth:`astuple` gives :func:`sample_task`'s 5-tuple."""
+
+    x: Tensor
+    y: Tensor
+    x_query: Tensor
+    w0: Tensor
+    w_teacher: Tensor
+    draws: int
+
+    def astuple(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        return self.x, self.y, self.x_query, self.w0, self.w_teacher
+
+
+#: Redraws allowed before :func:`sample_task_info` gives up on finding a non-degenerate task.
+MAX_DRAWS = 100
+
+
+def task_is_degenerate(spec: NetSpec, loss: str, x: Tensor, y: Tensor, w0: Tensor) -> bool:
+    """A task on which a GD check proves nothing: all labels equal, or the first GD step of
+    :func:`icdl.nets.reference_gd` leaves ``w0`` exactly where it is (for ReLU networks: every unit dead
+    on every example), so GD never moves w and every comparison with it is trivially exact."""
+    from icdl.nets import reference_gd
+
+    if bool((y == y[:1]).all()):
+        return True
+    traj = reference_gd(spec, loss, w0.double(), x.double(), y.double(), lr=1.0, steps=1)
+    return bool(torch.equal(traj[1], traj[0]))
+
+
+def sample_task_info(
+    spec: NetSpec,
+    n: int,
+    *,
+    seed: int = 0,
+    loss: str = "squared",
+    dtype: torch.dtype = torch.float64,
+    w0_scale: float = 1.0,
+    nondegenerate: bool = True,
+) -> SampledTask:
+    """A random prompt for ``spec`` and the number of draws it took (see :func:`sample_task`).
+
+    Drawn from ``seed`` in this order: a teacher network with He-scaled weights ``N(0, 2/fan_in)``; inputs
+    ``x_1..x_n, x_query ~ N(0, I)``; ``w0`` like the teacher times ``w0_scale``. Labels ``y = f(w*, x)``; for
+    the logistic loss ``y = ±1`` by the sign of ``f - median``. (The paper's ``w0 = 0`` is a fixed point for
+    bias-free ReLU networks, so it is not the default.) With ``nondegenerate`` (the default) a draw that
+    :func:`task_is_degenerate` rejects is followed by a fresh one from the same generator, so the first
+    non-degenerate draw of a seed is what earlier versions returned for it; ``nondegenerate=False`` keeps
+    the first draw whatever it is. Raises ``ValueError`` after :data:`MAX_DRAWS` degenerate draws.
+    """
+    from icdl.nets import forward, init_weights
+
+    g = torch.Generator().manual_seed(seed)
+    for draws in range(1, MAX_DRAWS + 1):
+        w_star = init_weights(spec, generator=g, fan_in_scaling=True, dtype=torch.float64)
+        x = torch.randn(n, spec.in_dim, generator=g, dtype=torch.float64)
+        xq = torch.randn(spec.in_dim, generator=g, dtype=torch.float64)
+        w0 = w0_scale * init_weights(spec, generator=g, fan_in_scaling=True, dtype=torch.float64)
+        y = forward(spec, w_star, x)
+        if loss == "logistic":
+            y = torch.where(y >= y.median(dim=0).values, 1.0, -1.0).to(torch.float64)
+        if not nondegenerate or not task_is_degenerate(spec, loss, x, y, w0):
+            c = [v.to(dtype) for v in (x, y, xq, w0, w_star)]
+            return SampledTask(c[0], c[1], c[2], c[3], c[4], draws=draws)
+    raise ValueError(f"no non-degenerate task in {MAX_DRAWS} draws from seed {seed} (nondegenerate=False)")
+
+
+def sample_task(
+    spec: NetSpec,
+    n: int,
+    *,
+    seed: int = 0,
+    loss: str = "squared",
+    dtype: torch.dtype = torch.float64,
+    w0_scale: float = 1.0,
+    nondegenerate: bool = True,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """A random prompt for ``spec``: ``(x (n, d_x), y (n, d_y), x_query (d_x,), w0 (P,), w_teacher (P,))``.
+
+    :func:`sample_task_info` without the draw count: by default redrawn until the labels are not all equal
+    and the first GD step moves ``w0`` (``nondegenerate=False``: the seed's first draw as it is).
+    """
+    return sample_task_info(
+        spec, n, seed=seed, loss=loss, dtype=dtype, w0_scale=w0_scale, nondegenerate=nondegenerate
+    ).astuple()
