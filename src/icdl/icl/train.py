@@ -57,6 +57,7 @@ from icdl.icl.tasks import sample_batch, stream_generator
 from icdl.io import atomic_dir, atomic_write_text, one_line, read_text
 from icdl.manifest import verify_manifest, write_manifest
 from icdl.nets import NetSpec
+from icdl.runlock import LOCK_NAME, RunLock
 
 __all__ = [
     "DistInfo",
@@ -413,7 +414,7 @@ def _prepare_run_dir(run_dir: Path, cfg: Config) -> tuple[Path | None, int]:
         verify_checkpoint(ckpt)  # a damaged checkpoint stops here, before anything is written or rotated
         _load_weights(ckpt)
         return ckpt, int(_load_state(ckpt)["step"])
-    if run_dir.is_dir() and any(p for p in run_dir.iterdir()):
+    if run_dir.is_dir() and any(p for p in run_dir.iterdir() if p.name != LOCK_NAME):
         raise InputError(f"--out {str(run_dir)!r} is a non-empty directory without a run in it")
     return None, 0
 
@@ -487,6 +488,29 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
         )
     device = _resolve_device(cfg, dist)
     ckpt, start_step = _prepare_run_dir(run_dir, cfg)
+    # One writer per run directory: a second `icdl train` on it stops here (exit 2), see icdl.runlock.
+    lock = RunLock(run_dir).acquire() if dist.is_main else None
+    try:
+        if lock is not None:  # validated again under the lock: another run may have written meanwhile
+            ckpt, start_step = _prepare_run_dir(run_dir, cfg)
+        return _train_distributed(cfg, run_dir, device, dist, ckpt, start_step, quiet, t0)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_distributed(
+    cfg: Config,
+    run_dir: Path,
+    device: torch.device,
+    dist: DistInfo,
+    ckpt: Path | None,
+    start_step: int,
+    quiet: bool,
+    t0: float,
+) -> TrainResult:
+    """Set up threads and the process group around :func:`_train_loop`."""
+    t = cfg.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
 
