@@ -11,7 +11,9 @@ Run directory (``icdl train CONFIG --out DIR``)::
     DIR/metrics.jsonl                      one JSON object per logged step
     DIR/checkpoints/step_0000500/model.safetensors   weights of the UNcompiled module (+ metadata)
     DIR/checkpoints/step_0000500/state.pt            optimizer, step, RNG states (torch CPU / CUDA)
+    DIR/checkpoints/step_0000500/manifest.json       SHA-256 of each file, checked on every read
     DIR/checkpoints/latest                 name of the newest complete checkpoint
+    DIR/.lock                              flock held by the running `icdl train` (docs/reliability.md)
 
 A checkpoint is written into a temporary directory and renamed into place, then ``latest`` is
 replaced atomically, so a run killed at any instant leaves either the old or the new checkpoint,
