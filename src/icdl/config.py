@@ -6,7 +6,10 @@ A run is described by one :class:`Config` (pydantic v2, ``extra="forbid"``): a :
 and are loaded by name (``cpu-small``) or by path; ``key=value`` overrides use dotted keys and YAML
 scalars (``train.steps=500``, ``model.attention=softmax``, ``task.inputs.mean=[-2, 2]``).
 
-Every user mistake — unknown key, bad value, unknown preset — raises :class:`icdl.errors.InputError`
+Types are strict (docs/reliability.md): an integer setting takes an integer (not ``true``, not ``"3"``), a
+boolean takes ``true``/``false`` (not ``1``), a float takes a number; a key written twice in one YAML
+mapping is an error naming the key and its line. Every user mistake — unknown key, bad value, unknown
+preset, duplicate key — raises :class:`icdl.errors.InputError`
 with a one-line message, before anything is written to disk.
 
 Usage::
@@ -18,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
@@ -51,10 +55,12 @@ __all__ = [
 
 
 class StrictConfig(BaseModel):
-    """Base of every config section: unknown keys and NaN/inf values are errors."""
+    """Base of every config section: unknown keys, NaN/inf values and coerced types are errors."""
 
     # allow_inf_nan=False: no float setting is meaningful as NaN or infinity (one line, exit 2).
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # strict=True: no silent coercion (YAML's `yes` is True, and True must not train 1 layer; "3" is not 3);
+    # a float field still takes an integer.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -370,6 +376,14 @@ def suggest_key(key: str, schema: type[BaseModel] | None = None) -> str | None:
     return None
 
 
+def _shown(value: Any) -> str:
+    """A short rendering of a rejected value: its repr and, for a bool or a string, what it is."""
+    text = repr(value)[:60]
+    if isinstance(value, bool):
+        return f"{text}: a boolean; YAML reads yes/no/on/off as booleans"
+    return f"{text}: a string" if isinstance(value, str) else text
+
+
 def _format_validation_error(exc: ValidationError, schema: type[BaseModel], what: str) -> str:
     parts = []
     for err in exc.errors():
@@ -380,6 +394,8 @@ def _format_validation_error(exc: ValidationError, schema: type[BaseModel], what
             near = suggest_key(loc, schema)
             if near is not None:
                 msg += f" (did you mean {near!r}?)"
+        if err["type"].endswith("_type") and "input" in err:
+            msg += f" (got {_shown(err['input'])})"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return f"invalid {what}: " + "; ".join(parts)
 
@@ -398,6 +414,36 @@ def validate(data: dict[str, Any]) -> Config:
     return validate_as(Config, data)
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (PyYAML keeps the last value
+    silently) and reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3`` and yields the string "1e-3")."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            seen = first.get(key)
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            continue
+        if seen is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first on line {seen + 1})", key_node.start_mark
+            )
+        first[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=True)
+
+
+ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
     """Parse ``key=value`` strings; values are YAML scalars or flow collections (``true``, ``[1, 2]``)."""
     out = []
@@ -407,7 +453,7 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]
         if not sep or not key or any(not part for part in key.split(".")):
             raise InputError(f"override {item!r} must look like section.key=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = yaml.load(raw, Loader=ConfigLoader) if raw.strip() else None  # a SafeLoader
         except yaml.YAMLError:
             raise InputError(f"override {item!r}: value is not valid YAML") from None
         out.append((key, value))
@@ -448,7 +494,7 @@ def load_config_data(path: Path, overrides: list[str] | tuple[str, ...] = ()) ->
     not yet validated. An unreadable, invalid, empty or non-mapping file is a one-line InputError."""
     text = read_text(path, what="config")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=ConfigLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         raise InputError(f"config {str(path)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
     if data is None:

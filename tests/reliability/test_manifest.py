@@ -110,3 +110,17 @@ def test_cache_of_rewritten_checkpoint_recomputed(run_copy: Path) -> None:
     assert result_status(run_copy, "mixture") == "stale"
     again = evaluate_run(run_copy, "mixture", prompts=16, options=CHEAP, progress=False)
     assert again["from_cache"] is False
+
+
+def test_report_refuses_damaged_checkpoint(run_copy: Path, tmp_path: Path) -> None:
+    evaluate_run(run_copy, "in-distribution", prompts=16, options=CHEAP, progress=False)
+    f = latest(run_copy) / "state.pt"
+    flip_bit(f)
+    out = tmp_path / "report"
+    p = subprocess.run(
+        [sys.executable, "-m", "icdl", "report", str(run_copy), "--evaluate", "none", "--out", str(out)],
+        capture_output=True, text=True, env=ENV, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "state.pt" in p.stderr
+    assert not (out / "report.md").exists()

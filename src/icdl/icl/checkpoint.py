@@ -1,0 +1,228 @@
+"""Checkpoints of an ICL training run: atomic writing with an integrity manifest, verified reading.
+
+``RUN/checkpoints/step_NNNNNNN/`` holds ``model.safetensors`` (weights of the uncompiled module),
+``state.pt`` (optimizer, step, RNG states) and ``manifest.json`` (SHA-256 of each, :mod:`icdl.manifest`);
+``RUN/checkpoints/latest`` names the newest. A checkpoint is written by :func:`icdl.io.atomic_dir`, so a
+run killed at any instant leaves the old or the new one, never half of one; every read checks the
+manifest first (docs/reliability.md). Used by :mod:`icdl.icl.train`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from icdl.config import Config, dump_config, validate
+from icdl.errors import InputError
+from icdl.icl.models import ICLTransformer, build_model
+from icdl.io import atomic_dir, atomic_write_text, one_line, read_text
+from icdl.manifest import verify_manifest, write_manifest
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "clean_stale_temporaries",
+    "find_checkpoint",
+    "load_run",
+    "read_run_config",
+    "refuse_score_run",
+    "save_checkpoint",
+    "verify_checkpoint",
+]
+
+CHECKPOINT_FORMAT = "icdl-icl-v1"
+
+
+def find_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint directory of a run (via ``checkpoints/latest``), or None when the
+    run has none yet. A ``latest`` that names no complete checkpoint is an InputError (one line naming
+    it): the run directory was damaged, and starting over would overwrite the evidence."""
+    ck = Path(run_dir) / "checkpoints"
+    latest = ck / "latest"
+    if not latest.is_file():
+        return None
+    try:
+        name = latest.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"checkpoint pointer {str(latest)!r} is unreadable ({one_line(exc)})") from None
+    path = ck / name
+    complete = (path / "model.safetensors").is_file() and (path / "state.pt").is_file()
+    if not name or "/" in name or not complete:
+        raise InputError(
+            f"checkpoint pointer {str(latest)!r} names {name[:80]!r}, which is not a complete checkpoint; "
+            "the run directory is damaged (restore it, or train into a new --out)"
+        )
+    return path
+
+
+def clean_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Remove the temporary checkpoint folders (``checkpoints/.tmp-*``) a killed run left behind.
+
+    They are never read (a checkpoint becomes visible only by its rename), so removing them at the next
+    start loses nothing. Returns the removed paths."""
+    ck = Path(run_dir) / "checkpoints"
+    removed = []
+    if ck.is_dir():
+        for p in ck.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        for p in ck.glob(".latest.*.tmp"):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: Config
+) -> Path:
+    """Write the checkpoint of ``step`` atomically (temp dir, rename, then the ``latest`` pointer) and
+    delete checkpoints beyond ``train.keep_checkpoints``. Returns its directory."""
+    ck = run_dir / "checkpoints"
+    ck.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:07d}"
+    final = ck / name
+    if not final.exists():
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        meta = {"format": CHECKPOINT_FORMAT, "step": str(step), "config": dump_config(cfg)}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "rng": _rng_state(),
+        }
+        # The manifest (SHA-256 of each file) is written inside the temporary directory, so a published
+        # checkpoint always carries the one that matches it.
+        with atomic_dir(final, prefix=f".tmp-{name}-", finish=write_manifest) as tmp:
+            save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
+            torch.save(state, tmp / "state.pt")
+    atomic_write_text(ck / "latest", name + "\n")
+    old = sorted(p for p in ck.glob("step_*") if p.is_dir() and p.name != name)
+    for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """Check a checkpoint's files against its ``manifest.json`` (:func:`icdl.manifest.verify_manifest`).
+
+    Returns the manifest's SHA-256, or None for a checkpoint written before manifests (legacy: accepted
+    unverified, with a one-line warning on stderr). A mismatch is an InputError naming the file."""
+    digest = verify_manifest(path, what="checkpoint")
+    if digest is None and str(path) not in _WARNED_LEGACY:
+        _WARNED_LEGACY.add(str(path))
+        warn = f"icdl: warning: checkpoint {str(path)!r} has no manifest (legacy); not verified"
+        print(warn, file=sys.stderr)
+    return digest
+
+
+_WARNED_LEGACY: set[str] = set()
+
+
+def _load_weights(
+    path: Path, device: torch.device | str = "cpu"
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    from safetensors import safe_open
+
+    file = path / "model.safetensors"
+    try:
+        with safe_open(str(file), framework="pt") as fh:
+            meta = fh.metadata() or {}
+        return load_file(str(file), device=str(device)), meta
+    except Exception as exc:  # SafetensorError, OSError: a truncated or corrupt file
+        raise InputError(f"checkpoint file {str(file)!r} is corrupt or truncated ({one_line(exc)})") from None
+
+
+def _load_state(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """``state.pt`` of a checkpoint (optimizer, step, RNG); a corrupt file is one InputError line."""
+    file = path / "state.pt"
+    try:
+        state = torch.load(file, map_location=device, weights_only=True)
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise ValueError("no step")
+        return state
+    except Exception as exc:  # UnpicklingError, RuntimeError (zip), EOFError, ValueError
+        raise InputError(
+            f"checkpoint file {str(file)!r} is corrupt or truncated ({one_line(exc)[:200]})"
+        ) from None
+
+
+def _restore(module: Any, state: dict[str, Any], file: Path) -> None:
+    """``module.load_state_dict(state)``; a mismatch (tampered file, other config) is one InputError."""
+    try:
+        module.load_state_dict(state)
+    except Exception as exc:  # RuntimeError / KeyError / ValueError from torch
+        raise InputError(
+            f"checkpoint file {str(file)!r} does not fit this run's model ({one_line(exc)[:200]})"
+        ) from None
+
+
+def read_run_config(run_dir: Path) -> Config:
+    """The validated ``config.yaml`` of a run directory (one InputError line when missing or damaged)."""
+    try:
+        data = yaml.safe_load(read_text(run_dir / "config.yaml", what="run config"))
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot read {run_dir / 'config.yaml'}: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{run_dir / 'config.yaml'} is not a config mapping")
+    _refuse_score_config(run_dir, data)
+    return validate(data)
+
+
+def _refuse_score_config(run_dir: Path, data: Any) -> None:
+    # A score run's config fails ICL validation with misleading "did you mean" hints: name it instead.
+    task = data.get("task") if isinstance(data, dict) else None
+    if isinstance(task, dict) and task.get("kind") == "score":
+        raise InputError(
+            f"{str(run_dir)!r} is a score run (icdl score train): use icdl score evaluate {run_dir}"
+        )
+
+
+def refuse_score_run(run_dir: Path) -> None:
+    """InputError if ``run_dir`` holds a score run (``task.kind: score``); silent otherwise."""
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # not readable here: the caller's own checks report it
+    _refuse_score_config(run_dir, data)
+
+
+def load_run(
+    run_dir: str | Path, *, device: torch.device | str = "cpu", checkpoint: str | Path | None = None
+) -> tuple[ICLTransformer, Config]:
+    """Load a trained ICL model and its config from a run directory (newest checkpoint by default).
+
+    Returns ``(model, config)`` with the model in eval mode on ``device``. ``checkpoint`` may name a
+    checkpoint directory (``step_0000500``) instead of the newest one.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise InputError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    cfg = read_run_config(run_dir)
+    path = run_dir / "checkpoints" / str(checkpoint) if checkpoint is not None else find_checkpoint(run_dir)
+    if path is None or not (path / "model.safetensors").is_file():
+        raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")
+    verify_checkpoint(path)
+    weights, _ = _load_weights(path, device)
+    model = build_model(cfg.model, cfg.task.dim, cfg.task.out_dim).to(device)
+    _restore(model, weights, path / "model.safetensors")
+    model.eval()
+    return model, cfg
