@@ -230,13 +230,14 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     from icdl import theory
+    from icdl.construct.rows import rows_embedding_dim
     from icdl.nets import NetSpec
 
     N, _, dx, dy, n, L = K_SWEEP[0]
     ks = list(range(2, 129))
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.plot(ks, [theory.embedding_dim(NetSpec(N, k, dx, dy)) for k in ks], label="paper layout (formula)")
-    a.plot(ks, [theory.rows_embedding_dim(NetSpec(N, k, dx, dy)) for k in ks], label="row tokens (formula)")
+    a.plot(ks, [rows_embedding_dim(NetSpec(N, k, dx, dy)) for k in ks], label="row tokens (formula)")
     for v, mk in (("paper", "o"), ("rows", "s")):
         pts = [
             (r["K"], r)

@@ -471,3 +471,20 @@ def test_compiled_flops_grow_with_size() -> None:
         return th.model_flops(spec, th.term_counts(spec), examples=n, steps=2)["total"]
 
     assert total(3, 4, 5) < total(4, 4, 5) < total(4, 8, 5) < total(4, 8, 9)
+
+
+def test_theory_names_no_construction_variant() -> None:
+    """icdl.theory keeps the paper's formulas; a variant's sizes live with the variant (Variant.sizes)."""
+    import inspect
+    import re
+
+    from icdl.construct.variants import VARIANTS
+
+    src = inspect.getsource(th)
+    for name in VARIANTS:
+        if name == "paper":  # the paper's construction is what the formulas describe
+            continue
+        ident = name.replace("-", "_")
+        assert f'"{name}"' not in src and f"'{name}'" not in src, name
+        assert f"--variant {name}" not in src, name
+        assert re.search(rf"\b{ident}_\w*\s*\(", src) is None, name

@@ -91,9 +91,6 @@ __all__ = [
     "paper_direct_flops",
     "readout_sublayers",
     "readout_table",
-    "rows_embedding_dim",
-    "rows_sublayers_per_step",
-    "rows_tokens",
     "sublayers",
     "sublayers_per_step",
     "term_counts",
@@ -169,31 +166,6 @@ def embedding_dim_leading_terms(spec: NetSpec) -> int:
     ``NK^2 + 3NK + 2dK - 2K^2 - 3K + 6d + 2`` (docs/paper.md, token layout; a formula sometimes quoted as
     "O(NK^2 + 3NK + 3K)")."""
     return spec.depth * spec.width**2 + 3 * spec.depth * spec.width
-
-
-def rows_embedding_dim(spec: NetSpec) -> int:
-    """Token width of the row-token construction (``--variant rows``, docs/construction.md, "Weights in
-    their own tokens"), linear in K and the same for every activation:
-
-    ``D = d_x + d_y + 2 U + d_y + (U - d_y) + 2 + (d_x + U - d_y) + U + N``
-    with ``U = sum_j n_j = (N-1)K + d_y``: data slots X, Y, P_j, R_j, G, Z_j (j < N), ONE, T; row slots
-    V_j (``n_{j-1}``), ID_j (``n_j``), ROW_j (1); i.e. ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2``. The
-    deltas s(j) get no slot: ``r' ⊙ z`` is formed inside the backward and update scores.
-    """
-    U, N, dx, dy = spec.num_units, spec.depth, spec.in_dim, spec.out_dim
-    return dx + dy + 2 * U + dy + (U - dy) + 2 + (dx + U - dy) + U + N
-
-
-def rows_tokens(spec: NetSpec, examples: int) -> int:
-    """Tokens of the row-token construction: ``(N-1)K + d_y`` row tokens plus ``n + 1`` data tokens."""
-    return spec.num_units + _check_int("examples", examples, 1) + 1
-
-
-def rows_sublayers_per_step(spec: NetSpec) -> int:
-    """Sublayers per GD step of the row-token construction: ``2N + 2`` (F_1..F_N, loss, B_{N-1}..B_1,
-    update, projection) for every activation: ``r' ⊙ z`` is taken inside the backward and update scores
-    (a 0/1 gate for ReLU, a two-argument ReLU sum of the product for smooth activations)."""
-    return 2 * spec.depth + 2
 
 
 # --------------------------------------------------------------------------------------------------

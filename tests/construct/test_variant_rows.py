@@ -14,7 +14,16 @@ import torch
 from icdl import theory
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
 from icdl.construct.layers import DEFAULT_CHUNK_ELEMS
-from icdl.construct.rows import RowAttention, RowMLP, RowsLayout, derivative_product, eval_product
+from icdl.construct.rows import (
+    RowAttention,
+    RowMLP,
+    RowsLayout,
+    derivative_product,
+    eval_product,
+    rows_embedding_dim,
+    rows_sublayers_per_step,
+    rows_tokens,
+)
 from icdl.nets import NetSpec, forward, reference_gd
 
 # (N, K, d_x, d_y, n, L, box) — d_x != d_y throughout
@@ -35,10 +44,10 @@ def test_rows_match_reference_gd(case) -> None:
     x, y, xq, w0, _ = sample_task(spec, n, seed=0)
     proj = "box" if box else "none"
     model = compile_gd_transformer(spec, lr=0.1, steps=L, n=n, projection=proj, box=box, variant="rows")
-    assert model.sublayers_per_step == 2 * N + 2 == theory.rows_sublayers_per_step(spec) <= 2 * N + 4
-    assert model.embedding_dim == theory.rows_embedding_dim(spec) == 2 * dx + 5 * dy + 5 * (N - 1) * K + N + 2
+    assert model.sublayers_per_step == 2 * N + 2 == rows_sublayers_per_step(spec) <= 2 * N + 4
+    assert model.embedding_dim == rows_embedding_dim(spec) == 2 * dx + 5 * dy + 5 * (N - 1) * K + N + 2
     H = model.build_prompt(x, y, xq, w0)
-    assert H.shape[1] == theory.rows_tokens(spec, n) == (N - 1) * K + dy + n + 1
+    assert H.shape[1] == rows_tokens(spec, n) == (N - 1) * K + dy + n + 1
     out = model(H)
     ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=L, box=box)
     assert float((ref[-1] - ref[0]).abs().max()) > 1e-3  # GD moves w: the comparison is not vacuous
@@ -75,14 +84,14 @@ def test_prompt_holds_each_row_once_with_identity_and_type() -> None:
 
 
 def test_embedding_dim_is_linear_in_k_and_below_paper() -> None:
-    dims = [theory.rows_embedding_dim(NetSpec(4, K, 8, 2)) for K in range(1, 40)]
+    dims = [rows_embedding_dim(NetSpec(4, K, 8, 2)) for K in range(1, 40)]
     assert {b - a for a, b in itertools.pairwise(dims)} == {5 * 3}
     for K in (2, 7, 16):
         spec = NetSpec(4, K, 8, 2)
         rows = compile_gd_transformer(spec, steps=1, n=4, variant="rows")
-        assert rows.embedding_dim == theory.rows_embedding_dim(spec)
+        assert rows.embedding_dim == rows_embedding_dim(spec)
     spec = NetSpec(6, 64, 16, 1)
-    assert theory.rows_embedding_dim(spec) < theory.embedding_dim(spec) / 10
+    assert rows_embedding_dim(spec) < theory.embedding_dim(spec) / 10
 
 
 @pytest.mark.parametrize("act", ["sigmoid", "tanh"])
@@ -96,12 +105,8 @@ def test_smooth_error_shrinks_with_eps(act: str) -> None:
     errs = []
     for eps in (1e-2, 1e-3, 1e-4):
         model = compile_gd_transformer(spec, lr=0.5, steps=3, n=6, eps=eps, variant="rows")
-        assert model.sublayers_per_step == 2 * 3 + 2 == theory.rows_sublayers_per_step(spec) <= 2 * 3 + 4
-        assert (
-            model.embedding_dim
-            == theory.rows_embedding_dim(spec)
-            == theory.rows_embedding_dim(NetSpec(3, 4, 3, 2))
-        )
+        assert model.sublayers_per_step == 2 * 3 + 2 == rows_sublayers_per_step(spec) <= 2 * 3 + 4
+        assert model.embedding_dim == rows_embedding_dim(spec) == rows_embedding_dim(NetSpec(3, 4, 3, 2))
         assert [i.role for i in model.infos()].count("product") == 0
         rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
         assert rep.passed and rep.max_sublayer_err <= 1e-12  # every slot holds the surrogate the sums define
@@ -237,7 +242,7 @@ def test_cli_rows_json_explain_and_save(tmp_path) -> None:
     assert p.returncode == 0, p.stderr
     assert set(d) == set(json.loads(p.stdout)) | {"explain"}
     assert d["variant"] == "rows" and d["passed"] and d["sublayers_per_step"] == 8
-    assert d["embedding_dim"] == theory.rows_embedding_dim(NetSpec(3, 4, 3, 2))
+    assert d["embedding_dim"] == rows_embedding_dim(NetSpec(3, 4, 3, 2))
     assert [row["name"] for row in d["explain"]][:4] == [f"forward_derivative_{j}" for j in (1, 2, 3)] + [
         "loss"
     ]
@@ -252,7 +257,7 @@ def test_linear_output_mixes_gated_and_product_layers() -> None:
     model = compile_gd_transformer(spec, lr=0.1, steps=3, n=7, variant="rows")
     roles = [i.role for i in model.infos()]
     assert roles.count("product") == 0 and model.sublayers_per_step == 2 * 3 + 2
-    assert model.embedding_dim == theory.rows_embedding_dim(spec)
+    assert model.embedding_dim == rows_embedding_dim(spec)
     out = model(model.build_prompt(x, y, xq, w0))
     ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=3)
     assert float((ref[-1] - ref[0]).abs().max()) > 1e-3

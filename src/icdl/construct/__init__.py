@@ -10,7 +10,9 @@ the import layers that ``lint-imports`` checks).
 * :mod:`~icdl.construct.blocks` — one builder per sublayer role (Lemmas 2-5, (C.16), Proj_W, readout) and
   each role's expected effect.
 * :mod:`~icdl.construct.contract` — :class:`Expect` (what a sublayer must leave in which slot), the
-  verifier's :class:`~icdl.construct.contract.Reference` and :class:`Variant`.
+  verifier's :class:`~icdl.construct.contract.Reference` and :class:`Variant`;
+  :mod:`~icdl.construct.sizes` — a variant's closed-form ``Sizes`` and ``Costs`` (``Variant.sizes``,
+  ``Variant.costs``), read by :mod:`~icdl.construct.estimate` for ``icdl construct``'s budget estimate.
 * :mod:`~icdl.construct.paper`, :mod:`~icdl.construct.compact`, :mod:`~icdl.construct.no_ewml`,
   :mod:`~icdl.construct.rows`, :mod:`~icdl.construct.softmax` — variants, listed in
   :mod:`~icdl.construct.variants`.

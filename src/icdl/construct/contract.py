@@ -42,6 +42,7 @@ from torch import Tensor
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
+from icdl.construct.sizes import DENSE_COSTS, Costs, Sizes, paper_sizes
 from icdl.nets import GradTerms, NetSpec, projected_step
 from icdl.sublayer import SublayerInfo
 
@@ -168,6 +169,12 @@ class Variant:
             approximations (products as sums of ReLUs) leave the ranges they were fitted on at this step. The
             verifier adds them to ``out_of_range_count``: a sublayer check against the construction's own
             surrogate cannot see an approximation used outside its range.
+        sizes: ``(spec, examples) -> Sizes``: token width D, tokens T and sublayers per GD step from
+            closed forms, for the budget estimate before anything is built (:mod:`icdl.construct.sizes`;
+            default the paper's layout). D and T must equal the built model's; ``per_step`` may bound it
+            from above.
+        costs: the variant's cost formulas (:class:`~icdl.construct.sizes.Costs`; default the paper's
+            dense MLPs and attention).
     """
 
     name: str
@@ -179,3 +186,5 @@ class Variant:
     paper: bool = False
     check: Callable[[GDConfig], Any] | None = None
     ranges: Callable[[Reference], int] | None = None
+    sizes: Callable[[NetSpec, int], Sizes] = paper_sizes
+    costs: Costs = DENSE_COSTS

@@ -155,15 +155,6 @@ class Layout:
                 out += [s.label] * s.size
         return tuple(out)
 
-    # Deprecated aliases (the names before slot_labels/entry_labels); other branches may still call them.
-    def coordinate_labels(self) -> tuple[str, ...]:
-        """Deprecated alias of :meth:`slot_labels`."""
-        return self.slot_labels()
-
-    def labels(self) -> list[str]:
-        """Deprecated alias of :meth:`entry_labels`."""
-        return self.entry_labels()
-
     def scratch_indices(self) -> list[int]:
         """Every coordinate of the scratch slots (P, R, G, S in the paper's layout)."""
         return [i for s in self.scratch_slots() for i in s.indices]

@@ -10,7 +10,7 @@ token**, placed before the n + 1 data tokens. The prompt is
 * n example tokens and the query (last), as in the paper's layout but without W: X, Y, the scratch slots
   P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), ONE = 1 and T.
 
-so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation (:func:`icdl.theory.rows_embedding_dim`).
+so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation (:func:`rows_embedding_dim`).
 
 One GD step, re-routed through cross-token attention (:class:`RowAttention`, unnormalised: Definition 7
 with the 1/T factor folded into the value weights):
@@ -55,6 +55,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from icdl._arith import check_int
 from icdl.construct import blocks
 from icdl.construct.context import BuildContext
 from icdl.construct.contract import Expect, Reference, Variant
@@ -66,6 +67,7 @@ from icdl.construct.layers import (
 from icdl.construct.layout import ROWS_SCRATCH, Layout, RowsLayout
 from icdl.construct.products import ProductTerms, product_terms
 from icdl.construct.ranged import RowAttention, RowMLP, pack_heads
+from icdl.construct.sizes import CostInputs, Costs, Sizes
 from icdl.construct.terms import Terms
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
@@ -78,7 +80,11 @@ __all__ = [
     "build_block",
     "build_readout",
     "effects",
+    "rows_embedding_dim",
     "rows_layout",
+    "rows_sizes",
+    "rows_sublayers_per_step",
+    "rows_tokens",
 ]
 
 
@@ -474,6 +480,44 @@ def ranges(ref: Reference) -> int:
     return count
 
 
+# -- closed-form sizes and cost (the budget estimate, before anything is built) ------------------------
+def rows_embedding_dim(spec: NetSpec) -> int:
+    """Token width of the row-token construction (docs/construction.md, "Weights in their own tokens"),
+    linear in K and the same for every activation:
+
+    ``D = d_x + d_y + 2 U + d_y + (U - d_y) + 2 + (d_x + U - d_y) + U + N``
+    with ``U = sum_j n_j = (N-1)K + d_y``: data slots X, Y, P_j, R_j, G, Z_j (j < N), ONE, T; row slots
+    V_j (``n_{j-1}``), ID_j (``n_j``), ROW_j (1); i.e. ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2``. The
+    deltas s(j) get no slot: ``r' ⊙ z`` is formed inside the backward and update scores.
+    """
+    U, N, dx, dy = spec.num_units, spec.depth, spec.in_dim, spec.out_dim
+    return dx + dy + 2 * U + dy + (U - dy) + 2 + (dx + U - dy) + U + N
+
+
+def rows_tokens(spec: NetSpec, examples: int) -> int:
+    """Tokens of the row-token construction: ``(N-1)K + d_y`` row tokens plus ``n + 1`` data tokens."""
+    return spec.num_units + check_int("examples", examples, 1) + 1
+
+
+def rows_sublayers_per_step(spec: NetSpec) -> int:
+    """Sublayers per GD step of the row-token construction: ``2N + 2`` (F_1..F_N, loss, B_{N-1}..B_1,
+    update, projection) for every activation: ``r' ⊙ z`` is taken inside the backward and update scores
+    (a 0/1 gate for ReLU, a two-argument ReLU sum of the product for smooth activations)."""
+    return 2 * spec.depth + 2
+
+
+def rows_sizes(spec: NetSpec, examples: int) -> Sizes:
+    """The row-token construction's :class:`~icdl.construct.sizes.Sizes` (weights in their own tokens)."""
+    return Sizes(rows_embedding_dim(spec), rows_tokens(spec, examples), rows_sublayers_per_step(spec))
+
+
+def _rows_work(w: CostInputs, mlp_work: int) -> int:
+    """Row attention pairs each data token with the rows of one layer only: about 16 multiply-adds per
+    weight per data token and step (forward, backward, update; traced and untraced passes), plus
+    token-local work (measured forward: 7.4e9 FLOPs for N=6, K=64, n=256, L=50)."""
+    return 32 * w.steps * (w.examples + 1) * w.spec.num_params + 4 * w.states * w.sizes.T * w.sizes.D
+
+
 VARIANT = Variant(
     name="rows",
     summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step",
@@ -482,4 +526,6 @@ VARIANT = Variant(
     readout=build_readout,
     effects=effects,
     ranges=ranges,
+    sizes=rows_sizes,
+    costs=Costs(work=_rows_work),
 )

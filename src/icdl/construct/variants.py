@@ -5,8 +5,9 @@ nothing about any particular variant.
 
 The built-in variants are listed below, one line each. To add one: write its builders and its
 ``VARIANT = Variant(name="mine", summary="...", layout=..., block=..., readout=..., effects=...)`` in a module
-next to :mod:`icdl.construct.paper`, and add a line to :data:`VARIANTS` so that ``--variant mine`` finds it
-(:func:`register` adds one at run time, e.g. a toy variant in a test).
+next to :mod:`icdl.construct.paper` (plus ``sizes=`` and ``costs=``, :mod:`icdl.construct.sizes`, when its
+token differs from the paper's: the budget estimate reads them), and add a line to :data:`VARIANTS` so
+that ``--variant mine`` finds it (:func:`register` adds one at run time, e.g. a toy variant in a test).
 """
 
 from __future__ import annotations
