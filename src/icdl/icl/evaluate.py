@@ -20,7 +20,11 @@ Baselines (``--baselines``; ``None`` = the suite's default in :data:`SUITE_BASEL
 ``mlp`` (the paper's N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the
 last epoch; by default on the first 64 prompts and 5 values of k — it is the costly one, and this is
 recorded in the results), ``gd`` (plain GD on the target's bias-free architecture from a seeded w0,
-10 steps, step size tuned on held-out prompts).
+10 steps, step size tuned on held-out prompts), ``ridge_tuned`` (ridge without intercept, λ per k tuned on
+``tuned_prompts`` held-out prompts) and ``kernel`` (kernel ridge with the target family's NNGP kernel,
+λ likewise; :mod:`icdl.icl.kernels`). When ``ridge_tuned`` is among the baselines every predictor's curve
+also gets ``skill`` (:func:`icdl.icl.metrics.nonlinear_skill` against ``ridge_tuned`` on the same prompts)
+and ``skill_ranges`` (its mean over each k range).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from torch import Tensor
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
-from icdl.icl import metrics
+from icdl.icl import kernels, metrics
 from icdl.icl.baselines import (
     AveragingBaseline,
     GDBaseline,
@@ -73,7 +77,10 @@ __all__ = [
 ]
 
 FORMAT = "icdl-eval-v1"
-BASELINES: tuple[str, ...] = ("zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd")
+BASELINES: tuple[str, ...] = (
+    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel",
+)  # fmt: skip
+_TUNED = ("ridge_tuned", "kernel")
 _CHEAP = ("zero", "averaging", "least-squares", "ridge", "knn")
 SUITE_BASELINES: dict[str, tuple[str, ...]] = {
     # The paper shows its NN baseline on in-distribution prompts (F.1) and on each weight shift (F.2).
@@ -118,6 +125,7 @@ class EvalOptions:
     gd_prompts: int = 128
     gd_tune_prompts: int = 32
     gd_grid: tuple[float, ...] = GD_GRID
+    tuned_prompts: int = 640
     batch: int = 64
     cost: bool = True
 
@@ -125,7 +133,7 @@ class EvalOptions:
         """Validate every field (the CLI's options are checked here, not repeated there)."""
         lows = {
             "resamples": 10, "knn": 1, "mlp_width": 1, "mlp_epochs": 1, "mlp_prompts": 2, "gd_steps": 1,
-            "gd_prompts": 2, "gd_tune_prompts": 1, "batch": 1,
+            "gd_prompts": 2, "gd_tune_prompts": 1, "tuned_prompts": 2, "batch": 1,
         }  # fmt: skip
         for name, low in lows.items():
             v = getattr(self, name)
@@ -165,7 +173,10 @@ def parse_baselines(spec: str | Sequence[str] | None) -> tuple[str, ...] | None:
         return BASELINES
     if items in (["none"], []):
         return ()
-    aliases = {"least_squares": "least-squares", "ls": "least-squares", "nn": "mlp", "lstsq": "least-squares"}
+    aliases = {
+        "least_squares": "least-squares", "ls": "least-squares", "nn": "mlp", "lstsq": "least-squares",
+        "ridge-tuned": "ridge_tuned",
+    }  # fmt: skip
     out = []
     for s in items:
         s = aliases.get(s, s)
@@ -279,6 +290,9 @@ def evaluate_estimate(
     flops = 2 * icl_params * P * T + preds * 2 * R * P * n * dy
     flops += sum(2 * P * n * (n * dx * dx + dx**3) for b in names if b in ("least-squares", "ridge"))
     flops += 2 * P * n * n * dx if "knn" in names else 0
+    # ridge_tuned / kernel: one T x T Cholesky per prompt and λ (all grid λ on the held-out prompts).
+    tuned_chol = (len(kernels.DEFAULT_LAMBDAS) * opts.tuned_prompts + 4 * P) * n**3
+    flops += sum(tuned_chol for b in names if b in _TUNED)
     if "mlp" in names:
         mp = min(opts.mlp_prompts, P)
         mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth
@@ -535,6 +549,8 @@ def _run_baselines(
             out.append(
                 _Pred(f"{base}_last", "mlp-last", tr.last(), secs, {**meta, "selection": "last epoch"})
             )
+        elif key in _TUNED:
+            out.append(_run_tuned(key, cond, pb, cfg, suite, opts))
         elif key == "gd":
             m = min(opts.gd_prompts, pb.xs.shape[0])
             gd = GDBaseline(net_spec(cfg.task), steps=opts.gd_steps, seed=suite.seed)
@@ -555,6 +571,53 @@ def _run_baselines(
                 meta["error"] = str(exc)
             out.append(_Pred(gd.name, "gd", p, time.perf_counter() - t0, meta))
     return out
+
+
+def _run_tuned(
+    key: str, cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions
+) -> _Pred:
+    """``ridge_tuned`` or ``kernel``: λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
+    condition (seed ``suite.seed + 1``, never the test prompts), then predicted on all test prompts."""
+    t0 = time.perf_counter()
+    task = cfg.task
+    base: kernels.TunedKernelRidge
+    if key == "ridge_tuned":
+        base = kernels.RidgeTunedBaseline()
+    else:
+        base = kernels.KernelBaseline(
+            depth=task.depth,
+            activation=task.activation,
+            output=task.output,
+            weight_std=task.weight_std,
+            fan_in_scaling=task.fan_in_scaling,
+            width=task.width,
+        )
+    tune = _prompts(cond, opts.tuned_prompts, suite.seed + 1)
+    with torch.no_grad():
+        base.tune(tune.xs.double(), tune.ys.double())
+        p = base(pb.xs.double(), pb.ys.double())
+    meta = {
+        "prompts": int(p.shape[0]),
+        "tune_prompts": opts.tuned_prompts,
+        "tune_seed": suite.seed + 1,
+        "lam": base.lam,
+        "grid": list(base.lambdas),
+    }
+    return _Pred(base.name, key, p, time.perf_counter() - t0, meta)
+
+
+def _add_skill(curves: dict[str, Any], preds: list[_Pred], ys: Tensor, ranges: list[tuple[int, int]]) -> None:
+    """Nonlinear skill of every predictor against ``ridge_tuned`` (when present) on the same prompts."""
+    lin = next((p for p in preds if p.kind == "ridge_tuned"), None)
+    if lin is None:
+        return
+    for p in preds:
+        m = p.preds.shape[0]
+        skill = metrics.nonlinear_skill(p.preds.double(), lin.preds[:m].double(), ys[:m].double())
+        curves[p.name]["skill"] = skill.tolist()
+        curves[p.name]["skill_ranges"] = {
+            _range_key(r): float(skill[r[0] : r[1] + 1].nanmean()) for r in ranges if r[0] < len(skill)
+        }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -688,6 +751,7 @@ def evaluate_run(
                             seed=st.seed + ci,
                         ),
                     }
+            _add_skill(curves, preds, ys, ranges)
             conditions[cond.name] = {
                 "label": cond.label,
                 "params": cond.params,
