@@ -197,6 +197,7 @@ def _suite_section(
         lines.append("")
         if sparse_notes:
             lines += ["† compare at matching k: " + " ".join(sparse_notes), ""]
+        lines += _skill_lines(c)
         d = c["diagnostics"]
         diag = (
             f"Labels: mean {_f(d['label_mean'], 3)}, std {_f(d['label_std'], 3)} "
@@ -214,6 +215,19 @@ def _suite_section(
     if suite["name"] in ("weight-shift", "weight-shift-std") and result["run"]["target_depth"] != 4:
         lines += ["\\* the paper's F.2 numbers are for a 4-layer target.", ""]
     return lines
+
+
+def _skill_lines(cond: dict[str, Any]) -> list[str]:
+    """Nonlinear skill (1 - MSE / MSE of ridge_tuned, docs/baselines.md) per predictor and k range, when
+    the evaluation ran ``ridge_tuned``; nothing otherwise."""
+    rows = [
+        f"{pname} " + ", ".join(f"{r} {_f(v)}" for r, v in curve["skill_ranges"].items())
+        for pname, curve in cond["predictors"].items()
+        if curve.get("skill_ranges") and pname != "ridge_tuned"
+    ]
+    if not rows:
+        return []
+    return ["Nonlinear skill vs ridge_tuned (1 − MSE / MSE_ridge_tuned, mean over k): " + "; ".join(rows), ""]
 
 
 def _cost_section(cost: dict[str, Any]) -> list[str]:
