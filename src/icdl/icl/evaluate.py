@@ -33,12 +33,13 @@ import datetime as _dt
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
@@ -55,7 +56,7 @@ from icdl.icl.eval_parts import (
     paired_difference,
 )
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
-from icdl.icl.tasks import sample_batch
+from icdl.icl.tasks import PromptBatch, sample_batch
 from icdl.io import atomic_write_json, clean_json, read_json
 from icdl.nets import NetSpec
 
@@ -331,6 +332,135 @@ def _progress(total: int, enabled: bool | None) -> Any:
     return tqdm(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
 
+def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -> _Pred:
+    """The ICL model's predictions on all prompts, ``batch`` prompts per forward pass."""
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        icl = torch.cat(
+            [
+                model(pb.xs[s : s + batch].to(device), pb.ys[s : s + batch].to(device)).cpu()
+                for s in range(0, pb.xs.shape[0], batch)
+            ]
+        )
+    meta = {"prompts": int(pb.xs.shape[0]), "checkpoint_step": step}
+    return _Pred("icl", "icl", icl, time.perf_counter() - t0, meta)
+
+
+def _curves(
+    preds: list[_Pred],
+    icl: Tensor,
+    ys: Tensor,
+    ranges: list[tuple[int, int]],
+    opts: EvalOptions,
+    seed: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """R²/MSE curves with bootstrap bands of every predictor, and each baseline's paired comparison
+    with the ICL model on the prompts both saw."""
+    curves, comps = {}, {}
+    for p in preds:
+        m = p.preds.shape[0]
+        curve = metrics.evaluate(
+            p.name,
+            p.preds,
+            ys[:m].to(p.preds.dtype),
+            pooling=opts.pooling,
+            resamples=opts.resamples,
+            level=opts.level,
+            seed=seed,
+            meta={"kind": p.kind, "seconds": p.seconds, **p.meta},
+        )
+        curves[p.name] = curve.to_dict()
+        if p.kind != "icl":
+            comps[p.name] = {
+                "kind": p.kind,
+                "prompts": m,
+                **paired_difference(
+                    icl[:m].double(),
+                    p.preds.double(),
+                    ys[:m].double(),
+                    ranges,
+                    pooling=opts.pooling,
+                    resamples=opts.resamples,
+                    level=opts.level,
+                    seed=seed,
+                ),
+            }
+    return curves, comps
+
+
+def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
+    """One ICL forward pass vs training the baseline MLP (:func:`icdl.icl.cost.measure_cost`)."""
+    from icdl.icl.cost import measure_cost
+
+    return measure_cost(
+        model,
+        cfg,
+        points=min(max_k + 1, cfg.model.max_points),
+        prompts=opts.batch,
+        mlp_width=opts.mlp_width,
+        mlp_epochs=opts.mlp_epochs,
+        mlp_lr=opts.mlp_lr,
+        seed=seed,
+    )
+
+
+def _run_info(run_dir: str | Path, cfg: Config) -> dict[str, Any]:
+    """The ``run`` block of a result: what was trained, on what."""
+    return {
+        "run_dir": str(Path(run_dir)),
+        "name": cfg.name,
+        "attention": cfg.model.attention,
+        "layers": cfg.model.layers,
+        "target_depth": cfg.task.depth,
+        "train_examples": cfg.task.examples,
+        "train_seed": cfg.train.seed,
+    }
+
+
+def _condition(
+    cond: Condition,
+    ci: int,
+    model: Any,
+    cfg: Config,
+    st: Suite,
+    opts: EvalOptions,
+    baselines: Sequence[str],
+    device: str,
+    step: int,
+    bar: Any,
+) -> tuple[dict[str, Any], str | None]:
+    """One condition of a suite: prompts, ICL and baseline predictions, diagnostics, curves,
+    comparisons and skill. Returns the condition's result and a degeneracy warning (or None)."""
+
+    def tick(what: str) -> None:
+        bar.set_description(f"{st.name}/{cond.name}: {what}")
+
+    pb = _prompts(cond, st.prompts, st.seed)
+    ys = pb.ys
+    ranges = k_ranges(st.train_examples, ys.shape[1] - 1)
+    tick("icl")
+    preds = [_icl_pred(model, pb, opts.batch, device, step)]
+    bar.update(1)
+
+    def tick_b(what: str) -> None:
+        tick(what)
+        bar.update(1)
+
+    preds.extend(_run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
+    diag = label_diagnostics(ys, _reference_std(cfg, st, cond.points))
+    warning = None
+    if diag["degenerate"]:
+        warning = f"condition {cond.name} ({cond.label}) is degenerate: {'; '.join(diag['reasons'])}"
+    curves, comps = _curves(preds, preds[0].preds, ys, ranges, opts, st.seed + ci)
+    _add_skill(curves, preds, ys, ranges)
+    entry = {
+        "label": cond.label, "params": cond.params, "points": cond.points,
+        "ranges": [list(r) for r in ranges], "diagnostics": diag, "predictors": curves,
+        "comparisons": comps,
+    }  # fmt: skip
+    return entry, warning
+
+
 def evaluate_run(
     run_dir: str | Path,
     suite: str = "in-distribution",
@@ -370,101 +500,13 @@ def evaluate_run(
     max_k_all = max(c.points for c in st.conditions) - 1
     try:
         for ci, cond in enumerate(st.conditions):
-
-            def tick(what: str, cond: Condition = cond) -> None:
-                bar.set_description(f"{suite}/{cond.name}: {what}")
-
-            pb = _prompts(cond, st.prompts, st.seed)
-            ys = pb.ys
-            n = ys.shape[1]
-            ranges = k_ranges(st.train_examples, n - 1)
-            tick("icl")
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                icl = torch.cat(
-                    [
-                        model(
-                            pb.xs[s : s + opts.batch].to(device), pb.ys[s : s + opts.batch].to(device)
-                        ).cpu()
-                        for s in range(0, st.prompts, opts.batch)
-                    ]
-                )
-            preds = [
-                _Pred(
-                    "icl",
-                    "icl",
-                    icl,
-                    time.perf_counter() - t0,
-                    {"prompts": st.prompts, "checkpoint_step": ck["step"]},
-                )
-            ]
-            bar.update(1)
-
-            def tick_b(what: str, _t: Callable[[str], None] = tick) -> None:
-                _t(what)
-                bar.update(1)
-
-            preds.extend(_run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
-
-            diag = label_diagnostics(ys, _reference_std(cfg, st, cond.points))
-            if diag["degenerate"]:
-                warnings.append(
-                    f"condition {cond.name} ({cond.label}) is degenerate: {'; '.join(diag['reasons'])}"
-                )
-            curves, comps = {}, {}
-            for p in preds:
-                m = p.preds.shape[0]
-                curve = metrics.evaluate(
-                    p.name,
-                    p.preds,
-                    ys[:m].to(p.preds.dtype),
-                    pooling=opts.pooling,
-                    resamples=opts.resamples,
-                    level=opts.level,
-                    seed=st.seed + ci,
-                    meta={"kind": p.kind, "seconds": p.seconds, **p.meta},
-                )
-                curves[p.name] = curve.to_dict()
-                if p.kind != "icl":
-                    comps[p.name] = {
-                        "kind": p.kind,
-                        "prompts": m,
-                        **paired_difference(
-                            icl[:m].double(),
-                            p.preds.double(),
-                            ys[:m].double(),
-                            ranges,
-                            pooling=opts.pooling,
-                            resamples=opts.resamples,
-                            level=opts.level,
-                            seed=st.seed + ci,
-                        ),
-                    }
-            _add_skill(curves, preds, ys, ranges)
-            conditions[cond.name] = {
-                "label": cond.label,
-                "params": cond.params,
-                "points": cond.points,
-                "ranges": [list(r) for r in ranges],
-                "diagnostics": diag,
-                "predictors": curves,
-                "comparisons": comps,
-            }
+            entry, warning = _condition(cond, ci, model, cfg, st, opts, baselines, device, ck["step"], bar)
+            conditions[cond.name] = entry
+            warnings += [warning] if warning else []
         cost = None
         if opts.cost:
-            from icdl.icl.cost import measure_cost
-
             bar.set_description(f"{suite}: cost")
-            cost = measure_cost(
-                model,
-                cfg,
-                points=min(max_k_all + 1, cfg.model.max_points),
-                prompts=opts.batch,
-                mlp_width=opts.mlp_width,
-                mlp_epochs=opts.mlp_epochs,
-                mlp_lr=opts.mlp_lr,
-                seed=st.seed + 2,
-            )
+            cost = _cost(model, cfg, opts, max_k_all, st.seed + 2)
             bar.update(1)
     finally:
         bar.close()
@@ -474,15 +516,7 @@ def evaluate_run(
         "suite": st.to_dict(),
         "request": request,
         "options": request["options"],
-        "run": {
-            "run_dir": str(Path(run_dir)),
-            "name": cfg.name,
-            "attention": cfg.model.attention,
-            "layers": cfg.model.layers,
-            "target_depth": cfg.task.depth,
-            "train_examples": cfg.task.examples,
-            "train_seed": cfg.train.seed,
-        },
+        "run": _run_info(run_dir, cfg),
         "config": cfg.model_dump(mode="json"),
         "checkpoint": ck,
         "computed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
