@@ -253,6 +253,8 @@ def _run_baselines(
             out.append(_run_tuned(key, cond, pb, cfg, suite, opts))
         elif key == "gd":
             out.append(_run_gd(cond, pb, cfg, suite, opts))
+        elif key == "gd_target":
+            out.append(_run_gd_target(cond, pb, cfg, suite, opts))
     return out
 
 
@@ -319,6 +321,27 @@ def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: E
         p = torch.full_like(pb.ys[:m], math.nan)
         meta["error"] = str(exc)
     return _Pred(gd.name, "gd", p, time.perf_counter() - t0, meta)
+
+
+def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
+    """gd_target (:mod:`icdl.icl.gd_target`) on the first ``gd_prompts`` prompts, ``(lr, steps)`` tuned on
+    ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
+    from icdl.icl.gd_target import GDTargetBaseline
+
+    t0 = time.perf_counter()
+    m = min(opts.gd_prompts, pb.xs.shape[0])
+    gd = GDTargetBaseline(net_spec(cfg.task), seed=suite.seed)
+    tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)
+    meta: dict[str, Any] = {"prompts": m, "tune_prompts": opts.gd_tune_prompts, "tune_seed": suite.seed + 1}
+    try:
+        gd.tune(tune.xs.double(), tune.ys.double())
+        with torch.no_grad():
+            p = gd(pb.xs[:m].double(), pb.ys[:m].double())
+        meta.update({"lr": gd.lr, "steps": gd.steps, "init_std": gd.init_std, "tuning": gd.tuning})
+    except InputError as exc:  # every pair diverged: record it, do not fail the suite
+        p = torch.full_like(pb.ys[:m], math.nan, dtype=torch.float64)
+        meta["error"] = str(exc)
+    return _Pred(gd.name, "gd_target", p, time.perf_counter() - t0, meta)
 
 
 def _run_tuned(
