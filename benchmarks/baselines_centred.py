@@ -26,7 +26,8 @@ from icdl.config import TaskConfig, load_config
 from icdl.icl import baselines as bl
 from icdl.icl import kernels as kr
 from icdl.icl import metrics
-from icdl.icl.tasks import sample_batch
+from icdl.icl.gd_target import GDTargetBaseline
+from icdl.icl.tasks import net_spec, sample_batch
 
 SHOW_K = (5, 10, 20, 30, 40)
 
@@ -47,6 +48,7 @@ def main() -> None:
     ap.add_argument("--tune-prompts", type=int, default=640)
     ap.add_argument("--points", type=int, default=46)
     ap.add_argument("--seed", type=int, default=987_654_321)
+    ap.add_argument("--gd-target", action="store_true", help="also gd_target (slow), tuned on 32 prompts")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     task = load_config(args.config).task
@@ -65,12 +67,17 @@ def main() -> None:
         ),
     ]
     todo: list[bl.Baseline] = [bl.AveragingBaseline(), bl.LeastSquaresBaseline(ridge=1.0), *tuned]
+    if args.gd_target:
+        todo.append(GDTargetBaseline(net_spec(task)))
     for base in todo:
         t = time.perf_counter()
         tuning = None
         if isinstance(base, kr.TunedKernelRidge):
             base.tune(xv, yv)
             tuning = {"lam": base.lam, "grid": list(base.lambdas), "num_prompts": args.tune_prompts}
+        elif isinstance(base, GDTargetBaseline):
+            base.tune(xv[:32], yv[:32])
+            tuning = base.tuning
         preds = base(xs, ys)
         secs = time.perf_counter() - t
         r2 = metrics.r2_curve(preds, ys).tolist()

@@ -57,6 +57,30 @@ def test_results_file(run: Path) -> None:
     assert res["from_cache"] is False
 
 
+def test_tuned_baselines_and_nonlinear_skill(run: Path) -> None:
+    opts = EvalOptions(
+        baselines=("averaging", "ridge_tuned", "kernel", "gd_target"), resamples=50, tuned_prompts=64,
+        gd_prompts=16, gd_tune_prompts=8, cost=False,
+    )  # fmt: skip
+    res = evaluate_run(run, "in-distribution", prompts=64, options=opts, progress=False, force=True)
+    cond = res["conditions"]["train"]
+    preds = cond["predictors"]
+    ridge, kern = preds["ridge_tuned"], preds["kernel"]
+    assert ridge["meta"]["tune_seed"] != res["suite"]["seed"]  # λ tuned on held-out prompts
+    assert len(ridge["meta"]["lam"]) == cond["points"]
+    for name, curve in preds.items():
+        if curve["num_prompts"] != 64:  # gd_target: skill vs ridge_tuned on its own 16 prompts
+            continue
+        for k in range(1, cond["points"]):
+            ref = 1 - curve["mse"][k] / ridge["mse"][k]
+            assert curve["skill"][k] == pytest.approx(ref, rel=1e-9, abs=1e-12), name
+    assert all(s == 0 for s in ridge["skill"][1:])
+    assert set(kern["skill_ranges"]) == {"1-10", "11-15"}
+    gdt = preds["gd_target"]
+    assert gdt["num_prompts"] == 16 and gdt["meta"]["steps"] in (1, 3, 10, 30)
+    assert gdt["skill"][1] is not None  # skill on its own 16 prompts
+
+
 def test_cache_reuse_and_staleness(run: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -179,3 +179,19 @@ def test_bad_input_is_input_error(call) -> None:
     preds, ys = _data(16, 4, 1, seed=14)
     with pytest.raises(InputError):
         call(preds, ys)
+
+
+def test_nonlinear_skill_matches_explicit_ratio() -> None:
+    g = torch.Generator().manual_seed(31)
+    ys = torch.randn(50, 6, 2, generator=g, dtype=torch.float64)
+    lin = ys + 0.8 * torch.randn(50, 6, 2, generator=g, dtype=torch.float64)
+    pred = ys + 0.3 * torch.randn(50, 6, 2, generator=g, dtype=torch.float64)
+    lin[:, 0] = ys[:, 0]  # MSE_lin = 0 -> NaN
+    pred[:, 5] = math.nan  # not evaluated -> NaN
+    got = metrics.nonlinear_skill(pred, lin, ys)
+    Y, L, P = ys.numpy(), lin.numpy(), pred.numpy()
+    for k in range(1, 5):
+        ref = 1 - ((P[:, k] - Y[:, k]) ** 2).mean() / ((L[:, k] - Y[:, k]) ** 2).mean()
+        assert abs(float(got[k]) - ref) < 1e-12
+    assert math.isnan(float(got[0])) and math.isnan(float(got[5]))
+    assert float(metrics.nonlinear_skill(lin, lin, ys)[2]) == 0.0

@@ -100,5 +100,7 @@ def test_bad_inputs(cfg) -> None:  # type: ignore[no-untyped-def]
         build_suite("mixture", cfg, seed=cfg.train.seed)
     with pytest.raises(InputError, match="unknown baseline"):
         parse_baselines("averaging,bogus")
-    assert parse_baselines("all") == parse_baselines("zero,averaging,least-squares,ridge,knn,mlp,gd")
+    assert parse_baselines("all") == parse_baselines(
+        "zero,averaging,least-squares,ridge,knn,mlp,gd,ridge_tuned,kernel"
+    )
     assert parse_baselines(None) is None and parse_baselines("none") == ()

@@ -82,7 +82,9 @@ _D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions 
     "--baselines",
     default=None,
     metavar="LIST",
-    help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd; all; none [suite's].",
+    help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd, ridge_tuned, kernel, "
+    "gd_target (slow, not in all); "
+    "all; none [suite's].",
 )
 @click.option("--seed", type=count(0), default=None, help=f"Test seed [{EVAL_SEED}].")
 @click.option(

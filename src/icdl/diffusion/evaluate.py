@@ -168,6 +168,20 @@ def _one_prompt_score(mix: Mixture) -> ScoreFn:
     return fn
 
 
+def _score_fns(
+    model: ICLTransformer | None, mlp: ContextMLP | None, cx: Tensor, cy: Tensor
+) -> dict[str, ScoreFn]:
+    """Every estimator's score function for one context: ICL, the context MLP, the closed forms."""
+    fns: dict[str, ScoreFn] = {}
+    if model is not None:
+        fns["icl"] = icl_score_fn(model, cx, cy)
+    if mlp is not None:
+        fns[mlp.name] = mlp.score_fn(cx, cy)
+    for est in _closed_form():
+        fns[est.name] = score_fn(est, cx, cy)
+    return fns
+
+
 def sampling_distances(
     model: ICLTransformer | None,
     cfg: ScoreConfig,
@@ -226,14 +240,7 @@ def sampling_distances(
             kept["true"], kept["exact"] = true, ex
         for i, k in enumerate(ks):
             cx, cy = b.xs[p, :k], b.ys[p, :k]
-            fns: dict[str, ScoreFn] = {}
-            if model is not None:
-                fns["icl"] = icl_score_fn(model, cx, cy)
-            if mlp is not None:
-                fns[mlp.name] = mlp.score_fn(cx, cy)
-            for est in _closed_form():
-                fns[est.name] = score_fn(est, cx, cy)
-            for name, fn in fns.items():
+            for name, fn in _score_fns(model, mlp, cx, cy).items():
                 s = run(fn, p).to(torch.float64)
                 if not torch.isfinite(s).all():
                     sw[name][i].append(math.nan)
@@ -246,17 +253,12 @@ def sampling_distances(
             if keep_samples and p == 0 and k == ks[-1]:
                 kept["context"] = (cx[:, :-1] + ou_h(cx[:, -1:]) * cy) / torch.exp(-cx[:, -1:] / 2)
     out: dict[str, Any] = {
-        "ks": ks,
-        "prompts": prompts,
-        "samples": samples,
-        "steps": steps,
-        "method": method,
-        "seed": seed,
+        "ks": ks, "prompts": prompts, "samples": samples, "steps": steps, "method": method, "seed": seed,
         "sw": {n: [float(np.mean(v)) for v in sw[n]] for n in names},
         "mmd": {n: [float(np.mean(v)) for v in mm[n]] for n in names},
         "sw_per_prompt": {n: sw[n] for n in names},
         "floor": {key: float(np.mean(v)) for key, v in floor.items()},
-    }
+    }  # fmt: skip
     if keep_samples:
         out["samples_first_prompt"] = kept
     return out

@@ -20,12 +20,15 @@ Baselines (``--baselines``; ``None`` = the suite's default in :data:`SUITE_BASEL
 ``mlp`` (the paper's N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the
 last epoch; by default on the first 64 prompts and 5 values of k — it is the costly one, and this is
 recorded in the results), ``gd`` (plain GD on the target's bias-free architecture from a seeded w0,
-10 steps, step size tuned on held-out prompts).
+10 steps, step size tuned on held-out prompts), ``ridge_tuned`` (ridge without intercept, λ per k tuned on
+``tuned_prompts`` held-out prompts) and ``kernel`` (kernel ridge with the target family's NNGP kernel,
+λ likewise; :mod:`icdl.icl.kernels`). When ``ridge_tuned`` is among the baselines every predictor's curve
+also gets ``skill`` (:func:`icdl.icl.metrics.nonlinear_skill` against ``ridge_tuned`` on the same prompts)
+and ``skill_ranges`` (its mean over each k range).
 
-Result keys (``conditions.<name>.predictors``) carry the settings, so they differ from the names asked
-for: ``least-squares`` -> ``least_squares``, ``ridge`` -> ``ridge_1`` (``ridge_<λ>``), ``knn`` -> ``knn_3``,
-``mlp`` -> ``mlp<N>x<width>_best`` and ``..._last``, ``gd`` -> ``gd<N>x<width>_L<steps>``; the name asked
-for is each curve's ``meta.kind`` (``mlp-best``/``mlp-last`` for the MLP).
+Result keys (``conditions.<name>.predictors``) carry the settings: ``least-squares`` -> ``least_squares``,
+``ridge`` -> ``ridge_1``, ``knn`` -> ``knn_3``, ``mlp`` -> ``mlp<N>x<width>_best``/``_last``, ``gd`` ->
+``gd<N>x<width>_L<steps>``; the name asked for is each curve's ``meta.kind``.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ import datetime as _dt
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +48,23 @@ from torch import Tensor
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
-from icdl.icl import metrics
-from icdl.icl.baselines import (
-    AveragingBaseline,
-    GDBaseline,
-    KNNBaseline,
-    LeastSquaresBaseline,
-    MLPBaseline,
-    ZeroBaseline,
-)
+from icdl.icl import kernels, metrics
+from icdl.icl.baselines import DEFAULT_LR_GRID as GD_TARGET_LRS
 from icdl.icl.cache import seal as cache_seal
 from icdl.icl.cache import trusted as cache_trusted
+from icdl.icl.eval_parts import TUNED as _TUNED
+from icdl.icl.eval_parts import (
+    _add_skill,
+    _Pred,
+    _prompts,
+    _run_baselines,
+    k_ranges,
+    label_diagnostics,
+    paired_difference,
+)
+from icdl.icl.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
-from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
+from icdl.icl.tasks import PromptBatch, sample_batch
 from icdl.io import atomic_write_json, clean_json, read_json
 from icdl.nets import NetSpec
 
@@ -80,7 +87,11 @@ __all__ = [
 ]
 
 FORMAT = "icdl-eval-v1"
-BASELINES: tuple[str, ...] = ("zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd")
+BASELINES: tuple[str, ...] = (
+    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel",
+)  # fmt: skip
+# Slow, only on request (not in "all"): GD on the target with (lr, steps) tuned on held-out prompts.
+OPTIONAL_BASELINES: tuple[str, ...] = ("gd_target",)
 _CHEAP = ("zero", "averaging", "least-squares", "ridge", "knn")
 SUITE_BASELINES: dict[str, tuple[str, ...]] = {
     # The paper shows its NN baseline on in-distribution prompts (F.1) and on each weight shift (F.2).
@@ -95,10 +106,6 @@ SUITE_BASELINES: dict[str, tuple[str, ...]] = {
 }
 GD_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 POOLINGS: tuple[str, ...] = ("pooled", "batch_mean")
-
-# Flags of a degenerate test distribution (docs/protocol.md, pilot findings).
-_ZERO_FRACTION = 0.5
-_SCALE_RATIO = 10.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class EvalOptions:
     gd_prompts: int = 128
     gd_tune_prompts: int = 32
     gd_grid: tuple[float, ...] = GD_GRID
+    tuned_prompts: int = 640
     batch: int = 64
     cost: bool = True
 
@@ -132,7 +140,7 @@ class EvalOptions:
         """Validate every field (the CLI's options are checked here, not repeated there)."""
         lows = {
             "resamples": 10, "knn": 1, "mlp_width": 1, "mlp_epochs": 1, "mlp_prompts": 2, "gd_steps": 1,
-            "gd_prompts": 2, "gd_tune_prompts": 1, "batch": 1,
+            "gd_prompts": 2, "gd_tune_prompts": 1, "tuned_prompts": 2, "batch": 1,
         }  # fmt: skip
         for name, low in lows.items():
             v = getattr(self, name)
@@ -172,12 +180,16 @@ def parse_baselines(spec: str | Sequence[str] | None) -> tuple[str, ...] | None:
         return BASELINES
     if items in (["none"], []):
         return ()
-    aliases = {"least_squares": "least-squares", "ls": "least-squares", "nn": "mlp", "lstsq": "least-squares"}
+    aliases = {
+        "least_squares": "least-squares", "ls": "least-squares", "nn": "mlp", "lstsq": "least-squares",
+        "ridge-tuned": "ridge_tuned",
+    }  # fmt: skip
     out = []
     for s in items:
         s = aliases.get(s, s)
-        if s not in BASELINES:
-            raise InputError(f"unknown baseline {s!r}; choose from {', '.join(BASELINES)}, all, none")
+        if s not in BASELINES + OPTIONAL_BASELINES:
+            known = ", ".join(BASELINES + OPTIONAL_BASELINES)
+            raise InputError(f"unknown baseline {s!r}; choose from {known}, all, none")
         if s not in out:
             out.append(s)
     return tuple(out)
@@ -289,10 +301,16 @@ def evaluate_estimate(
     flops = 2 * icl_params * P * T + preds * 2 * R * P * n * dy
     flops += sum(2 * P * n * (n * dx * dx + dx**3) for b in names if b in ("least-squares", "ridge"))
     flops += 2 * P * n * n * dx if "knn" in names else 0
+    # ridge_tuned / kernel: one T x T Cholesky per prompt and λ (all grid λ on the held-out prompts).
+    tuned_chol = (len(kernels.DEFAULT_LAMBDAS) * opts.tuned_prompts + 4 * P) * n**3
+    flops += sum(tuned_chol for b in names if b in _TUNED)
     if "mlp" in names:
         mp = min(opts.mlp_prompts, P)
         mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth
         flops += 6 * mp * n_ks * opts.mlp_epochs * n * mlp.num_params
+    if "gd_target" in names:  # the (lr, steps) grid on the tuning prompts, then <= 30 steps
+        grid_steps = len(GD_TARGET_LRS) * sum(GD_TARGET_STEPS)
+        flops += 6 * (opts.gd_tune_prompts * grid_steps + min(opts.gd_prompts, P) * 30) * n * net.num_params
     if "gd" in names:
         gp = min(opts.gd_prompts, P)
         flops += 6 * gp * (len(opts.gd_grid) + 1) * opts.gd_steps * n * net.num_params
@@ -307,264 +325,6 @@ def evaluate_estimate(
         f"{len(st.conditions)} condition(s) x {P} prompts x {n} points, {R} resamples, baselines "
         + (", ".join(names) or "none"),
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# Prompts, diagnostics, comparisons
-# --------------------------------------------------------------------------------------------------
-
-
-def _prompts(cond: Condition, num: int, seed: int, batch: int = 64) -> PromptBatch:
-    """``num`` prompts of a condition, drawn in batches of ``batch`` (batch b = step b of ``seed``)."""
-    parts = []
-    for b, start in enumerate(range(0, num, batch)):
-        parts.append(
-            sample_batch(
-                cond.task, batch, seed=seed, step=b, points=cond.points, count=min(batch, num - start)
-            )
-        )
-    cat = {
-        k: torch.cat([getattr(p, k) for p in parts]) for k in ("xs", "ys", "w", "label_shift", "label_scale")
-    }
-    return PromptBatch(spec=parts[0].spec, **cat)
-
-
-def label_diagnostics(ys: Tensor, reference_std: float | None) -> dict[str, Any]:
-    """Label statistics of a test set ``ys (B, n, d_y)`` and a degeneracy flag.
-
-    ``zero_fraction``: share of labels exactly 0; ``constant_prompt_fraction``: share of prompts whose
-    labels are all equal; ``label_std_ratio``: label std over the training task's (``reference_std``).
-    ``degenerate`` when more than half the labels are exactly 0, more than half the prompts are
-    constant, or the label scale is off by more than 10x — then R² is dominated by a few prompts and is
-    not meaningful (docs/protocol.md, pilot findings: the weight shift N(-0.5, I) of bias-free ReLU targets).
-    """
-    y = ys.detach().double()
-    std = float(y.std()) if y.numel() > 1 else 0.0
-    zero = float((y == 0).double().mean())
-    flat = y.reshape(y.shape[0], -1)
-    const = float((flat.max(1).values == flat.min(1).values).double().mean())
-    ratio = std / reference_std if reference_std and reference_std > 0 else None
-    reasons = []
-    if zero > _ZERO_FRACTION:
-        reasons.append(f"{100 * zero:.2f}% of labels are exactly 0")
-    if const > _ZERO_FRACTION:
-        reasons.append(f"{100 * const:.1f}% of prompts have constant labels")
-    if ratio is not None and not (1 / _SCALE_RATIO <= ratio <= _SCALE_RATIO):
-        reasons.append(f"label std is {ratio:.3g}x the training task's")
-    return {
-        "label_mean": float(y.mean()),
-        "label_std": std,
-        "reference_std": reference_std,
-        "label_std_ratio": ratio,
-        "zero_fraction": zero,
-        "constant_prompt_fraction": const,
-        "max_abs_label": float(y.abs().max()),
-        "degenerate": bool(reasons),
-        "reasons": reasons,
-    }
-
-
-def k_ranges(train_examples: int, max_k: int) -> list[tuple[int, int]]:
-    """The k ranges summarised everywhere: ``(1, E)`` within the training length and ``(E+1, K)`` beyond."""
-    out = [(1, min(train_examples, max_k))] if max_k >= 1 else []
-    if max_k > train_examples:
-        out.append((train_examples + 1, max_k))
-    return out
-
-
-def _range_key(r: tuple[int, int]) -> str:
-    return f"{r[0]}-{r[1]}"
-
-
-def paired_difference(
-    preds_a: Tensor,
-    preds_b: Tensor,
-    ys: Tensor,
-    ranges: Sequence[tuple[int, int]],
-    *,
-    pooling: metrics.Pooling = "pooled",
-    batch_size: int = 64,
-    resamples: int = 1000,
-    level: float = 0.9,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Paired bootstrap of ``Δ(k) = R²_a(k) - R²_b(k)`` on one prompt set ``(B, n, d_y)``.
-
-    Each resample draws prompts (``pooling="pooled"``) or batches (``"batch_mean"``) with replacement —
-    the SAME draw for both predictors — and recomputes both R² curves; the band is the percentile
-    interval of Δ. Positions where ``preds_b`` is NaN (a baseline evaluated on some k only) are NaN and
-    skipped by the range means. Returns ``{"diff", "diff_low", "diff_high", "ranges": {"lo-hi":
-    {"mean", "low", "high", "verdict", "k_evaluated", "k_beats", "k_matches", "k_trails"}}}``.
-    """
-    a = metrics.check_pair(preds_a, ys)[0]
-    b, y = metrics.check_pair(preds_b, ys)
-    B, n, _ = y.shape
-    g = torch.Generator().manual_seed(seed)
-    if pooling == "pooled":
-        idx = torch.randint(B, (resamples, B), generator=g)
-        C = torch.zeros(resamples, B, dtype=torch.float64).scatter_add_(
-            1, idx, torch.ones(resamples, B, dtype=torch.float64)
-        )
-        yc = y - y.mean(0, keepdim=True)
-        s1 = torch.einsum("rb,bnc->rnc", C, yc)
-        s2 = C @ (yc**2).sum(-1)
-        sst = s2 - (s1**2).sum(-1) / B  # (R, n)
-        sse_a, sse_b = C @ ((y - a) ** 2).sum(-1), C @ ((y - b) ** 2).sum(-1)
-        boot = (sse_b - sse_a) / sst
-        boot = torch.where(sst > 0, boot, torch.full_like(boot, math.nan))
-        point = metrics.r2_curve(a, y) - metrics.r2_curve(b, y)
-    else:
-        units = B // batch_size
-        ra = metrics.batch_r2(a, y, batch_size)
-        rb = metrics.batch_r2(b, y, batch_size)
-        idx = torch.randint(units, (resamples, units), generator=g)
-        C = (
-            torch.zeros(resamples, units, dtype=torch.float64).scatter_add_(
-                1, idx, torch.ones(resamples, units, dtype=torch.float64)
-            )
-            / units
-        )
-        boot = C @ (ra - rb)
-        point = (ra - rb).mean(0)
-    nan_b = b.isnan().any(0).any(-1)  # (n,)
-    point = torch.where(nan_b, torch.full_like(point, math.nan), point)
-    boot[:, nan_b] = math.nan
-    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    band = torch.nanquantile(boot, q, dim=0)
-    out: dict[str, Any] = {
-        "diff": point.tolist(),
-        "diff_low": band[0].tolist(),
-        "diff_high": band[1].tolist(),
-    }
-    summary = {}
-    for lo, hi in ranges:
-        ks = [k for k in range(lo, hi + 1) if k < n and not bool(nan_b[k]) and bool(point[k].isfinite())]
-        if not ks:
-            continue
-        sel = torch.tensor(ks)
-        means = boot[:, sel].nanmean(1)
-        low, high = torch.nanquantile(means, q).tolist()
-        lows, highs = band[0, sel], band[1, sel]
-        summary[_range_key((lo, hi))] = {
-            "mean": float(point[sel].mean()),
-            "low": low,
-            "high": high,
-            "verdict": "beats" if low > 0 else ("trails" if high < 0 else "matches"),
-            "k_evaluated": len(ks),
-            "k_beats": int((lows > 0).sum()),
-            "k_trails": int((highs < 0).sum()),
-            "k_matches": int(((lows <= 0) & (highs >= 0)).sum()),
-        }
-    out["ranges"] = summary
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Baselines
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Pred:
-    name: str
-    kind: str
-    preds: Tensor  # (B_sub, n, d_y) on the first num_prompts prompts
-    seconds: float
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def _mlp_ks(opts: EvalOptions, train_examples: int, max_k: int) -> list[int]:
-    ks = opts.mlp_ks if opts.mlp_ks is not None else (1, 5, 10, train_examples, max_k)
-    return sorted({k for k in ks if 1 <= k <= max_k})
-
-
-def _run_baselines(
-    names: Sequence[str],
-    cond: Condition,
-    pb: PromptBatch,
-    cfg: Config,
-    suite: Suite,
-    opts: EvalOptions,
-    tick: Callable[[str], None],
-) -> list[_Pred]:
-    """Every requested baseline on the condition's prompts (costly ones on a prefix of the prompts)."""
-    xs64, ys64 = pb.xs.double(), pb.ys.double()
-    n = pb.xs.shape[1]
-    out: list[_Pred] = []
-    simple: dict[str, Any] = {
-        "zero": ZeroBaseline(),
-        "averaging": AveragingBaseline(),
-        "least-squares": LeastSquaresBaseline(),
-        "ridge": LeastSquaresBaseline(ridge=opts.ridge),
-        "knn": KNNBaseline(k_nn=opts.knn),
-    }
-    for key in names:
-        tick(key)
-        t0 = time.perf_counter()
-        if key in simple:
-            bl = simple[key]
-            with torch.no_grad():
-                p = bl(xs64, ys64)
-            out.append(_Pred(bl.name, key, p, time.perf_counter() - t0, {"prompts": int(p.shape[0])}))
-        elif key == "mlp":
-            m = min(opts.mlp_prompts, pb.xs.shape[0])
-            ks = _mlp_ks(opts, suite.train_examples, n - 1)
-            mlp = MLPBaseline(
-                depth=cfg.task.depth,
-                width=opts.mlp_width,
-                lr=opts.mlp_lr,
-                epochs=opts.mlp_epochs,
-                seed=suite.seed,
-                ks=ks,
-                pooling=opts.pooling,
-            )
-            tr = mlp.trace(pb.xs[:m], pb.ys[:m])
-            secs = time.perf_counter() - t0
-            best, epochs = tr.best(pb.ys[:m], pooling=opts.pooling)
-            meta: dict[str, Any] = {
-                "prompts": m,
-                "ks": ks,
-                "width": opts.mlp_width,
-                "depth": cfg.task.depth,
-                "epochs": opts.mlp_epochs,
-                "lr": opts.mlp_lr,
-                "bias": True,
-                "init": "He normal",
-                "note": f"evaluated on the first {m} prompts at k in {ks} only (cost)",
-            }
-            base = f"mlp{cfg.task.depth}x{opts.mlp_width}"
-            out.append(
-                _Pred(
-                    f"{base}_best",
-                    "mlp-best",
-                    best,
-                    secs,
-                    {**meta, "selection": "best (oracle epoch per k)", "best_epoch": epochs},
-                )
-            )
-            out.append(
-                _Pred(f"{base}_last", "mlp-last", tr.last(), secs, {**meta, "selection": "last epoch"})
-            )
-        elif key == "gd":
-            m = min(opts.gd_prompts, pb.xs.shape[0])
-            gd = GDBaseline(net_spec(cfg.task), steps=opts.gd_steps, seed=suite.seed)
-            tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)  # held-out prompts
-            meta = {
-                "prompts": m,
-                "steps": opts.gd_steps,
-                "tune_prompts": opts.gd_tune_prompts,
-                "tune_seed": suite.seed + 1,
-            }
-            try:
-                with torch.no_grad():
-                    gd.tune_step_size(tune.xs, tune.ys, opts.gd_grid, pooling="pooled")
-                    p = gd(pb.xs[:m], pb.ys[:m])
-                meta.update({"lr": gd.lr, "tuning": gd.tuning})
-            except InputError as exc:  # every step size diverged: record it, do not fail the suite
-                p = torch.full_like(pb.ys[:m], math.nan)
-                meta["error"] = str(exc)
-            out.append(_Pred(gd.name, "gd", p, time.perf_counter() - t0, meta))
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -587,6 +347,135 @@ def _progress(total: int, enabled: bool | None) -> Any:
 
     disable = (not sys.stderr.isatty()) if enabled is None else not enabled
     return tqdm(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
+
+
+def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -> _Pred:
+    """The ICL model's predictions on all prompts, ``batch`` prompts per forward pass."""
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        icl = torch.cat(
+            [
+                model(pb.xs[s : s + batch].to(device), pb.ys[s : s + batch].to(device)).cpu()
+                for s in range(0, pb.xs.shape[0], batch)
+            ]
+        )
+    meta = {"prompts": int(pb.xs.shape[0]), "checkpoint_step": step}
+    return _Pred("icl", "icl", icl, time.perf_counter() - t0, meta)
+
+
+def _curves(
+    preds: list[_Pred],
+    icl: Tensor,
+    ys: Tensor,
+    ranges: list[tuple[int, int]],
+    opts: EvalOptions,
+    seed: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """R²/MSE curves with bootstrap bands of every predictor, and each baseline's paired comparison
+    with the ICL model on the prompts both saw."""
+    curves, comps = {}, {}
+    for p in preds:
+        m = p.preds.shape[0]
+        curve = metrics.evaluate(
+            p.name,
+            p.preds,
+            ys[:m].to(p.preds.dtype),
+            pooling=opts.pooling,
+            resamples=opts.resamples,
+            level=opts.level,
+            seed=seed,
+            meta={"kind": p.kind, "seconds": p.seconds, **p.meta},
+        )
+        curves[p.name] = curve.to_dict()
+        if p.kind != "icl":
+            comps[p.name] = {
+                "kind": p.kind,
+                "prompts": m,
+                **paired_difference(
+                    icl[:m].double(),
+                    p.preds.double(),
+                    ys[:m].double(),
+                    ranges,
+                    pooling=opts.pooling,
+                    resamples=opts.resamples,
+                    level=opts.level,
+                    seed=seed,
+                ),
+            }
+    return curves, comps
+
+
+def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
+    """One ICL forward pass vs training the baseline MLP (:func:`icdl.icl.cost.measure_cost`)."""
+    from icdl.icl.cost import measure_cost
+
+    return measure_cost(
+        model,
+        cfg,
+        points=min(max_k + 1, cfg.model.max_points),
+        prompts=opts.batch,
+        mlp_width=opts.mlp_width,
+        mlp_epochs=opts.mlp_epochs,
+        mlp_lr=opts.mlp_lr,
+        seed=seed,
+    )
+
+
+def _run_info(run_dir: str | Path, cfg: Config) -> dict[str, Any]:
+    """The ``run`` block of a result: what was trained, on what."""
+    return {
+        "run_dir": str(Path(run_dir)),
+        "name": cfg.name,
+        "attention": cfg.model.attention,
+        "layers": cfg.model.layers,
+        "target_depth": cfg.task.depth,
+        "train_examples": cfg.task.examples,
+        "train_seed": cfg.train.seed,
+    }
+
+
+def _condition(
+    cond: Condition,
+    ci: int,
+    model: Any,
+    cfg: Config,
+    st: Suite,
+    opts: EvalOptions,
+    baselines: Sequence[str],
+    device: str,
+    step: int,
+    bar: Any,
+) -> tuple[dict[str, Any], str | None]:
+    """One condition of a suite: prompts, ICL and baseline predictions, diagnostics, curves,
+    comparisons and skill. Returns the condition's result and a degeneracy warning (or None)."""
+
+    def tick(what: str) -> None:
+        bar.set_description(f"{st.name}/{cond.name}: {what}")
+
+    pb = _prompts(cond, st.prompts, st.seed)
+    ys = pb.ys
+    ranges = k_ranges(st.train_examples, ys.shape[1] - 1)
+    tick("icl")
+    preds = [_icl_pred(model, pb, opts.batch, device, step)]
+    bar.update(1)
+
+    def tick_b(what: str) -> None:
+        tick(what)
+        bar.update(1)
+
+    preds.extend(_run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
+    diag = label_diagnostics(ys, _reference_std(cfg, st, cond.points))
+    warning = None
+    if diag["degenerate"]:
+        warning = f"condition {cond.name} ({cond.label}) is degenerate: {'; '.join(diag['reasons'])}"
+    curves, comps = _curves(preds, preds[0].preds, ys, ranges, opts, st.seed + ci)
+    _add_skill(curves, preds, ys, ranges)
+    entry = {
+        "label": cond.label, "params": cond.params, "points": cond.points,
+        "ranges": [list(r) for r in ranges], "diagnostics": diag, "predictors": curves,
+        "comparisons": comps,
+    }  # fmt: skip
+    return entry, warning
 
 
 def evaluate_run(
@@ -633,100 +522,13 @@ def evaluate_run(
     max_k_all = max(c.points for c in st.conditions) - 1
     try:
         for ci, cond in enumerate(st.conditions):
-
-            def tick(what: str, cond: Condition = cond) -> None:
-                bar.set_description(f"{suite}/{cond.name}: {what}")
-
-            pb = _prompts(cond, st.prompts, st.seed)
-            ys = pb.ys
-            n = ys.shape[1]
-            ranges = k_ranges(st.train_examples, n - 1)
-            tick("icl")
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                icl = torch.cat(
-                    [
-                        model(
-                            pb.xs[s : s + opts.batch].to(device), pb.ys[s : s + opts.batch].to(device)
-                        ).cpu()
-                        for s in range(0, st.prompts, opts.batch)
-                    ]
-                )
-            preds = [
-                _Pred(
-                    "icl",
-                    "icl",
-                    icl,
-                    time.perf_counter() - t0,
-                    {"prompts": st.prompts, "checkpoint_step": ck["step"]},
-                )
-            ]
-            bar.update(1)
-
-            def tick_b(what: str, _t: Callable[[str], None] = tick) -> None:
-                _t(what)
-                bar.update(1)
-
-            preds.extend(_run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
-
-            diag = label_diagnostics(ys, _reference_std(cfg, st, cond.points))
-            if diag["degenerate"]:
-                warnings.append(
-                    f"condition {cond.name} ({cond.label}) is degenerate: {'; '.join(diag['reasons'])}"
-                )
-            curves, comps = {}, {}
-            for p in preds:
-                m = p.preds.shape[0]
-                curve = metrics.evaluate(
-                    p.name,
-                    p.preds,
-                    ys[:m].to(p.preds.dtype),
-                    pooling=opts.pooling,
-                    resamples=opts.resamples,
-                    level=opts.level,
-                    seed=st.seed + ci,
-                    meta={"kind": p.kind, "seconds": p.seconds, **p.meta},
-                )
-                curves[p.name] = curve.to_dict()
-                if p.kind != "icl":
-                    comps[p.name] = {
-                        "kind": p.kind,
-                        "prompts": m,
-                        **paired_difference(
-                            icl[:m].double(),
-                            p.preds.double(),
-                            ys[:m].double(),
-                            ranges,
-                            pooling=opts.pooling,
-                            resamples=opts.resamples,
-                            level=opts.level,
-                            seed=st.seed + ci,
-                        ),
-                    }
-            conditions[cond.name] = {
-                "label": cond.label,
-                "params": cond.params,
-                "points": cond.points,
-                "ranges": [list(r) for r in ranges],
-                "diagnostics": diag,
-                "predictors": curves,
-                "comparisons": comps,
-            }
+            entry, warning = _condition(cond, ci, model, cfg, st, opts, baselines, device, ck["step"], bar)
+            conditions[cond.name] = entry
+            warnings += [warning] if warning else []
         cost = None
         if opts.cost:
-            from icdl.icl.cost import measure_cost
-
             bar.set_description(f"{suite}: cost")
-            cost = measure_cost(
-                model,
-                cfg,
-                points=min(max_k_all + 1, cfg.model.max_points),
-                prompts=opts.batch,
-                mlp_width=opts.mlp_width,
-                mlp_epochs=opts.mlp_epochs,
-                mlp_lr=opts.mlp_lr,
-                seed=st.seed + 2,
-            )
+            cost = _cost(model, cfg, opts, max_k_all, st.seed + 2)
             bar.update(1)
     finally:
         bar.close()
@@ -736,15 +538,7 @@ def evaluate_run(
         "suite": st.to_dict(),
         "request": request,
         "options": request["options"],
-        "run": {
-            "run_dir": str(Path(run_dir)),
-            "name": cfg.name,
-            "attention": cfg.model.attention,
-            "layers": cfg.model.layers,
-            "target_depth": cfg.task.depth,
-            "train_examples": cfg.task.examples,
-            "train_seed": cfg.train.seed,
-        },
+        "run": _run_info(run_dir, cfg),
         "config": cfg.model_dump(mode="json"),
         "checkpoint": ck,
         "computed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

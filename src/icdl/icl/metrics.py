@@ -45,6 +45,7 @@ __all__ = [
     "evaluate",
     "mean_over_k",
     "mse_curve",
+    "nonlinear_skill",
     "r2_curve",
 ]
 
@@ -139,6 +140,22 @@ def mse_curve(preds: Tensor, ys: Tensor) -> Tensor:
     """``MSE(k)``: mean over prompts and output coordinates of the squared error, ``(n,)`` float64."""
     preds, ys = check_pair(preds, ys)
     return ((ys - preds) ** 2).mean((0, 2))
+
+
+def nonlinear_skill(preds: Tensor, linear_preds: Tensor, ys: Tensor) -> Tensor:
+    """Nonlinear skill per k: ``1 - MSE_pred(k) / MSE_lin(k)``, ``(n,)`` float64 (docs/baselines.md).
+
+    ``linear_preds`` are the best linear predictor's (``ridge_tuned``, :mod:`icdl.icl.kernels`) on the
+    SAME prompts. The skill is the share of the variance left by the best linear predictor that ``preds``
+    explains: 0 = no better than tuned ridge, 1 = perfect, negative = worse than tuned ridge. NaN where
+    either prediction is NaN (a baseline not evaluated at that k) or ``MSE_lin(k) = 0``.
+    """
+    mse = mse_curve(preds, ys)
+    lin = mse_curve(linear_preds, ys)
+    ok = lin > 0
+    return torch.where(
+        ok, 1 - mse / torch.where(ok, lin, torch.ones_like(lin)), torch.full_like(lin, math.nan)
+    )
 
 
 def _counts(units: int, resamples: int, seed: int, device: torch.device) -> Tensor:

@@ -197,6 +197,7 @@ def _suite_section(
         lines.append("")
         if sparse_notes:
             lines += ["† compare at matching k: " + " ".join(sparse_notes), ""]
+        lines += _skill_lines(c)
         d = c["diagnostics"]
         diag = (
             f"Labels: mean {_f(d['label_mean'], 3)}, std {_f(d['label_std'], 3)} "
@@ -214,6 +215,19 @@ def _suite_section(
     if suite["name"] in ("weight-shift", "weight-shift-std") and result["run"]["target_depth"] != 4:
         lines += ["\\* the paper's F.2 numbers are for a 4-layer target.", ""]
     return lines
+
+
+def _skill_lines(cond: dict[str, Any]) -> list[str]:
+    """Nonlinear skill (1 - MSE / MSE of ridge_tuned, docs/baselines.md) per predictor and k range, when
+    the evaluation ran ``ridge_tuned``; nothing otherwise."""
+    rows = [
+        f"{pname} " + ", ".join(f"{r} {_f(v)}" for r, v in curve["skill_ranges"].items())
+        for pname, curve in cond["predictors"].items()
+        if curve.get("skill_ranges") and pname != "ridge_tuned"
+    ]
+    if not rows:
+        return []
+    return ["Nonlinear skill vs ridge_tuned (1 − MSE / MSE_ridge_tuned, mean over k): " + "; ".join(rows), ""]
 
 
 def _cost_section(cost: dict[str, Any]) -> list[str]:
@@ -266,6 +280,80 @@ def _depth_section(rows: list[dict[str, Any]], out_dir: Path, fig: tuple[str, in
     return [*lines, ""]
 
 
+def _summary_row(rd: Path, run: dict[str, Any], res: dict[str, Any]) -> str:
+    """The run's row of the in-distribution summary table (ICL, averaging, MLP at matching k, paper)."""
+    c = res["conditions"]["train"]
+    E = res["suite"]["train_examples"]
+    by_kind = {p["meta"].get("kind"): p for p in c["predictors"].values()}
+
+    def m(kind: str, by_kind: dict[str, Any] = by_kind, E: int = E) -> str:
+        p = by_kind.get(kind)
+        return _f(_mean(p["r2"], 1, E)) if p else "–"
+
+    # The MLP runs at a few k only: its mean is comparable with ICL's over THOSE k only.
+    mlp = by_kind.get("mlp-best")
+    mlp_ks = _evaluated_ks(mlp["r2"], 1, E) if mlp else []
+
+    def at(kind: str, by_kind: dict[str, Any] = by_kind, ks: list[int] = mlp_ks) -> str:
+        p = by_kind.get(kind)
+        return _f(_mean_at(p["r2"], ks)) if p and ks else "–"
+
+    same = _paper_setting(res["config"])
+    p_icl = paper.f1_mean(run["attention"], run["target_depth"], "1.0") if same else None
+    p_nn = paper.f1_mean(run["attention"], run["target_depth"], "nn") if same else None
+    return (
+        f"| `{rd}` | {run['attention']} | {run['layers']} | {run['target_depth']} | {m('icl')} | "
+        f"{m('averaging')} | {', '.join(map(str, mlp_ks)) or '–'} | {at('icl')} | "
+        f"{at('averaging')} | "
+        f"{at('mlp-best')} | {at('mlp-last')} | {_f(p_icl)} | {_f(p_nn)} |"
+    )
+
+
+_SUMMARY_HEAD = (
+    "## Summary (in-distribution, mean R² over k = 1..E)",
+    "",
+    "| run | attention | layers | target depth | ICL | averaging | MLP k | ICL at MLP k "
+    "| averaging at MLP k | MLP best | MLP last | paper ICL 1–50 | paper NN 1–50 |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+)
+
+
+def _check_report_args(
+    run_dirs: Sequence[str | Path], suites: Sequence[str] | None, figure_format: str, evaluate: str
+) -> list[str]:
+    """Validate :func:`build_report`'s arguments (one-line InputErrors); returns the suites to report."""
+    if not run_dirs:
+        raise InputError("give at least one run directory")
+    out = list(REPORT_SUITES if suites is None else suites)
+    for s in out:
+        if s not in suite_names():
+            raise InputError(f"unknown suite {s!r}; choose one of {', '.join(suite_names())}")
+    if figure_format not in ("png", "pdf", "svg"):
+        raise InputError(f"figure format must be png, pdf or svg, got {figure_format!r}")
+    if evaluate not in ("auto", "all", "none"):
+        raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
+    from icdl.icl.evaluate import checkpoint_info
+
+    for rd in run_dirs:
+        checkpoint_info(rd)  # one-line error for a bad run directory, before any work
+    return out
+
+
+def _run_header(rd: Path, run: dict[str, Any], cfg: dict[str, Any], step: int) -> list[str]:
+    """The heading and one-line description of a run's section."""
+    return [
+        f"## Run `{rd}`",
+        "",
+        f"{run['attention']} attention, {run['layers']} layers, d_model {cfg['model']['d_model']}; "
+        f"target: {run['target_depth']}-layer {cfg['task']['activation']} network, "
+        f"width {cfg['task']['width']}, "
+        f"d = {cfg['task']['dim']}, inputs mean {cfg['task']['inputs']['mean']}; trained "
+        f"{cfg['train']['steps']} steps on {run['train_examples']} examples (checkpoint step "
+        f"{step}).",
+        "",
+    ]
+
+
 def build_report(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -285,21 +373,10 @@ def build_report(
     ``evaluate``: ``"auto"`` computes a missing ``in-distribution`` suite only, ``"all"`` every missing or
     stale suite in ``suites``, ``"none"`` nothing (missing suites are listed with the command to run).
     """
-    from icdl.icl.evaluate import checkpoint_info, depth_sweep
+    from icdl.icl.evaluate import depth_sweep
 
-    if not run_dirs:
-        raise InputError("give at least one run directory")
-    suites = list(REPORT_SUITES if suites is None else suites)
-    for s in suites:
-        if s not in suite_names():
-            raise InputError(f"unknown suite {s!r}; choose one of {', '.join(suite_names())}")
-    if figure_format not in ("png", "pdf", "svg"):
-        raise InputError(f"figure format must be png, pdf or svg, got {figure_format!r}")
+    suites = _check_report_args(run_dirs, suites, figure_format, evaluate)
     fig = (figure_format, dpi)
-    if evaluate not in ("auto", "all", "none"):
-        raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
-    for rd in run_dirs:
-        checkpoint_info(rd)  # one-line error for a bad run directory, before any work
     check_writable(out_dir, what="report folder", directory=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -313,13 +390,7 @@ def build_report(
         "k = 1–E / E+1–K with E training examples.",
         "",
     ]
-    summary = [
-        "## Summary (in-distribution, mean R² over k = 1..E)",
-        "",
-        "| run | attention | layers | target depth | ICL | averaging | MLP k | ICL at MLP k "
-        "| averaging at MLP k | MLP best | MLP last | paper ICL 1–50 | paper NN 1–50 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    summary = list(_SUMMARY_HEAD)
     body: list[str] = []
     missing: list[str] = []
     for rd in run_dirs:
@@ -340,49 +411,14 @@ def build_report(
         run = any_res["run"]
         slug = _slug(rd.name or "run")
         cfg = any_res["config"]
-        body += [
-            f"## Run `{rd}`",
-            "",
-            f"{run['attention']} attention, {run['layers']} layers, d_model {cfg['model']['d_model']}; "
-            f"target: {run['target_depth']}-layer {cfg['task']['activation']} network, "
-            f"width {cfg['task']['width']}, "
-            f"d = {cfg['task']['dim']}, inputs mean {cfg['task']['inputs']['mean']}; trained "
-            f"{cfg['train']['steps']} steps on {run['train_examples']} examples (checkpoint step "
-            f"{any_res['checkpoint']['step']}).",
-            "",
-        ]
+        body += _run_header(rd, run, cfg, any_res["checkpoint"]["step"])
         for res, status in results.values():
             body += _suite_section(res, out, slug, status, fig)
         cost = next((r["cost"] for r, _ in results.values() if r.get("cost")), None)
         if cost:
             body += _cost_section(cost)
         if "in-distribution" in results:
-            res = results["in-distribution"][0]
-            c = res["conditions"]["train"]
-            E = res["suite"]["train_examples"]
-            by_kind = {p["meta"].get("kind"): p for p in c["predictors"].values()}
-
-            def m(kind: str, by_kind: dict[str, Any] = by_kind, E: int = E) -> str:
-                p = by_kind.get(kind)
-                return _f(_mean(p["r2"], 1, E)) if p else "–"
-
-            # The MLP runs at a few k only: its mean is comparable with ICL's over THOSE k only.
-            mlp = by_kind.get("mlp-best")
-            mlp_ks = _evaluated_ks(mlp["r2"], 1, E) if mlp else []
-
-            def at(kind: str, by_kind: dict[str, Any] = by_kind, ks: list[int] = mlp_ks) -> str:
-                p = by_kind.get(kind)
-                return _f(_mean_at(p["r2"], ks)) if p and ks else "–"
-
-            same = _paper_setting(res["config"])
-            p_icl = paper.f1_mean(run["attention"], run["target_depth"], "1.0") if same else None
-            p_nn = paper.f1_mean(run["attention"], run["target_depth"], "nn") if same else None
-            summary.append(
-                f"| `{rd}` | {run['attention']} | {run['layers']} | {run['target_depth']} | {m('icl')} | "
-                f"{m('averaging')} | {', '.join(map(str, mlp_ks)) or '–'} | {at('icl')} | "
-                f"{at('averaging')} | "
-                f"{at('mlp-best')} | {at('mlp-last')} | {_f(p_icl)} | {_f(p_nn)} |"
-            )
+            summary.append(_summary_row(rd, run, results["in-distribution"][0]))
     lines += [*summary, ""]
     rows = depth_sweep(run_dirs, evaluate_missing=False)
     lines += _depth_section(rows, out, fig)

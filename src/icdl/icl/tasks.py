@@ -111,6 +111,15 @@ def sample_inputs(
     return x
 
 
+def _task_standardisation(spec: NetSpec, w: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-task label shift and scale: mean and std of ``f(w, ref)`` over the reference inputs."""
+    fr = forward(spec, w, ref)
+    shift = fr.mean(dim=1, keepdim=True)
+    # A constant network (e.g. a dead ReLU net) has std 0: keep its labels centred, unscaled.
+    std = fr.std(dim=1, keepdim=True)
+    return shift, torch.where(std > 1e-12, std, torch.ones_like(std))
+
+
 def sample_batch(
     cfg: TaskConfig,
     batch_size: int,
@@ -165,8 +174,6 @@ def sample_batch(
         xs = xs.clone()
         xs[..., active_dims:] = 0
     f = forward(spec, w, xs)
-    shift = torch.zeros((count, 1, cfg.out_dim), dtype=dtype, device=device)
-    scale = torch.ones_like(shift)
     if cfg.standardize == "task":
         ref = sample_inputs(
             cfg,
@@ -177,11 +184,10 @@ def sample_batch(
         )[sl]
         if active_dims is not None and active_dims < cfg.dim:
             ref[..., active_dims:] = 0
-        fr = forward(spec, w, ref)
-        shift = fr.mean(dim=1, keepdim=True)
-        # A constant network (e.g. a dead ReLU net) has std 0: keep its labels centred, unscaled.
-        std = fr.std(dim=1, keepdim=True)
-        scale = torch.where(std > 1e-12, std, torch.ones_like(std))
+        shift, scale = _task_standardisation(spec, w, ref)
+    else:
+        shift = torch.zeros((count, 1, cfg.out_dim), dtype=dtype, device=device)
+        scale = torch.ones_like(shift)
     ys = (f - shift) / scale
     if cfg.noise_std > 0:
         noise = torch.randn(
