@@ -191,3 +191,18 @@ def test_finished_run_accepted(tmp_path: Path) -> None:
     assert score_run_step(run) == 2
     code, _, err = run_cli(["score", "evaluate", str(run), *EVALUATE])
     assert code == 0, err
+
+
+def test_score_run_files_share_one_mode(tmp_path: Path) -> None:
+    """A score run's weights go through the shared atomic writer: the same file mode as their siblings."""
+    import stat
+
+    from icdl.diffusion.config import load_score_config
+    from icdl.diffusion.train import train_score
+    from icdl.io import file_mode
+
+    run = tmp_path / "run"
+    train_score(load_score_config("score-small", [*TINY_SCORE, "train.steps=1"]), run)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in run.iterdir() if f.is_file()}
+    assert "model.safetensors" in modes
+    assert set(modes.values()) == {file_mode()}, modes

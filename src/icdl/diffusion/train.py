@@ -17,7 +17,6 @@ existing run directory is refused.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +24,14 @@ from pathlib import Path
 import torch
 import yaml
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from icdl.diffusion.config import ScoreConfig, dump_score_config, validate_score_config
 from icdl.diffusion.task import ou_h, sample_score_batch
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.train import lr_at  # the same warm-up + cosine schedule as icdl train
+from icdl.io import atomic_write
 
 __all__ = [
     "ScoreTrainResult",
@@ -60,9 +60,9 @@ class ScoreTrainResult:
 
 
 def _save(model: torch.nn.Module, run_dir: Path, step: int) -> None:
-    tmp = run_dir / "model.safetensors.tmp"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), {"step": str(step)})
-    os.replace(tmp, run_dir / "model.safetensors")
+    # Through the shared atomic writer: fsynced, renamed, and with the artefact's one file mode.
+    data = save({k: v.contiguous() for k, v in model.state_dict().items()}, {"step": str(step)})
+    atomic_write(run_dir / "model.safetensors", lambda fh: fh.write(data), binary=True)
 
 
 def train_score(cfg: ScoreConfig, run_dir: str | Path, *, quiet: bool = True) -> ScoreTrainResult:

@@ -7,7 +7,6 @@ caller's backend untouched; Jupyter shows a returned Figure inline); save it wit
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
+from icdl.io import atomic_write
 
 __all__ = [
     "FIGURE_FORMATS",
@@ -46,11 +46,8 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 150) -> Path:
         raise InputError(f"figure format {path.suffix or '(none)'} not supported; use {formats}")
     if dpi < 10 or dpi > 2400:
         raise InputError(f"dpi must be in [10, 2400], got {dpi}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=dpi, format=path.suffix[1:].lower())
-    os.replace(tmp, path)
-    return path
+    fmt = path.suffix[1:].lower()
+    return atomic_write(path, lambda fh: fig.savefig(fh, dpi=dpi, format=fmt), binary=True)
 
 
 def _as_2d(t: Tensor, batch: int) -> Tensor:
