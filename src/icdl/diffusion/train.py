@@ -20,6 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import torch
 import yaml
@@ -62,7 +63,11 @@ class ScoreTrainResult:
 def _save(model: torch.nn.Module, run_dir: Path, step: int) -> None:
     # Through the shared atomic writer: fsynced, renamed, and with the artefact's one file mode.
     data = save({k: v.contiguous() for k, v in model.state_dict().items()}, {"step": str(step)})
-    atomic_write(run_dir / "model.safetensors", lambda fh: fh.write(data), binary=True)
+
+    def write(fh: IO[Any]) -> None:
+        fh.write(data)
+
+    atomic_write(run_dir / "model.safetensors", write, binary=True)
 
 
 def train_score(cfg: ScoreConfig, run_dir: str | Path, *, quiet: bool = True) -> ScoreTrainResult:
