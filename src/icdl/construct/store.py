@@ -1,12 +1,19 @@
 """Save and load compiled models: ``weights.safetensors`` (the compact tables) + ``model.json`` (config,
 layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next
-to the target, which is then renamed. :func:`load` rebuilds the modules from the stored tables (no
-recompilation), so the loaded model reproduces the saved one bit for bit.
+to the target, which is then renamed. :func:`load` rebuilds the modules from the stored tables, so the
+loaded model reproduces the saved one bit for bit.
 
 ``model.json`` records ``content_sha256``, the SHA-256 of the rest of ``model.json`` (canonical JSON)
 followed by the bytes of ``weights.safetensors``. :func:`load` recomputes it, so a description that no
 longer matches its weights (an entry removed from ``model.json``, a table edited) is refused instead of
-silently computing something else. Every failure to load (missing, truncated, corrupt, tampered) is one
+silently computing something else.
+
+The hash only proves the files are unmodified since someone computed it, not that they are consistent: a
+hand-edited ``lr`` with the hash recomputed would report one step size and compute with another. So
+:func:`load` also compiles the model afresh from the saved :class:`GDConfig` (what ``icdl construct`` does)
+and requires the loaded one to agree with it exactly: layout, ReLU sums, summary, the block and readout lists
+(class, name, kind, sizes) and every weight/index tensor (dtype, shape, bytes). Every failure to load
+(missing, truncated, corrupt, tampered, inconsistent) is one
 :class:`~icdl.errors.InputError` line that names the file.
 """
 
@@ -23,7 +30,7 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
 from icdl import __version__
-from icdl.construct.compile import CompiledModel, GDConfig, SumTerms
+from icdl.construct.compile import CompiledModel, GDConfig, SumTerms, compile_gd_transformer
 from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
 from icdl.construct.ranged import RowAttention, RowMLP
 from icdl.construct.variants import get_variant
@@ -89,7 +96,13 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
 
 
 def load(directory: str | os.PathLike[str]) -> CompiledModel:
-    """Rebuild a model saved by :func:`save`."""
+    """Rebuild a model saved by :func:`save`, checked against a fresh compilation of its saved config.
+
+    Cost: one :func:`~icdl.construct.compile.compile_gd_transformer` call (the time and memory of
+    ``icdl construct`` for the same config) on top of reading the files, plus an exact comparison of all
+    tables. A model whose description and weights disagree raises :class:`~icdl.errors.InputError` naming
+    the file and the first disagreeing item.
+    """
     src = Path(directory)
     if not (src / META).is_file() or not (src / WEIGHTS).is_file():
         raise InputError(f"{src} is not a saved compiled model (needs {META} and {WEIGHTS})")
@@ -112,11 +125,58 @@ def load(directory: str | os.PathLike[str]) -> CompiledModel:
     except Exception as exc:  # safetensors raises its own SafetensorError for corrupt headers
         raise InputError(f"{src / WEIGHTS} is corrupt ({one_line(exc)})") from None
     try:
-        return _rebuild(src, meta, tensors)
+        model = _rebuild(src, meta, tensors)
+        fresh = compile_gd_transformer(model.config)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
         if isinstance(exc, InputError):
             raise
         raise InputError(f"{src / META} does not describe a loadable model ({one_line(repr(exc))})") from None
+    problem = _first_difference(model, fresh, meta, tensors)
+    if problem is not None:
+        raise InputError(
+            f"{src}: the saved model is inconsistent with its own config ({problem}); recompile instead of "
+            "loading it"
+        )
+    return model
+
+
+def _first_difference(
+    model: CompiledModel, fresh: CompiledModel, meta: dict[str, Any], tensors: dict[str, torch.Tensor]
+) -> str | None:
+    """The first item where the loaded ``model`` (and its stored ``meta``/``tensors``) differs from
+    ``fresh``, compiled from the same config; ``None`` when they agree exactly."""
+    if meta["terms"] != fresh.terms.to_dict():
+        return "ReLU sums (terms) differ"
+    if meta["summary"] != fresh.summary():
+        return "summary differs"
+    expected: dict[str, torch.Tensor] = {}
+    for part, got, want in (
+        ("block", model.block_layers, fresh.block_layers),
+        ("readout", model.readout_layers, fresh.readout_layers),
+    ):
+        if len(got) != len(want):
+            return f"{part} has {len(got)} sublayers, config compiles to {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            if _module_meta(g) != _module_meta(w):
+                return (
+                    f"{part} sublayer {i + 1} ({g.info.name or type(g).__name__}) differs in its description"
+                )
+            for name, buf in w.state_dict().items():
+                expected[f"{part}.{i}.{name}"] = buf
+    for key in sorted(set(tensors) | set(expected)):
+        a, b = tensors.get(key), expected.get(key)
+        if a is None or b is None:
+            return f"tensor {key} is {'missing' if a is None else 'unexpected'}"
+        if a.dtype != b.dtype or a.shape != b.shape or not _same_bytes(a, b):
+            return f"tensor {key} differs"
+    return None
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # Bytes, not values: torch.equal would reject a table holding NaN and accept -0.0 for 0.0.
+    return torch.equal(
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    )
 
 
 def _rebuild(src: Path, meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> CompiledModel:
