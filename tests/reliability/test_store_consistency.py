@@ -78,3 +78,18 @@ def test_hash_covers_the_weights_file(tmp_path: Path) -> None:
     _flip_last_weight_byte(path)
     with pytest.raises(InputError, match="content hash"):
         load(path)
+
+
+@pytest.mark.parametrize("tamper", ["lr", "weight-byte"])
+def test_icdl_check_refuses_a_rehashed_tamper(tmp_path: Path, tamper: str) -> None:
+    from click.testing import CliRunner
+
+    from icdl.cli.check import check
+
+    path = _saved(tmp_path)
+    assert CliRunner().invoke(check, [str(path)]).exit_code == 0
+    TAMPERS[tamper](path)
+    _rehash(path)
+    result = CliRunner().invoke(check, [str(path)])
+    assert result.exit_code == 2, result.output
+    assert "FAIL" in result.output and "inconsistent" in result.output

@@ -77,8 +77,9 @@ def check_run(run: Path) -> list[Item]:
 
 
 def check_construction(d: Path) -> list[Item]:
-    """One item: a saved construction's files against its ``content_sha256``."""
-    from icdl.construct.store import META, WEIGHTS, content_hash
+    """One item: a saved construction's files against its ``content_sha256``, then the model against a
+    fresh compile of its own saved configuration (:func:`icdl.construct.store.load`)."""
+    from icdl.construct.store import META, WEIGHTS, content_hash, load
 
     def one() -> Item:
         meta = read_json(d / META, what="saved model description")
@@ -90,7 +91,8 @@ def check_construction(d: Path) -> list[Item]:
             return "FAIL", str(d / WEIGHTS), f"unreadable ({exc.strerror})"
         if meta.get("content_sha256") != content_hash(meta, weights):
             return "FAIL", str(d), f"{META} and {WEIGHTS} do not match content_sha256 (changed after saving)"
-        return "ok", str(d), "model.json and weights.safetensors match content_sha256"
+        load(d)  # consistent, not only unmodified: an InputError here becomes a FAIL item
+        return "ok", str(d), "files match content_sha256 and a fresh compile of the saved config"
 
     return [_guarded(d, one)]
 
