@@ -50,11 +50,11 @@ def test_name_too_long(command: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_dangling_symlink(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    link = tmp_path / "out"
+    link = tmp_path / "out.png"  # a suffix that --plot accepts
     link.symlink_to(tmp_path / "missing" / "target")
     code, err = _run_cli(COMMANDS[command](link), capsys)
     _assert_user_error(code, err, str(link), "dangling")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.png"] and link.is_symlink()
 
 
 # Run `icdl train` with writes capped at FSIZE bytes; SIGXFSZ ignored so the write fails with EFBIG.
