@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -45,6 +46,31 @@ __all__ = [
 def one_line(message: object) -> str:
     """``message`` with every run of whitespace (newlines included) folded into one space."""
     return " ".join(str(message).split())
+
+
+#: ``errno`` values of a write that failed for a reason of the system, not of icdl: reported as one line.
+_WRITE_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EFBIG", "EDQUOT", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG", "EIO", "ENOTDIR")
+    if hasattr(errno, name)
+)
+
+
+def os_error_line(exc: OSError) -> str:
+    """The cause of ``exc`` in a few words (``strerror``, e.g. "File too large"), on one line."""
+    return one_line(exc.strerror or exc)
+
+
+@contextlib.contextmanager
+def _os_errors_as_input(path: Path) -> Iterator[None]:
+    """Turn an OSError of the system (disk full, file too large, read-only, permission) met while writing
+    ``path`` into one :class:`InputError` line naming ``path`` and the cause."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        raise InputError(f"cannot write {str(path)!r}: {os_error_line(exc)}") from None
 
 
 def file_mode() -> int:
@@ -107,9 +133,10 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None],
     ``path`` keeps its old content.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _temp_sibling(target, binary) as (fh, _):
-        write(fh)
+    with _os_errors_as_input(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _temp_sibling(target, binary) as (fh, _):
+            write(fh)
     return target
 
 
@@ -132,31 +159,32 @@ def atomic_dir(
     caller can find and remove the leftovers of a killed process.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix or f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        yield tmp
-        if finish is not None:
-            finish(tmp)
-        for f in sorted(tmp.rglob("*")):
-            if f.is_file():
-                os.chmod(f, file_mode())
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-            elif f.is_dir():
-                os.chmod(f, dir_mode())
-                fsync_dir(f)
-        os.chmod(tmp, dir_mode())  # mkdtemp makes the directory 0700
-        fsync_dir(tmp)
-        if target.exists():
-            if not replace:
-                raise FileExistsError(f"{target} already exists")
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    with _os_errors_as_input(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix or f".{target.name}.", suffix=".tmp", dir=target.parent))
+        try:
+            yield tmp
+            if finish is not None:
+                finish(tmp)
+            for f in sorted(tmp.rglob("*")):
+                if f.is_file():
+                    os.chmod(f, file_mode())
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+                elif f.is_dir():
+                    os.chmod(f, dir_mode())
+                    fsync_dir(f)
+            os.chmod(tmp, dir_mode())  # mkdtemp makes the directory 0700
+            fsync_dir(tmp)
+            if target.exists():
+                if not replace:
+                    raise FileExistsError(f"{target} already exists")
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+            fsync_dir(target.parent)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -183,6 +211,16 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool =
     here.
     """
     p = Path(path)
+    try:
+        return _check_writable(p, what, directory)
+    except OSError as exc:  # e.g. a name too long for the file system (ENAMETOOLONG), a symlink loop
+        raise InputError(f"{what} {str(p)!r}: {os_error_line(exc)}") from None
+
+
+def _check_writable(p: Path, what: str, directory: bool) -> Path:
+    if p.is_symlink() and not p.exists():
+        # A dangling link: the write would follow it (or the rename replace it); neither is what was meant.
+        raise InputError(f"{what} {str(p)!r} is a dangling symbolic link (to {os.readlink(p)!r})")
     if p.exists():
         if directory and not p.is_dir():
             raise InputError(f"{what} {str(p)!r} exists and is not a directory")

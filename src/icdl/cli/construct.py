@@ -10,11 +10,11 @@ which GD never moves w gets the verdict DEGENERATE and exit code 4 (:data:`EXIT_
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -158,7 +158,8 @@ def construct(
     """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD."""
     from icdl.nets import NetSpec
 
-    if save_dir is not None and Path(save_dir).exists():
+    # os.path.exists: a name too long or a dangling link is left to check_output, which names the cause.
+    if save_dir is not None and os.path.exists(save_dir):
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
     config = _config(spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype)

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 import yaml
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from icdl.config import Config, dump_config, validate
@@ -112,8 +113,12 @@ def save_checkpoint(
         # The manifest (SHA-256 of each file) is written inside the temporary directory, so a published
         # checkpoint always carries the one that matches it.
         with atomic_dir(final, prefix=f".tmp-{name}-", finish=write_manifest) as tmp:
-            save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
-            torch.save(state, tmp / "state.pt")
+            # Written through Python file objects, so that a full disk or a file-size limit is an OSError
+            # (which atomic_dir reports as one line naming the checkpoint), not a library-specific error.
+            with open(tmp / "model.safetensors", "wb") as fh:
+                fh.write(safetensors_bytes(weights, metadata=meta))
+            with open(tmp / "state.pt", "wb") as fh:
+                torch.save(state, fh)
     atomic_write_text(ck / "latest", name + "\n")
     old = sorted(p for p in ck.glob("step_*") if p.is_dir() and p.name != name)
     for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:

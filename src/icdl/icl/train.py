@@ -68,7 +68,7 @@ from icdl.icl.fast import StaticStep, graph_seed
 from icdl.icl.interval import Interval, Log
 from icdl.icl.models import build_model
 from icdl.icl.tasks import sample_batch, stream_generator
-from icdl.io import atomic_write_text
+from icdl.io import atomic_write_text, read_text
 from icdl.nets import NetSpec
 from icdl.runlock import LOCK_NAME, RunLock
 
@@ -248,6 +248,8 @@ def _prepare_run_dir(run_dir: Path, cfg: Config) -> tuple[Path | None, int]:
         raise InputError(f"--out {str(run_dir)!r} exists and is not a directory")
     if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
         _check_resume(read_run_config(run_dir), cfg)
+        if (run_dir / "metrics.jsonl").is_file():  # unreadable: stop before config.yaml is rewritten
+            read_text(run_dir / "metrics.jsonl", what="metrics log")
         ckpt = find_checkpoint(run_dir)
         if ckpt is None:
             return None, 0
@@ -264,7 +266,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     keep = []
-    for line in path.read_text().splitlines():
+    for line in read_text(path, what="metrics log").splitlines():
         try:
             if json.loads(line).get("step", 0) <= step:
                 keep.append(line)
