@@ -1,13 +1,13 @@
 """Save and load compiled models: ``weights.safetensors`` (the compact tables) + ``model.json`` (config,
 layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next
-to the target, which is then renamed. :func:`load` rebuilds the modules from the stored tables (no
-recompilation), so the loaded model reproduces the saved one bit for bit.
+to the target, which is then renamed. [`load`][icdl.construct.store.load] rebuilds the modules from the stored
+tables (no recompilation), so the loaded model reproduces the saved one bit for bit.
 
 ``model.json`` records ``content_sha256``, the SHA-256 of the rest of ``model.json`` (canonical JSON)
-followed by the bytes of ``weights.safetensors``. :func:`load` recomputes it, so a description that no
-longer matches its weights (an entry removed from ``model.json``, a table edited) is refused instead of
-silently computing something else. Every failure to load (missing, truncated, corrupt, tampered) is one
-:class:`~icdl.errors.InputError` line that names the file.
+followed by the bytes of ``weights.safetensors``. [`load`][icdl.construct.store.load] recomputes it, so a
+description that no longer matches its weights (an entry removed from ``model.json``, a table edited) is
+refused instead of silently computing something else. Every failure to load (missing, truncated, corrupt,
+tampered) is one [`InputError`][icdl.errors.InputError] line that names the file.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
 
 
 def load(directory: str | os.PathLike[str]) -> CompiledModel:
-    """Rebuild a model saved by :func:`save`."""
+    """Rebuild a model saved by [`save`][icdl.construct.store.save]."""
     src = Path(directory)
     if not (src / META).is_file() or not (src / WEIGHTS).is_file():
         raise InputError(f"{src} is not a saved compiled model (needs {META} and {WEIGHTS})")
