@@ -1,7 +1,7 @@
 """In-context score estimation for diffusion models (the paper's diffusion application; docs/score.md).
 
-* [`config`][icdl.diffusion.config] — `ScoreConfig` / `ScoreTaskConfig`, presets in
-  ``configs/score/``.
+* [`config`][icdl.diffusion.config] — [`ScoreConfig`][icdl.diffusion.config.ScoreConfig] /
+  [`ScoreTaskConfig`][icdl.diffusion.config.ScoreTaskConfig], presets in ``configs/score/``.
 * [`task`][icdl.diffusion.task] — per-prompt Gaussian mixtures on random subspaces, the OU forward process,
   DSM targets, the exact mixture score.
 * [`baselines`][icdl.diffusion.baselines] — prior ``-x``, Gaussian fit, empirical score, context-trained

@@ -311,7 +311,8 @@ class ICLTransformer(nn.Module):
             xs: ``(B, n, d_x)``; ys: ``(B, n, d_y)`` (``ys[:, n-1]`` is never seen by any prediction).
             hooks: optional ``hooks(block, name, activation) -> activation`` called at every named point
                 ([`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES]); see
-                [`run_with_cache`][icdl.inspect.compiled.run_with_cache] and `run_with_hooks`.
+                [`run_with_cache`][icdl.icl.models.ICLTransformer.run_with_cache] and
+                [`run_with_hooks`][icdl.icl.models.ICLTransformer.run_with_hooks].
 
         Returns:
             ``(B, n, d_y)``: row i uses only ``x_0, y_0, ..., x_{i-1}, y_{i-1}, x_i``.
