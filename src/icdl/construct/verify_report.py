@@ -56,8 +56,8 @@ class Divergence:
 
 @dataclass
 class VerifyReport:
-    """Result of [`verify`][icdl.construct.verify]. ``verdict`` is ``"FAIL"`` when some sublayer diverges from
-    its expected effect beyond ``tol``, else ``"DEGENERATE"`` when reference GD never moves w
+    """Result of [`verify`][icdl.construct.verify.verify]. ``verdict`` is ``"FAIL"`` when some sublayer
+    diverges from its expected effect beyond ``tol``, else ``"DEGENERATE"`` when reference GD never moves w
     (``weights_moved`` = ``max |w_L - w_0|`` is 0 with L >= 1 steps: every comparison with GD is then
     trivially exact, so the check proves nothing), else ``"PASS"``. ``passed`` means ``verdict == "PASS"``."""
 
