@@ -14,11 +14,13 @@ arXiv 2411.16549). This package makes that claim runnable and checkable:
 * ``icdl.inspect``    — named activations, head patterns and plots for both model kinds.
 
 The common entry points are importable from the top level (loaded on first use, so ``import icdl``
-stays cheap)::
+stays cheap):
 
-    import icdl
-    model = icdl.compile_gd_transformer(icdl.NetSpec(depth=2, width=4, in_dim=3, out_dim=1), steps=2, n=8)
-    run_model, cfg = icdl.load_run("runs/tiny")
+```python
+import icdl
+model = icdl.compile_gd_transformer(icdl.NetSpec(depth=2, width=4, in_dim=3, out_dim=1), steps=2, n=8)
+run_model, cfg = icdl.load_run("runs/tiny")
+```
 """
 
 from __future__ import annotations

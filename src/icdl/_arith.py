@@ -1,8 +1,9 @@
-"""Overflow-safe float arithmetic for the closed forms of :mod:`icdl.theory`, :mod:`icdl.theory_bounds`.
+"""Overflow-safe float arithmetic for the closed forms of [`icdl.theory`][icdl.theory],
+[`icdl.theory_bounds`][icdl.theory_bounds].
 
 The bounds grow like ``x^N`` and the sizes like ``N K^2``: for deep or wide networks they leave the float
 range, and ``inf`` (not an ``OverflowError``) is the honest answer. ``check_int`` validates the integer
-arguments of the size formulas (one-line :class:`~icdl.errors.InputError`).
+arguments of the size formulas (one-line [`InputError`][icdl.errors.InputError]).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ __all__ = ["check_int", "geo_sum", "safe_div", "safe_float", "safe_pow", "safe_p
 
 
 def check_int(name: str, value: int, low: int) -> int:
-    """``value`` when it is an integer (not a bool) ``>= low``; :class:`InputError` otherwise."""
+    """``value`` when it is an integer (not a bool) ``>= low``; [`InputError`][icdl.errors.InputError]
+    otherwise."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
     return value

@@ -1,9 +1,10 @@
 """Bounded work: an estimate of a command's memory and time, checked against a limit before it starts.
 
 Every command that can be asked for arbitrarily large work (``theory``, ``approx``, ``construct``,
-``train``, ``evaluate``, ``report``, ``demo``) builds an :class:`Estimate` from closed-form sizes *before*
-allocating anything, and :func:`check` refuses one past :data:`MAX_BYTES` or :data:`MAX_SECONDS` with
-one line that gives the estimate (the CLI turns it into exit code 2). ``--yes`` runs it anyway.
+``train``, ``evaluate``, ``report``, ``demo``) builds an [`Estimate`][icdl.budget.Estimate] from closed-form
+sizes *before* allocating anything, and [`check`][icdl.budget.check] refuses one past `MAX_BYTES` or
+`MAX_SECONDS` with one line that gives the estimate (the CLI turns it into exit code 2). ``--yes`` runs it
+anyway.
 
 Estimates are deliberately simple (sizes times bytes per element; FLOPs at an assumed rate): they are
 meant to be right within a small factor, which is what a refusal needs.
@@ -69,7 +70,7 @@ class Estimate:
         return out
 
     def too_large(self, max_seconds: float = MAX_SECONDS) -> bool:
-        """Whether the estimate exceeds :data:`MAX_BYTES` or ``max_seconds`` (NaN counts as too large)."""
+        """Whether the estimate exceeds `MAX_BYTES` or ``max_seconds`` (NaN counts as too large)."""
         return not (self.bytes <= MAX_BYTES) or (
             self.seconds is not None and not (self.seconds <= max_seconds)
         )
@@ -96,7 +97,8 @@ def format_seconds(s: float) -> str:
 
 
 def check(est: Estimate, *, allow: bool, max_seconds: float | None = None, option: str = "--yes") -> Estimate:
-    """Raise :class:`InputError` with the estimate when it exceeds the limits, unless ``allow``."""
+    """Raise [`InputError`][icdl.errors.InputError] with the estimate when it exceeds the limits, unless
+    ``allow``."""
     limit = MAX_SECONDS if max_seconds is None else max_seconds
     if est.too_large(limit) and not allow:
         detail = f" ({est.detail})" if est.detail else ""

@@ -1,21 +1,24 @@
 """Typed run configuration: task, ICL model and training, loaded from YAML presets with overrides.
 
-A run is described by one :class:`Config` (pydantic v2, ``extra="forbid"``): a :class:`TaskConfig`
-(the prompt distribution), a :class:`ModelConfig` (the ICL transformer; both as in docs/protocol.md) and a
-:class:`TrainConfig` (optimiser, schedule, checkpoints). Presets live in ``src/icdl/configs/*.yaml``
-and are loaded by name (``cpu-small``) or by path; ``key=value`` overrides use dotted keys and YAML
-scalars (``train.steps=500``, ``model.attention=softmax``, ``task.inputs.mean=[-2, 2]``).
+A run is described by one [`Config`][icdl.config.Config] (pydantic v2, ``extra="forbid"``): a
+[`TaskConfig`][icdl.config.TaskConfig] (the prompt distribution), a [`ModelConfig`][icdl.config.ModelConfig]
+(the ICL transformer; both as in docs/protocol.md) and a [`TrainConfig`][icdl.config.TrainConfig] (optimiser,
+schedule, checkpoints). Presets live in ``src/icdl/configs/*.yaml`` and are loaded by name (``cpu-small``) or
+by path; ``key=value`` overrides use dotted keys and YAML scalars (``train.steps=500``,
+``model.attention=softmax``, ``task.inputs.mean=[-2, 2]``).
 
 Types are strict (docs/reliability.md): an integer setting takes an integer (not ``true``, not ``"3"``), a
 boolean takes ``true``/``false`` (not ``1``), a float takes a number; a key written twice in one YAML
 mapping is an error naming the key and its line. Every user mistake — unknown key, bad value, unknown
-preset, duplicate key — raises :class:`icdl.errors.InputError`
+preset, duplicate key — raises [`icdl.errors.InputError`][icdl.errors.InputError]
 with a one-line message, before anything is written to disk.
 
-Usage::
+Usage:
 
-    cfg = load_config("cpu-small", ["train.steps=100", "model.attention=softmax"])
-    cfg.task.depth, cfg.model.d_model, cfg.train.lr
+```python
+cfg = load_config("cpu-small", ["train.steps=100", "model.attention=softmax"])
+cfg.task.depth, cfg.model.d_model, cfg.train.lr
+```
 """
 
 from __future__ import annotations
@@ -131,10 +134,10 @@ class InputConfig(StrictConfig):
 class TaskConfig(StrictConfig):
     """Random N-layer network tasks (docs/protocol.md): ``y = f(w, x) + noise``, a fresh ``w`` per prompt.
 
-    The network is :class:`icdl.nets.NetSpec` ``(depth, width, dim, out_dim, activation, output)``,
-    bias-free; its weights are i.i.d. ``N(weight_mean, weight_std^2)``, multiplied by ``sqrt(2/fan_in)``
-    per layer when ``fan_in_scaling`` (He). A prompt has ``examples`` in-context pairs plus one query,
-    i.e. ``examples + 1`` points. ``standardize: task`` rescales each task's labels to mean 0 and
+    The network is [`icdl.nets.NetSpec`][icdl.nets.NetSpec] ``(depth, width, dim, out_dim, activation,
+    output)``, bias-free; its weights are i.i.d. ``N(weight_mean, weight_std^2)``, multiplied by
+    ``sqrt(2/fan_in)`` per layer when ``fan_in_scaling`` (He). A prompt has ``examples`` in-context pairs plus
+    one query, i.e. ``examples + 1`` points. ``standardize: task`` rescales each task's labels to mean 0 and
     variance 1 using ``standardize_points`` fresh reference inputs from the same input distribution
     (never the prompt's own points, so no position sees statistics of later labels).
     """
@@ -358,8 +361,8 @@ def _config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list
 
 
 def suggest_key(key: str, schema: type[BaseModel] | None = None) -> str | None:
-    """The known key of ``schema`` (default :class:`Config`) closest to ``key`` (difflib), or None:
-    ``train.step`` -> ``train.steps``."""
+    """The known key of ``schema`` (default [`Config`][icdl.config.Config]) closest to ``key`` (difflib), or
+    None: ``train.step`` -> ``train.steps``."""
     import difflib
 
     keys = _config_keys(schema)
@@ -410,7 +413,8 @@ def validate_as(schema: type[ConfigT], data: dict[str, Any], what: str = "config
 
 
 def validate(data: dict[str, Any]) -> Config:
-    """Build a :class:`Config` from a plain dict, turning validation errors into one-line InputErrors."""
+    """Build a [`Config`][icdl.config.Config] from a plain dict, turning validation errors into one-line
+    InputErrors."""
     return validate_as(Config, data)
 
 

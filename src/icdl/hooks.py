@@ -1,22 +1,23 @@
 """Named hook points and the activation cache shared by both model kinds (TransformerLens conventions).
 
-Both the trained ICL transformer (:class:`icdl.icl.models.ICLTransformer`) and the compiled GD transformer
-(:class:`icdl.construct.compile.CompiledModel`) expose the same three methods:
+Both the trained ICL transformer ([`icdl.icl.models.ICLTransformer`][icdl.icl.models.ICLTransformer]) and the
+compiled GD transformer ([`icdl.construct.compile.CompiledModel`][icdl.construct.compile.CompiledModel])
+expose the same three methods:
 
 * ``model.hook_names()``: every hook point's string name, in forward order;
 * ``model.run_with_cache(prompt, names_filter=None)``: ``(output, ActivationCache)``;
 * ``model.run_with_hooks(prompt, fwd_hooks=[(name_or_filter, fn), ...])``: the output with interventions,
-  ``fn(activation, hook)`` receiving a :class:`HookPoint` (``hook.name``) and returning a new activation,
-  or ``None`` to keep the (possibly in-place modified) one.
+  ``fn(activation, hook)`` receiving a [`HookPoint`][icdl.hooks.HookPoint] (``hook.name``) and returning a new
+  activation, or ``None`` to keep the (possibly in-place modified) one.
 
 ``names_filter`` (and the first element of a ``fwd_hooks`` pair) is ``None`` (every point), one name,
 a list of names, or a predicate ``name -> bool``. A name may count its block or step from the end:
 ``blocks.-1.hook_resid_post``, ``steps.-1.update.hook_out``.
 
 Names: trained model ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.attn.hook_pattern``, ... (one per
-entry of :data:`icdl.icl.models.HOOK_NAMES`, the last dotted part prefixed ``hook_``); compiled model
-``hook_prompt`` (the input), ``steps.{l}.{sublayer}.hook_out`` (the stream after a sublayer of GD step l,
-0-based) and ``readout.{sublayer}.hook_out``.
+entry of [`icdl.icl.models.HOOK_NAMES`][icdl.icl.models.HOOK_NAMES], the last dotted part prefixed ``hook_``);
+compiled model ``hook_prompt`` (the input), ``steps.{l}.{sublayer}.hook_out`` (the stream after a sublayer of
+GD step l, 0-based) and ``readout.{sublayer}.hook_out``.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def resolve_name(name: str, counts: Mapping[str, int]) -> str:
 def names_matcher(
     names_filter: NamesFilter, all_names: Sequence[str], counts: Mapping[str, int]
 ) -> Callable[[str], bool]:
-    """A predicate on canonical names from a :data:`NamesFilter`; names given literally must exist."""
+    """A predicate on canonical names from a [`NamesFilter`][icdl.hooks.NamesFilter]; names given literally
+    must exist."""
     if names_filter is None:
         return lambda name: True
     if callable(names_filter):
@@ -114,7 +116,7 @@ class ActivationCache(Mapping[str, Tensor]):
     """Read-only mapping from hook names to activations, in the order the forward pass reached them.
 
     Args:
-        store: ``{name: tensor}`` in forward order (names as :func:`icdl.hooks` documents).
+        store: ``{name: tensor}`` in forward order (names as [`icdl.hooks`][icdl.hooks] documents).
         kind: ``icl`` (a trained model) or ``compiled`` (a compiled GD transformer).
         slots: for ``compiled``, ``slot name -> coordinate indices`` (from the model's layout), so that
             ``cache[name, slot]`` returns the slot's coordinates, e.g. ``cache["steps.2.update.hook_out",

@@ -1,15 +1,16 @@
 """File output and input shared by every artefact icdl writes: atomic writes, JSON cleaning, clear errors.
 
-* :func:`atomic_write` writes a file through a temporary sibling that is renamed into place, so a reader
-  (or a run killed half way) sees the old file or the new one, never half of one; the file gets the usual
-  mode (``0o666`` minus the umask), so every file of one artefact has the same permissions.
-* :func:`atomic_dir` does the same for a directory artefact (a checkpoint, a saved construction): the
-  files are written into a temporary sibling directory, flushed, given one mode and renamed into place;
-  a failure removes the temporary directory and leaves the target as it was.
-* :func:`clean_json` turns NaN/inf into ``null`` (strict JSON) and tuples into lists.
-* :func:`check_writable` says, before any work, whether an output path can be created.
-* :func:`read_json` / :func:`read_text` read an input file and turn every failure (missing, unreadable,
-  truncated, not JSON) into one :class:`~icdl.errors.InputError` line that names the file.
+* [`atomic_write`][icdl.io.atomic_write] writes a file through a temporary sibling that is renamed into place,
+  so a reader (or a run killed half way) sees the old file or the new one, never half of one; the file gets
+  the usual mode (``0o666`` minus the umask), so every file of one artefact has the same permissions.
+* [`atomic_dir`][icdl.io.atomic_dir] does the same for a directory artefact (a checkpoint, a saved
+  construction): the files are written into a temporary sibling directory, flushed, given one mode and renamed
+  into place; a failure removes the temporary directory and leaves the target as it was.
+* [`clean_json`][icdl.io.clean_json] turns NaN/inf into ``null`` (strict JSON) and tuples into lists.
+* [`check_writable`][icdl.io.check_writable] says, before any work, whether an output path can be created.
+* [`read_json`][icdl.io.read_json] / [`read_text`][icdl.io.read_text] read an input file and turn every
+  failure (missing, unreadable, truncated, not JSON) into one [`InputError`][icdl.errors.InputError] line that
+  names the file.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def os_error_line(exc: OSError) -> str:
 @contextlib.contextmanager
 def _os_errors_as_input(path: Path) -> Iterator[None]:
     """Turn an OSError of the system (disk full, file too large, read-only, permission) met while writing
-    ``path`` into one :class:`InputError` line naming ``path`` and the cause."""
+    ``path`` into one [`InputError`][icdl.errors.InputError] line naming ``path`` and the cause."""
     try:
         yield
     except OSError as exc:
@@ -151,12 +152,12 @@ def atomic_dir(
     """Yield a temporary directory beside ``path``; on a clean exit, publish it as ``path``.
 
     The caller writes the artefact's files into the yielded directory. On exit every file gets
-    :func:`file_mode` (whatever library wrote it: safetensors creates its files 0600) and is flushed to
-    disk, ``finish(tmp)`` runs (e.g. to write an integrity manifest over the files), the directory gets
-    :func:`dir_mode` and is renamed onto ``path``. An existing ``path`` is removed first when ``replace``,
-    else it is an error (``FileExistsError``). On any exception the temporary directory is removed and
-    ``path`` is untouched. ``prefix`` names the temporary directory (default ``.<name>.``) so that a
-    caller can find and remove the leftovers of a killed process.
+    [`file_mode`][icdl.io.file_mode] (whatever library wrote it: safetensors creates its files 0600) and is
+    flushed to disk, ``finish(tmp)`` runs (e.g. to write an integrity manifest over the files), the directory
+    gets [`dir_mode`][icdl.io.dir_mode] and is renamed onto ``path``. An existing ``path`` is removed first
+    when ``replace``, else it is an error (``FileExistsError``). On any exception the temporary directory is
+    removed and ``path`` is untouched. ``prefix`` names the temporary directory (default ``.<name>.``) so that
+    a caller can find and remove the leftovers of a killed process.
     """
     target = Path(path)
     with _os_errors_as_input(target):
@@ -188,7 +189,7 @@ def atomic_dir(
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (see [`atomic_write`][icdl.io.atomic_write])."""
 
     def write(fh: IO[Any]) -> None:
         fh.write(text)
@@ -203,7 +204,8 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | N
 
 
 def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool = False) -> Path:
-    """Raise :class:`InputError` unless ``path`` can be written (checked before any work starts).
+    """Raise [`InputError`][icdl.errors.InputError] unless ``path`` can be written (checked before any work
+    starts).
 
     ``directory=False``: a file in an existing directory; it may exist (it is replaced by a rename) but
     must not be a directory. ``directory=True``: a directory that may exist; missing parents are created

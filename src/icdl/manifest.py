@@ -1,14 +1,17 @@
 """Integrity manifests: the SHA-256 of every file of a directory artefact (a training checkpoint).
 
-A checkpoint directory carries ``manifest.json``::
+A checkpoint directory carries ``manifest.json``:
 
-    {"format": "icdl-manifest/1", "files": {"model.safetensors": "<sha256>", "state.pt": "<sha256>"}}
+```text
+{"format": "icdl-manifest/1", "files": {"model.safetensors": "<sha256>", "state.pt": "<sha256>"}}
+```
 
-written inside the temporary directory just before it is renamed into place (:func:`icdl.io.atomic_dir`),
-so a published checkpoint always has a manifest that matches it. :func:`verify_manifest` recomputes every
-hash on read: one flipped bit in any listed file is an :class:`~icdl.errors.InputError` naming the file
-(exit 2), never a silently different model. A directory written before manifests existed has none; it
-is accepted as *legacy* (unverified) and :func:`verify_manifest` returns None for it.
+written inside the temporary directory just before it is renamed into place
+([`icdl.io.atomic_dir`][icdl.io.atomic_dir]), so a published checkpoint always has a manifest that matches it.
+[`verify_manifest`][icdl.manifest.verify_manifest] recomputes every hash on read: one flipped bit in any
+listed file is an [`InputError`][icdl.errors.InputError] naming the file (exit 2), never a silently different
+model. A directory written before manifests existed has none; it is accepted as *legacy* (unverified) and
+[`verify_manifest`][icdl.manifest.verify_manifest] returns None for it.
 """
 
 from __future__ import annotations

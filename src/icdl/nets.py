@@ -261,7 +261,7 @@ def unflatten(spec: NetSpec, w: Tensor) -> list[Tensor]:
 
 
 def flatten(spec: NetSpec, mats: list[Tensor]) -> Tensor:
-    """Inverse of :func:`unflatten`: row-major concatenation of ``V_1 .. V_N`` (eq. 3.2)."""
+    """Inverse of [`unflatten`][icdl.nets.unflatten]: row-major concatenation of ``V_1 .. V_N`` (eq. 3.2)."""
     if len(mats) != spec.depth:
         raise ValueError(f"expected {spec.depth} matrices, got {len(mats)}")
     for j, (m, shape) in enumerate(zip(mats, spec.shapes, strict=True), start=1):
@@ -364,7 +364,7 @@ def lemma1_terms(
 
     Args:
         spec: the network.
-        loss: a :class:`Loss` or its name.
+        loss: a [`Loss`][icdl.nets.Loss] or its name.
         w: ``(*tasks, P)`` parameters.
         x: ``(*tasks, n, d_x)`` inputs.
         y: ``(*tasks, n, d_y)`` labels.
@@ -413,9 +413,10 @@ def backward_deltas(
     """The backward recursion of Lemma 1 (eq. 3.6): ``s(N) = r'(N-1) ⊙ u``,
     ``s(j) = r'(j-1) ⊙ V_{j+1}^T s(j+1)``, with pluggable products.
 
-    The one recursion behind :func:`lemma1_terms` (exact products), the softmax construction's surrogate
-    (approximate products, :mod:`icdl.construct.softmax`) and the rows construction's deltas
-    (:mod:`icdl.construct.rows`). ``transpose`` defaults to ``s @ V`` and ``derivative`` to ``r' * m``.
+    The one recursion behind [`lemma1_terms`][icdl.nets.lemma1_terms] (exact products), the softmax
+    construction's surrogate (approximate products, [`icdl.construct.softmax`][icdl.construct.softmax]) and
+    the rows construction's deltas ([`icdl.construct.rows`][icdl.construct.rows]). ``transpose`` defaults to
+    ``s @ V`` and ``derivative`` to ``r' * m``.
 
     Returns:
         ``(s, back)``: per layer j (index j-1) the delta ``s(j)`` and the vector multiplied into ``r'``
@@ -437,7 +438,8 @@ def backward_deltas(
 
 
 def projected_step(w: Tensor, grad: Tensor, lr: float, box: float | None) -> Tensor:
-    """One step of eq. (2.3): ``Proj_W(w - lr * grad)`` (:func:`project`; the identity without a box)."""
+    """One step of eq. (2.3): ``Proj_W(w - lr * grad)`` ([`project`][icdl.nets.project]; the identity without
+    a box)."""
     return project(w - lr * grad, box)
 
 
@@ -485,7 +487,7 @@ def reference_gd(
     """Run ``w_l = Proj_W(w_{l-1} - lr * ∇L_n(w_{l-1}))`` for ``steps`` steps (eq. 2.3 with ε = 0).
 
     Returns the trajectory ``(steps + 1, *tasks, P)`` with ``w_0 = w0`` first. Gradients come from
-    :func:`lemma1_terms`; tests check them against autograd.
+    [`lemma1_terms`][icdl.nets.lemma1_terms]; tests check them against autograd.
     """
     if steps < 0:
         raise InputError(f"steps must be >= 0, got {steps}")

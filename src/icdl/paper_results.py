@@ -7,11 +7,11 @@ N(-2, I) (test mixtures ω1 N(-2, I) + (1 - ω1) N(2, I)), bias-free N-layer ReL
 transformers trained on 50 examples, tested on 75; R² across 6,400 prompts at each k; the NN baseline is
 the per-prompt N-layer width-200 MLP with the best epoch of 100 (an oracle choice).
 
-* :data:`F1` — Figs. 3 (ReLU attention) and 4 (softmax): input-distribution shift and longer prompts,
+* `F1` — Figs. 3 (ReLU attention) and 4 (softmax): input-distribution shift and longer prompts,
   per target depth N in {3, 4, 6}; curves ω1 in {1.0, 0.9, 0.7, 0.5} and "nn" (the N-layer MLP baseline).
-* :data:`F2` — Figs. 5 and 6: weight-distribution shift N(0 / -0.5 / 0.5, I), 4-layer target.
-* :data:`F3` — Fig. 7: transformer depth 4/6/8/10 at k = 15, 30, 45 (target depth unstated).
-* :data:`FLOPS` — App. A.3: "3.3 billion vs. 7.6 billion FLOPs" and the reconstruction of both numbers.
+* `F2` — Figs. 5 and 6: weight-distribution shift N(0 / -0.5 / 0.5, I), 4-layer target.
+* `F3` — Fig. 7: transformer depth 4/6/8/10 at k = 15, 30, 45 (target depth unstated).
+* `FLOPS` — App. A.3: "3.3 billion vs. 7.6 billion FLOPs" and the reconstruction of both numbers.
 """
 
 from __future__ import annotations
@@ -280,8 +280,9 @@ def paper_range(k_lo: int, k_hi: int) -> str | None:
 def f1_mean(attention: str, depth: int, curve: str, which: str = "mean_1_50") -> float | None:
     """The paper's F.1 mean R² over ``k = 1..50`` (``which="mean_1_50"``) or ``51..75`` for one curve.
 
-    ``curve`` is the first mixture weight as printed by :func:`curve_key` (``"1.0"``, ``"0.9"``, ``"0.7"``,
-    ``"0.5"``) or ``"nn"``; ``None`` when the paper has no such curve (e.g. a 2-layer target).
+    ``curve`` is the first mixture weight as printed by [`curve_key`][icdl.paper_results.curve_key]
+    (``"1.0"``, ``"0.9"``, ``"0.7"``, ``"0.5"``) or ``"nn"``; ``None`` when the paper has no such curve (e.g.
+    a 2-layer target).
     """
     row = F1.get((attention, int(depth), curve))
     if row is None:

@@ -1,9 +1,9 @@
-"""The :class:`ReluSum` type: ``g(t) = sum_m c_m relu(a_m . (t[, y]) + b_m)`` with its evaluation (chunked,
-float64 on the CPU), its size and conditioning measures and its JSON form (paper Definition 4;
-docs/relu_sums.md).
+"""The [`ReluSum`][icdl.relu_sum_type.ReluSum] type: ``g(t) = sum_m c_m relu(a_m . (t[, y]) + b_m)`` with its
+evaluation (chunked, float64 on the CPU), its size and conditioning measures and its JSON form (paper
+Definition 4; docs/relu_sums.md).
 
-The fitters that build one live in :mod:`icdl.relu_sums`, which re-exports :class:`ReluSum`: import it from
-there.
+The fitters that build one live in [`icdl.relu_sums`][icdl.relu_sums], which re-exports
+[`ReluSum`][icdl.relu_sum_type.ReluSum]: import it from there.
 """
 
 from __future__ import annotations

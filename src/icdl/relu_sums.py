@@ -4,28 +4,30 @@ Each term becomes one attention head (or one MLP hidden unit) of the compiled tr
 here aim for FEW terms at a given sup error, and every fit is *verified*: ``sup_error`` is the maximum of
 ``|g - sum|`` measured on a dense grid over ``[-R, R]``, never an estimate.
 
-Usage::
+Usage:
 
-    from icdl.relu_sums import relu_sum_for, loss_derivative_sum
-    s = relu_sum_for("sigmoid", eps=1e-3, radius=10.0)   # ~20 terms, s.sup_error <= 1e-3
-    s(torch.linspace(-10, 10, 5))                          # evaluates the sum
-    u = loss_derivative_sum("logistic", eps=1e-2, radius=1.0)   # two-argument sum u(t, y)
+```python
+from icdl.relu_sums import relu_sum_for, loss_derivative_sum
+s = relu_sum_for("sigmoid", eps=1e-3, radius=10.0)   # ~20 terms, s.sup_error <= 1e-3
+s(torch.linspace(-10, 10, 5))                          # evaluates the sum
+u = loss_derivative_sum("logistic", eps=1e-2, radius=1.0)   # two-argument sum u(t, y)
+```
 
-Scalar fits (:func:`fit_relu_sum`) are continuous piecewise-linear functions built greedily inside the
-tube ``|g - f| <= eps``: each linear piece starts where the last one ended and is made as long as the
-tube allows. On a convex (concave) stretch this puts the knots on the lower (upper) edge of the tube,
-which is the minimax-shifted interpolant: pieces ``sqrt 2`` longer than plain interpolation with the
+Scalar fits ([`fit_relu_sum`][icdl.relu_sums.fit_relu_sum]) are continuous piecewise-linear functions built
+greedily inside the tube ``|g - f| <= eps``: each linear piece starts where the last one ended and is made as
+long as the tube allows. On a convex (concave) stretch this puts the knots on the lower (upper) edge of the
+tube, which is the minimax-shifted interpolant: pieces ``sqrt 2`` longer than plain interpolation with the
 same error, so about ``∫ sqrt(|f''| / (16 eps)) dt`` terms instead of ``∫ sqrt(|f''| / (8 eps)) dt``.
 The sum is **constant outside [-R, R]** (flat extension: all knots lie in ``[-R, R]`` and the slopes
 cancel), and flat stretches of ``f`` at either end cost no terms.
 
-Two-argument sums (a :class:`ReluSum` with ``a`` of shape ``(H, 2)``, for the loss derivative ``u(t, y)`` of
-Lemma 4 / (C.13)) are sums of ridge functions ``relu(a0 t + a1 y + b)`` along several directions, with
-coefficients by (Lawson re-weighted) least squares on a 2-D grid, grown until the measured sup error meets
-``eps``.
+Two-argument sums (a [`ReluSum`][icdl.relu_sum_type.ReluSum] with ``a`` of shape ``(H, 2)``, for the loss
+derivative ``u(t, y)`` of Lemma 4 / (C.13)) are sums of ridge functions ``relu(a0 t + a1 y + b)`` along
+several directions, with coefficients by (Lawson re-weighted) least squares on a 2-D grid, grown until the
+measured sup error meets ``eps``.
 
-The :class:`ReluSum` type itself (evaluation, size and conditioning measures, JSON form) is defined in
-:mod:`icdl.relu_sum_type` and re-exported here.
+The [`ReluSum`][icdl.relu_sum_type.ReluSum] type itself (evaluation, size and conditioning measures, JSON
+form) is defined in [`icdl.relu_sum_type`][icdl.relu_sum_type] and re-exported here.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def _exact_sum(
 
 
 def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta: float = 1e-9) -> ReluSum:
-    """A ReLU sum for an activation from :data:`icdl.nets.ACTIVATIONS` or its derivative.
+    """A ReLU sum for an activation from `icdl.nets.ACTIVATIONS` or its derivative.
 
     ``target`` is an activation name (``relu, sigmoid, tanh, softplus, identity``) or its derivative
     with a trailing prime (``"sigmoid'"``) or ``"-deriv"`` suffix. Exact representations where they
@@ -167,9 +169,9 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
       ``t - delta`` is multiplied by ``1/delta`` (an error of 2e-6 at ``|t| = 10`` for ``delta = 1e-9``);
       here ``t/delta - 1`` is exact once ``t/delta >= 1/2``, so the difference is exactly 1.
 
-    Everything else is fitted by :func:`fit_relu_sum` to a measured sup error ``<= eps`` on
-    ``[-radius, radius]``; an ``eps`` at or above ``max |f|`` there is an :class:`InputError` (the zero
-    function would fit, leaving a sum with no terms).
+    Everything else is fitted by [`fit_relu_sum`][icdl.relu_sums.fit_relu_sum] to a measured sup error ``<=
+    eps`` on ``[-radius, radius]``; an ``eps`` at or above ``max |f|`` there is an
+    [`InputError`][icdl.errors.InputError] (the zero function would fit, leaving a sum with no terms).
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
@@ -194,7 +196,8 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
 
 
 def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Estimate:
-    """Memory and time :func:`relu_sum_for` will need, from a 20001-point probe of ``target`` (O(1)).
+    """Memory and time [`relu_sum_for`][icdl.relu_sums.relu_sum_for] will need, from a 20001-point probe of
+    ``target`` (O(1)).
 
     The fit runs on a grid of ``n = 2R / sqrt(8 * 1e-2 * eps / max|f''|)`` points (at most
     ``_MAX_GRID``) and needs about ``H = 0.27 * int sqrt|f''| dt / sqrt(eps)`` terms (the count of a
@@ -343,10 +346,11 @@ def fit_relu_sum(
     at each knot x_i, so ``max_abs_a <= 1``.
 
     The grid spacing h is set from an estimate of ``max |f''|`` so that sampling misses at most
-    ``1e-2 eps`` (h^2 max|f''| / 8); the fit is then evaluated with :meth:`ReluSum.__call__` on the grid
+    ``1e-2 eps`` (h^2 max|f''| / 8); the fit is then evaluated with `ReluSum.__call__` on the grid
     and its midpoints, and refitted with a tighter tube if the measured error exceeds ``eps``.
-    ``sup_error`` is that measured maximum. Raises :class:`InputError` for eps <= 0, radius <= 0, a
-    function that is not finite on the interval, or when more than ``max_terms`` terms would be needed.
+    ``sup_error`` is that measured maximum. Raises [`InputError`][icdl.errors.InputError] for eps <= 0, radius
+    <= 0, a function that is not finite on the interval, or when more than ``max_terms`` terms would be
+    needed.
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
@@ -448,11 +452,11 @@ def fit_relu_sum2(
     on ``[-radius, radius]^2``.
 
     Sums of ridge functions along ``n_dir`` directions with ``n_knot`` knots each (see
-    :func:`_ridge_features`); coefficients by least squares (SVD, ``gelsd``) on a grid with about 3 points
+    `_ridge_features`); coefficients by least squares (SVD, ``gelsd``) on a grid with about 3 points
     per knot spacing and axis; the error is measured on a separate, denser grid (at least 301 x 301
     points). The term count grows through ``_RIDGE_SCHEDULE`` until the measured error meets ``eps``;
-    raises :class:`InputError` when that would take more than ``max_terms`` terms (or when the error,
-    shrinking at most 4x per step, cannot reach ``eps`` within the cap).
+    raises [`InputError`][icdl.errors.InputError] when that would take more than ``max_terms`` terms (or when
+    the error, shrinking at most 4x per step, cannot reach ``eps`` within the cap).
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)
@@ -503,13 +507,14 @@ def _exact_sum2(
 def loss_derivative_sum(
     loss: str, *, eps: float = 1e-3, radius: float = 10.0, max_terms: int = 1_200
 ) -> ReluSum:
-    """``u(t, y) = dl/dt`` of a coordinate-separable loss from :data:`icdl.nets.LOSSES` as a two-argument
+    """``u(t, y) = dl/dt`` of a coordinate-separable loss from `icdl.nets.LOSSES` as a two-argument
     ReLU sum on ``[-radius, radius]^2`` (paper Lemma 4, (C.13)).
 
     * ``squared``: ``2(t - y) = 2 relu(t - y) - 2 relu(y - t)``, exact (2 terms);
     * ``huber``: ``2 clamp(t - y, -1, 1) = 2 relu(t - y + 1) - 2 relu(t - y - 1) - 2``, exact (3 terms);
-    * ``logistic``: ``-y sigmoid(-y t)`` is not a ridge function; fitted by :func:`fit_relu_sum2`
-      (raises :class:`InputError` when ``eps`` is out of reach within ``max_terms``).
+    * ``logistic``: ``-y sigmoid(-y t)`` is not a ridge function; fitted by
+      [`fit_relu_sum2`][icdl.relu_sums.fit_relu_sum2] (raises [`InputError`][icdl.errors.InputError] when
+      ``eps`` is out of reach within ``max_terms``).
     """
     eps = _check_positive("eps", eps)
     radius = _check_positive("radius", radius)

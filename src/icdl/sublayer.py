@@ -1,9 +1,9 @@
-"""One description of a residual sublayer, shared by the compiler (:mod:`icdl.construct`) and the size
-formulas (:func:`icdl.theory.block_table`).
+"""One description of a residual sublayer, shared by the compiler ([`icdl.construct`][icdl.construct]) and the
+size formulas ([`icdl.theory.block_table`][icdl.theory.block_table]).
 
-A compiled sublayer derives every size and slot field of its :class:`SublayerInfo` from its own weight
-tables (tracr-style: a head knows which residual coordinates it reads and writes); the theory module fills
-the same fields from closed-form counts, so the two can be compared field by field.
+A compiled sublayer derives every size and slot field of its [`SublayerInfo`][icdl.sublayer.SublayerInfo] from
+its own weight tables (tracr-style: a head knows which residual coordinates it reads and writes); the theory
+module fills the same fields from closed-form counts, so the two can be compared field by field.
 """
 
 from __future__ import annotations

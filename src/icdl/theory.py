@@ -1,6 +1,6 @@
 """The paper's formulas: sizes, head counts, error bounds and FLOP counts of the construction.
 
-Everything here is closed-form arithmetic on a :class:`~icdl.nets.NetSpec`; nothing builds weights. The
+Everything here is closed-form arithmetic on a [`NetSpec`][icdl.nets.NetSpec]; nothing builds weights. The
 counts describe the compiled transformer of ``icdl.construct`` exactly (docs/paper.md: token layout,
 sublayers), so a test can assert equality between the two; the bounds are the paper's Lemmas 2-6,
 Theorem 1 and Corollary 1.1, with the paper's typos named where they matter (docs/paper.md, errata).
@@ -19,16 +19,17 @@ N+2   loss         MLP             Lemma 4           ``sum_k H_u(k)``
 ====  ===========  ==============  ================  ==============================================
 
 ``H_r(j)``, ``H_r'(j)`` are the numbers of sum-of-ReLU terms of layer j's activation and its derivative
-(:class:`TermCounts`); ``H_u(k)`` those of the loss derivative's k-th coordinate. After the L blocks a
-readout (not in the paper, docs/paper.md, readout) runs the N forward layers once more and one MLP of hidden
-width ``2 d_y`` that copies the query prediction into its Y slot.
+([`TermCounts`][icdl.theory.TermCounts]); ``H_u(k)`` those of the loss derivative's k-th coordinate. After the
+L blocks a readout (not in the paper, docs/paper.md, readout) runs the N forward layers once more and one MLP
+of hidden width ``2 d_y`` that copies the query prediction into its Y slot.
 
 Notation: ``N`` depth, ``K`` width, ``d_x``/``d_y`` input/output dims (``d`` when equal), ``P = D_w``
 the number of network parameters, ``n`` the number of in-context examples, ``T = n + 1`` tokens, ``L``
 GD steps, ``eta`` the step size.
 
-The error constants (Lemmas 2-6, Theorem 1, Corollary 1.1) live in :mod:`icdl.theory_bounds` and are
-re-exported here; the ``icdl theory`` report that puts everything together is :mod:`icdl.theory_report`.
+The error constants (Lemmas 2-6, Theorem 1, Corollary 1.1) live in [`icdl.theory_bounds`][icdl.theory_bounds]
+and are re-exported here; the ``icdl theory`` report that puts everything together is
+[`icdl.theory_report`][icdl.theory_report].
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def embedding_dim(spec: NetSpec) -> int:
 
     ``D = d_x + 2 d_y + P + 3 sum_j n_j + 2`` — slots X (d_x), Y (d_y), W (P), P_1..P_N, R_1..R_N,
     S_1..S_N (``sum_j n_j = (N-1)K + d_y`` each), G (d_y), ONE, T. With ``d_x = d_y = d`` this is
-    :func:`embedding_dim_closed_form`.
+    [`embedding_dim_closed_form`][icdl.theory.embedding_dim_closed_form].
     """
     return spec.in_dim + 2 * spec.out_dim + spec.num_params + 3 * spec.num_units + 2
 
@@ -156,8 +157,8 @@ def embedding_dim_as_printed(spec: NetSpec) -> int:
 
 def embedding_dim_paper_bound(spec: NetSpec) -> int:
     """Theorem 1's ``max_l D^l <= O(NK^2) + D_w``, evaluated with the O-constant set to 1:
-    ``N K^2 + D_w``. The exact :func:`embedding_dim` is of the same order: for large K their ratio tends
-    to ``(N-2)/(2N-2)``, since both are dominated by the ``(N-2)K^2`` entries of w."""
+    ``N K^2 + D_w``. The exact [`embedding_dim`][icdl.theory.embedding_dim] is of the same order: for large K
+    their ratio tends to ``(N-2)/(2N-2)``, since both are dominated by the ``(N-2)K^2`` entries of w."""
     return spec.depth * spec.width**2 + spec.num_params
 
 
@@ -196,7 +197,8 @@ class TermCounts:
     u: tuple[int, ...]
 
     def check(self, spec: NetSpec) -> None:
-        """Raise :class:`InputError` unless the lengths match ``spec`` and every count is >= 1."""
+        """Raise [`InputError`][icdl.errors.InputError] unless the lengths match ``spec`` and every count is
+        >= 1."""
         for name, counts, length in (
             ("r", self.r, spec.depth),
             ("r_prime", self.r_prime, spec.depth),
@@ -280,7 +282,7 @@ def block_table(spec: NetSpec, terms: TermCounts, projection: Projection = "none
 
     Args:
         spec: the network.
-        terms: sum-of-ReLU term counts (:func:`term_counts`).
+        terms: sum-of-ReLU term counts ([`term_counts`][icdl.theory.term_counts]).
         projection: ``"box"`` adds the clip units of the box projection (2 per parameter) to the last
             MLP; ``"none"`` is unprojected GD. The clean-up units that zero the P, R, G, S slots
             (``2 (3 sum_j n_j + d_y)``) are always there: the next block *adds* into those slots.
@@ -354,7 +356,8 @@ def model_flops(
     readout: bool = True,
 ) -> dict[str, int]:
     """Exact FLOPs of one forward pass of the compiled model on a prompt of ``n = examples`` examples
-    (``T = n + 1`` tokens), from the size table (:meth:`SublayerInfo.flops` gives the convention).
+    (``T = n + 1`` tokens), from the size table ([`SublayerInfo.flops`][icdl.sublayer.SublayerInfo.flops]
+    gives the convention).
 
     Returns ``{"per_block": ..., "blocks": L * per_block, "readout": ..., "total": ...}``.
     """

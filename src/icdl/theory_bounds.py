@@ -2,8 +2,8 @@
 Corollary 1.1 (error accumulation over L GD steps), with the paper's typos named where they matter
 (docs/paper.md, errata).
 
-Closed-form arithmetic on a :class:`~icdl.nets.NetSpec`, O(1) in the depth where a maximum over layers is
-monotone; ``inf`` instead of an ``OverflowError`` (:mod:`icdl._arith`). :mod:`icdl.theory` re-exports
+Closed-form arithmetic on a [`NetSpec`][icdl.nets.NetSpec], O(1) in the depth where a maximum over layers is
+monotone; ``inf`` instead of an ``OverflowError`` (`icdl._arith`). [`icdl.theory`][icdl.theory] re-exports
 every public name, so ``icdl.theory.corollary11_bound`` and the others keep working.
 """
 
@@ -49,7 +49,7 @@ def _sup_abs(fn: Callable[[Tensor], Tensor], radius: float, *, unimodal: bool = 
     """``max_{|t| <= radius} |fn(t)|`` on a dense float64 grid (endpoints and 0 included).
 
     ``unimodal=True`` is for functions whose ``|fn|`` on ``[-radius, radius]`` peaks at an endpoint or
-    at 0 (every activation of :data:`icdl.nets.ACTIVATIONS` and its derivative): then those three points
+    at 0 (every activation of `icdl.nets.ACTIVATIONS` and its derivative): then those three points
     give the same maximum in O(1), which keeps deep networks (N in the millions) fast."""
     if radius < 0 or math.isnan(radius):
         raise InputError(f"radius must be >= 0, got {radius}")

@@ -1,10 +1,10 @@
-"""The ``icdl theory`` report: every size, bound and FLOP count of :mod:`icdl.theory` for one network, as one
-JSON-ready dict (keys documented in docs/theory.md), and its memory/time estimate.
+"""The ``icdl theory`` report: every size, bound and FLOP count of [`icdl.theory`][icdl.theory] for one
+network, as one JSON-ready dict (keys documented in docs/theory.md), and its memory/time estimate.
 
-:func:`compute` fits the ReLU sums a smooth activation or a non-squared loss needs
-(:mod:`icdl.relu_sums`), then evaluates the closed forms of :mod:`icdl.theory` and
-:mod:`icdl.theory_bounds`: the sizes and per-sublayer tables (:func:`_sizes`), Lemmas 2-6, Theorem 1 and
-Corollary 1.1 (:func:`_bounds`) and the FLOP counts (:func:`_flops`).
+[`compute`][icdl.theory_report.compute] fits the ReLU sums a smooth activation or a non-squared loss needs
+([`icdl.relu_sums`][icdl.relu_sums]), then evaluates the closed forms of [`icdl.theory`][icdl.theory] and
+[`icdl.theory_bounds`][icdl.theory_bounds]: the sizes and per-sublayer tables (`_sizes`), Lemmas 2-6, Theorem
+1 and Corollary 1.1 (`_bounds`) and the FLOP counts (`_flops`).
 """
 
 from __future__ import annotations
@@ -266,8 +266,9 @@ def compute(
     """Everything ``icdl theory`` reports, as one JSON-ready dict (keys documented in docs/theory.md).
 
     Fits the ReLU sums a smooth activation or a non-squared loss needs (``eps`` on ``[-radius, radius]``)
-    and evaluates every size, bound and FLOP count of :mod:`icdl.theory` for ``spec``. Cost: O(N) in the
-    depth (the per-sublayer table); :func:`compute_estimate` gives its memory and time beforehand.
+    and evaluates every size, bound and FLOP count of [`icdl.theory`][icdl.theory] for ``spec``. Cost: O(N) in
+    the depth (the per-sublayer table); [`compute_estimate`][icdl.theory_report.compute_estimate] gives its
+    memory and time beforehand.
     """
     kwargs, sums = _fitted_counts(spec, loss, eps, radius)
     terms = term_counts(spec, loss, **kwargs)
@@ -311,13 +312,14 @@ def compute(
 def compute_estimate(
     spec: NetSpec, *, loss: str = "squared", eps: float = 1e-3, radius: float = 10.0
 ) -> Estimate:
-    """Memory and time of :func:`compute` (and of printing its result), before running it.
+    """Memory and time of [`compute`][icdl.theory_report.compute] (and of printing its result), before running
+    it.
 
     Its cost is linear in the depth N: ``3N + 5`` rows of the per-sublayer tables and ``4N`` per-layer
     bounds (about 4 KB and 0.4 ms per layer, measured with ``icdl theory --depth 100000 --json``), and
     ``d_y`` loss-term counts (about 30 B and 6 us each, ``--out-dim 1000000``; counted as 100 B, 10 us),
     plus the ReLU-sum fits of a smooth activation or non-squared loss
-    (:func:`icdl.relu_sums.fit_estimate`).
+    ([`icdl.relu_sums.fit_estimate`][icdl.relu_sums.fit_estimate]).
     """
     from icdl import relu_sums
 

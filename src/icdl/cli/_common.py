@@ -45,7 +45,7 @@ BOUNDED_INT = click.IntRange(min=-MAX_COUNT, max=MAX_COUNT)
 
 
 def count(low: int, high: int = MAX_COUNT) -> click.IntRange:
-    """An integer option type in ``[low, high]`` (default ceiling :data:`MAX_COUNT`)."""
+    """An integer option type in ``[low, high]`` (default ceiling `MAX_COUNT`)."""
     return click.IntRange(min=low, max=high)
 
 
@@ -67,7 +67,8 @@ def overrides_option(f: F) -> F:
 
 
 def yes_option(f: F) -> F:
-    """The ``--yes`` flag: run even when the work estimate is above the limit (see :mod:`icdl.budget`)."""
+    """The ``--yes`` flag: run even when the work estimate is above the limit (see
+    [`icdl.budget`][icdl.budget])."""
     return click.option(
         "--yes",
         "-y",
@@ -80,8 +81,8 @@ def yes_option(f: F) -> F:
 def guard(est: budget.Estimate, yes: bool, *, max_seconds: float | None = None) -> budget.Estimate:
     """Refuse (``InputError``, exit 2, one line with the estimate) work past the limits unless ``yes``.
 
-    ``max_seconds`` replaces :data:`icdl.budget.MAX_SECONDS` for this check (interactive commands use
-    :data:`icdl.budget.QUICK_SECONDS`).
+    ``max_seconds`` replaces `icdl.budget.MAX_SECONDS` for this check (interactive commands use
+    [`icdl.budget.QUICK_SECONDS`][icdl.budget.QUICK_SECONDS]).
     """
     return budget.check(est, allow=yes, max_seconds=max_seconds)
 
@@ -107,7 +108,7 @@ def _apply(f: F, options: list[Callable[[F], F]]) -> F:
 def network_options(f: F) -> F:
     """The network spec (``depth, width, in_dim, out_dim, activation, output``) and ``loss``: one
     declaration, the same types, defaults and help in every command that builds a
-    :class:`~icdl.nets.NetSpec` (``construct``, ``theory``). Names are checked by the library."""
+    [`NetSpec`][icdl.nets.NetSpec] (``construct``, ``theory``). Names are checked by the library."""
     return _apply(
         f,
         [
@@ -139,7 +140,7 @@ def network_options(f: F) -> F:
 
 def relu_sum_options(f: F) -> F:
     """``--eps`` and ``--range``: the target sup error and the interval of the fitted ReLU sums
-    (:mod:`icdl.relu_sums`) of a smooth activation or a non-squared loss."""
+    ([`icdl.relu_sums`][icdl.relu_sums]) of a smooth activation or a non-squared loss."""
     return _apply(
         f,
         [

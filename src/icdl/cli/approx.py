@@ -1,10 +1,12 @@
 """``icdl approx FUNCTION`` — fit a sum-of-ReLU approximation and report it (paper Definition 4).
 
-Examples::
+For example:
 
-    icdl approx sigmoid --eps 1e-3 --range 10
-    icdl approx "tanh'" --eps 1e-6 --json
-    icdl approx softplus --plot out/softplus.png
+```bash
+icdl approx sigmoid --eps 1e-3 --range 10
+icdl approx "tanh'" --eps 1e-6 --json
+icdl approx softplus --plot out/softplus.png
+```
 """
 
 from __future__ import annotations

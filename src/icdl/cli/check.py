@@ -78,7 +78,7 @@ def check_run(run: Path) -> list[Item]:
 
 def check_construction(d: Path) -> list[Item]:
     """One item: a saved construction's files against its ``content_sha256``, then the model against a
-    fresh compile of its own saved configuration (:func:`icdl.construct.store.load`)."""
+    fresh compile of its own saved configuration ([`load`][icdl.construct.store.load])."""
     from icdl.construct.store import META, WEIGHTS, content_hash, load
 
     def one() -> Item:

@@ -5,7 +5,8 @@ weights ``N(0, 2/fan_in)`` gives the labels ``y = f(w*, x)`` (for the logistic l
 ``f - median``); inputs ``x_1..x_n, x_query ~ N(0, I)``; the initial weights ``w^(0)`` are drawn like the
 teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks). A draw whose labels are
 all equal or whose first GD step leaves ``w^(0)`` where it is is redrawn (``--raw-task`` keeps it); a task on
-which GD never moves w gets the verdict DEGENERATE and exit code 4 (:data:`EXIT_DEGENERATE`).
+which GD never moves w gets the verdict DEGENERATE and exit code 4
+([`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ EXIT_DEGENERATE = 4
 
 
 class VariantChoice(click.Choice):
-    """``--variant``: the names registered in :mod:`icdl.construct.variants`, looked up when first needed
-    (so that ``icdl --help`` does not import torch)."""
+    """``--variant``: the names registered in [`icdl.construct.variants`][icdl.construct.variants], looked up
+    when first needed (so that ``icdl --help`` does not import torch)."""
 
     def __init__(self) -> None:
         super().__init__([], case_sensitive=True)
@@ -223,7 +224,8 @@ def _config(
     variant: str,
     dtype: str,
 ) -> Any:
-    """The :class:`~icdl.construct.GDConfig` of the command's options (checked there: one line, exit 2)."""
+    """The [`GDConfig`][icdl.construct.compile.GDConfig] of the command's options (checked there: one line,
+    exit 2)."""
     from icdl.construct import GDConfig
 
     return GDConfig.create(
@@ -253,7 +255,8 @@ def _estimate(
     dtype: str,
     variant: str,
 ) -> Estimate:
-    """Memory and time of compiling and verifying the construction (:mod:`icdl.construct.estimate`)."""
+    """Memory and time of compiling and verifying the construction
+    ([`icdl.construct.estimate`][icdl.construct.estimate])."""
     from icdl.construct.estimate import construction_estimate
 
     return construction_estimate(

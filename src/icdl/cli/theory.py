@@ -1,12 +1,15 @@
 """``icdl theory``: the paper's sizes, head counts, error bounds and FLOPs for one network spec.
 
-Example::
+For example:
 
-    icdl theory --depth 3 --width 5 --in-dim 4 --out-dim 2 --steps 3
-    icdl theory --depth 4 --width 20 --in-dim 20 --out-dim 1 --steps 10 --activation sigmoid --json
+```bash
+icdl theory --depth 3 --width 5 --in-dim 4 --out-dim 2 --steps 3
+icdl theory --depth 4 --width 20 --in-dim 20 --out-dim 1 --steps 10 --activation sigmoid --json
+```
 
-All numbers come from :mod:`icdl.theory`; term counts of smooth activations come from fitted sums
-(:func:`icdl.relu_sums.relu_sum_for` with ``--eps`` and ``--range``). docs/theory.md explains every field.
+All numbers come from [`icdl.theory`][icdl.theory]; term counts of smooth activations come from fitted sums
+([`icdl.relu_sums.relu_sum_for`][icdl.relu_sums.relu_sum_for] with ``--eps`` and ``--range``). docs/theory.md
+explains every field.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """One builder per sublayer role of a GD block (Theorem 1's proof, Appendix C), plus the readout, and
-the expected effect of every role (:func:`effects`, the contract of :mod:`icdl.construct.contract`).
+the expected effect of every role ([`effects`][icdl.construct.blocks.effects], the contract of
+[`icdl.construct.contract`][icdl.construct.contract]).
 
-Every builder takes a :class:`BuildContext` (network, layout, conditioned ReLU sums, step size, prompt
-length, gate constant, projection) and returns a module from :mod:`icdl.construct.layers` built with its
-:class:`~icdl.construct.layers.Role`; the module derives its :class:`~icdl.sublayer.SublayerInfo` (sizes,
-slots read and written) from its own tables. Coordinates come only from the
-:class:`~icdl.construct.layout.Layout` API.
+Every builder takes a [`BuildContext`][icdl.construct.context.BuildContext] (network, layout, conditioned ReLU
+sums, step size, prompt length, gate constant, projection) and returns a module from
+[`icdl.construct.layers`][icdl.construct.layers] built with its [`Role`][icdl.construct.tables.Role]; the
+module derives its [`SublayerInfo`][icdl.sublayer.SublayerInfo] (sizes, slots read and written) from its own
+tables. Coordinates come only from the [`Layout`][icdl.construct.layout.Layout] API.
 
 Roles (paper order inside one block; N = depth):
 
@@ -82,7 +83,8 @@ def derivative_layer(ctx: BuildContext) -> ReLUAttention:
     ``V h = c'_m ONE -> R_j[k]``, so R_j holds ``r̄'(V_j p(j-1))`` = the paper's r̄'(j-1).
 
     For the exact relu' delta-step the heads are summed per (query, key) pair before the sum over keys
-    (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact (:mod:`icdl.construct.terms`).
+    (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact
+    ([`icdl.construct.terms`][icdl.construct.terms]).
     """
     heads = HeadTable()
     for j in range(1, ctx.spec.depth + 1):
@@ -205,7 +207,8 @@ def readout_layer(ctx: BuildContext) -> ReLUMLP:
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
-    """What must hold after a sublayer built by this module (see :mod:`icdl.construct.contract`)."""
+    """What must hold after a sublayer built by this module (see
+    [`icdl.construct.contract`][icdl.construct.contract])."""
     N = layout.spec.depth
     j = info.layer
     if info.role == "forward":

@@ -48,7 +48,8 @@ build_readout = paper.build_readout
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
-    """The merged layer writes p(j) and r'(j); other roles as in :func:`icdl.construct.blocks.effects`."""
+    """The merged layer writes p(j) and r'(j); other roles as in
+    [`icdl.construct.blocks.effects`][icdl.construct.blocks.effects]."""
     if info.role == "forward_derivative":
         return [Expect(f"P_{info.layer}", "p", info.layer), Expect(f"R_{info.layer}", "r_prime", info.layer)]
     return blocks.effects(info, layout)

@@ -1,16 +1,19 @@
-"""Compile the GD transformer: a configuration in, a :class:`CompiledModel` (an ``nn.Module``) out.
+"""Compile the GD transformer: a configuration in, a [`CompiledModel`][icdl.construct.compile.CompiledModel]
+(an ``nn.Module``) out.
 
-Usage::
+Usage:
 
-    from icdl.nets import NetSpec, init_weights
-    from icdl.construct import compile_gd_transformer
+```python
+from icdl.nets import NetSpec, init_weights
+from icdl.construct import compile_gd_transformer
 
-    spec = NetSpec(depth=3, width=8, in_dim=4, out_dim=2)
-    model = compile_gd_transformer(spec, lr=0.1, steps=5, n=16)        # (2N+4)*5 sublayers + readout
-    H = model.build_prompt(x, y, x_query, w0)                          # (B, n+1, D)
-    out = model(H)
-    model.read_weights(out)     # w^(5) — equal to 5 steps of reference GD
-    model.read_prediction(out)  # f(w^(5), x_query)
+spec = NetSpec(depth=3, width=8, in_dim=4, out_dim=2)
+model = compile_gd_transformer(spec, lr=0.1, steps=5, n=16)        # (2N+4)*5 sublayers + readout
+H = model.build_prompt(x, y, x_query, w0)                          # (B, n+1, D)
+out = model(H)
+model.read_weights(out)     # w^(5) — equal to 5 steps of reference GD
+model.read_prediction(out)  # f(w^(5), x_query)
+```
 
 All L blocks are the same function: the block is built once and applied L times (Theorem 1's "L identical
 blocks"). The weights depend on n through the (n+1)/(2n) factor of the update layer ((C.16), with the 1/T
@@ -94,14 +97,16 @@ TraceFn = Callable[[TracePoint, Tensor], "Tensor | None"]
 
 def default_delta(dtype: str) -> float:
     """Default width of the relu' step window: 1e-9 in float64, 1e-5 in float32 (the step needs
-    ``radius / delta`` below 2^mantissa so that ``X - 1`` is exact, see :mod:`icdl.construct.terms`)."""
+    ``radius / delta`` below 2^mantissa so that ``X - 1`` is exact, see
+    [`icdl.construct.terms`][icdl.construct.terms])."""
     return 1e-9 if dtype == "float64" else 1e-5
 
 
 def default_tol(dtype: str) -> float:
-    """Default relative tolerance of the sublayer check (:func:`icdl.construct.verify.verify`): 1e-9 in
-    float64, 1e-4 in float32 (a valid float32 model's sublayers agree with their float32 reference only to
-    a few hundred units of round-off, 2^-24 ~ 6e-8 each)."""
+    """Default relative tolerance of the sublayer check
+    ([`icdl.construct.verify.verify`][icdl.construct.verify.verify]): 1e-9 in float64, 1e-4 in float32 (a
+    valid float32 model's sublayers agree with their float32 reference only to a few hundred units of
+    round-off, 2^-24 ~ 6e-8 each)."""
     return 1e-9 if dtype == "float64" else 1e-4
 
 
@@ -117,7 +122,7 @@ class GDConfig:
         n: number of in-context examples (prompts have n + 1 tokens).
         eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
         radius: range ``[-R, R]`` of the fitted sums.
-        delta: relu' step window (None: :func:`default_delta`).
+        delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
         box: box projection bound B (None: unprojected GD).
         gate: constant C of the query gate (Lemma 4) and readout; must exceed every |u| and |p(N)|.
         variant: construction name (``icdl.construct.variants``).
@@ -254,7 +259,7 @@ class CompiledModel(nn.Module):
     """The compiled transformer: ``L`` applications of one block of sublayers, then the readout.
 
     Attributes:
-        config: the :class:`GDConfig` it was compiled from.
+        config: the [`GDConfig`][icdl.construct.compile.GDConfig] it was compiled from.
         layout: the token layout.
         block: the sublayers of one GD step (``2N+4`` for the paper's variant), each with a typed ``.info``.
         readout: the readout sublayers (``N+1``).
@@ -348,13 +353,14 @@ class CompiledModel(nn.Module):
 
     # -- prompts --------------------------------------------------------------------------------------
     def build_prompt(self, x: Tensor, y: Tensor, x_query: Tensor, w0: Tensor) -> Tensor:
-        """See :func:`build_prompt`; checks that the prompt has this model's n."""
+        """See [`build_prompt`][icdl.construct.compile.build_prompt]; checks that the prompt has this model's
+        n."""
         if x.shape[-2] != self.n:
             raise InputError(f"the model was compiled for n={self.n} examples; got {x.shape[-2]}")
         return build_prompt(self.layout, x, y, x_query, w0, dtype=self.config.torch_dtype)
 
     def check_prompt(self, H: Tensor) -> None:
-        """Raise :class:`InputError` unless ``H`` is ``(B, n+1, D)`` for this model."""
+        """Raise [`InputError`][icdl.errors.InputError] unless ``H`` is ``(B, n+1, D)`` for this model."""
         if H.dim() != 3 or H.shape[-1] != self.layout.dim:
             T = self.layout.prefix_tokens + self.n + 1
             raise InputError(f"expected a prompt of shape (B, {T}, {self.layout.dim}), got {tuple(H.shape)}")
@@ -368,7 +374,8 @@ class CompiledModel(nn.Module):
 
     def read_weights(self, H: Tensor, token: int = -1) -> Tensor:
         """The weights w, shape ``(B, P)``: the W slot of one token (default: the query) in the paper's
-        layout, the row tokens in a layout that keeps w there (:meth:`Layout.read_weights`)."""
+        layout, the row tokens in a layout that keeps w there
+        ([`Layout.read_weights`][icdl.construct.layout.Layout.read_weights])."""
         return self.layout.read_weights(H, token)
 
     def read_prediction(self, H: Tensor) -> Tensor:
@@ -378,7 +385,7 @@ class CompiledModel(nn.Module):
     # -- running ----------------------------------------------------------------------------------------
     def run(self, H: Tensor, trace: TraceFn | None = None, readout: bool = True) -> Tensor:
         """Apply the L blocks (and the readout), calling ``trace(point, H)`` after each sublayer
-        (:class:`TracePoint`: 0-based step, or None for the readout)."""
+        ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout)."""
         self.check_prompt(H)
         parts: list[tuple[int | None, tuple[Sublayer, ...]]] = [
             (step, self.block_layers) for step in range(self.steps)
@@ -510,10 +517,13 @@ def build_prompt(
 def compile_gd_transformer(config: GDConfig | NetSpec, **options: Any) -> CompiledModel:
     """Compile the transformer that runs ``steps`` projected-GD steps over n-example prompts.
 
-    Pass a :class:`GDConfig`, or a :class:`~icdl.nets.NetSpec` and the options of :meth:`GDConfig.create`
-    (``loss, lr, steps, n, eps, radius, delta, projection, box, gate, variant, dtype``)::
+    Pass a [`GDConfig`][icdl.construct.compile.GDConfig], or a [`NetSpec`][icdl.nets.NetSpec] and the options
+    of [`GDConfig.create`][icdl.construct.compile.GDConfig.create] (``loss, lr, steps, n, eps, radius, delta,
+    projection, box, gate, variant, dtype``):
 
-        compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
+    ```python
+    compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
+    ```
     """
     if isinstance(config, GDConfig):
         if options:

@@ -1,9 +1,9 @@
-"""The inputs every sublayer builder gets (:class:`BuildContext`): network, layout, conditioned ReLU sums,
-step size, prompt length, gate constant, projection, and the factories that turn coefficient tables into
-sublayers of :mod:`icdl.construct.layers`.
+"""The inputs every sublayer builder gets ([`BuildContext`][icdl.construct.context.BuildContext]): network,
+layout, conditioned ReLU sums, step size, prompt length, gate constant, projection, and the factories that
+turn coefficient tables into sublayers of [`icdl.construct.layers`][icdl.construct.layers].
 
-It sits below the contract (:mod:`icdl.construct.contract`) and the builders (:mod:`icdl.construct.blocks`
-and the variant modules), which all take it.
+It sits below the contract ([`icdl.construct.contract`][icdl.construct.contract]) and the builders
+([`icdl.construct.blocks`][icdl.construct.blocks] and the variant modules), which all take it.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ class BuildContext:
     the rest is read from them (properties below).
 
     Attributes:
-        config: the :class:`~icdl.construct.compile.GDConfig` being compiled.
+        config: the [`GDConfig`][icdl.construct.compile.GDConfig] being compiled.
         layout: the token layout (``variant.layout(config.spec)``).
-        terms: the conditioned ReLU sums (:class:`~icdl.construct.compile.SumTerms`).
+        terms: the conditioned ReLU sums ([`SumTerms`][icdl.construct.compile.SumTerms]).
     """
 
     config: GDConfig
@@ -99,7 +99,7 @@ class BuildContext:
     @cached_property
     def slot_labels(self) -> tuple[str, ...]:
         """Slot label of every coordinate (what sublayers derive their reads/writes from;
-        :meth:`~icdl.construct.layout.Layout.slot_labels`)."""
+        [`slot_labels`][icdl.construct.layout.Layout.slot_labels])."""
         return self.layout.slot_labels()
 
     def attention(self, heads: HeadTable, role: Role, *, exact_sums: bool = False) -> ReLUAttention:

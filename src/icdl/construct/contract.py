@@ -1,14 +1,15 @@
 """The contract between a construction variant and the verifier: what must be in which slot after a sublayer.
 
-A variant builds sublayers (each describes itself with a :class:`~icdl.sublayer.SublayerInfo` derived from
-its own tables) and states, next to its builders, the **expected effect** of every role as a list of
-:class:`Expect`: "after this sublayer, slot S holds reference quantity Q". Every slot not named keeps its
-value. The verifier (:mod:`icdl.construct.verify`) evaluates the named quantities on the prompt and compares
-the whole token state; it has no code for any particular role or variant.
+A variant builds sublayers (each describes itself with a [`SublayerInfo`][icdl.sublayer.SublayerInfo] derived
+from its own tables) and states, next to its builders, the **expected effect** of every role as a list of
+[`Expect`][icdl.construct.contract.Expect]: "after this sublayer, slot S holds reference quantity Q". Every
+slot not named keeps its value. The verifier ([`icdl.construct.verify`][icdl.construct.verify]) evaluates the
+named quantities on the prompt and compares the whole token state; it has no code for any particular role or
+variant.
 
 Reference quantities (all evaluated at the transformer's own weights w at the start of the current GD step,
 with the construction's conditioned ReLU sums, on all ``T = n + 1`` tokens, the query last; see
-:class:`Reference`):
+[`Reference`][icdl.construct.contract.Reference]):
 
 ==============  =============================  ===============================================================
 quantity        shape per token                meaning (paper)
@@ -26,9 +27,9 @@ quantity        shape per token                meaning (paper)
 ``zero``        slot size                      0 (scratch cleared for the next block)
 ==============  =============================  ===============================================================
 
-An :class:`Expect` may instead carry a function of the :class:`Reference` (for a
-quantity only one variant needs, e.g. an intermediate product), and its own relative tolerance (for
-approximate constructions).
+An [`Expect`][icdl.construct.contract.Expect] may instead carry a function of the
+[`Reference`][icdl.construct.contract.Reference] (for a quantity only one variant needs, e.g. an intermediate
+product), and its own relative tolerance (for approximate constructions).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Expect:
 
     Attributes:
         slot: a slot label of the layout (``"P_2"``, ``"W"``, ``"G"`` ...).
-        quantity: a name from :data:`QUANTITIES`, or a function ``Reference -> Tensor (T, slot size)``.
+        quantity: a name from `QUANTITIES`, or a function ``Reference -> Tensor (T, slot size)``.
         layer: the network layer j for ``p``, ``r_prime``, ``s``, ``A``.
         tokens: ``"all"``, ``"query"`` (only the last token changes), ``"data"`` (the n + 1 data tokens)
             or ``"prefix"`` (the tokens a layout puts before them, e.g. weight rows); the quantity has
@@ -99,11 +100,11 @@ EffectsFn = Callable[[SublayerInfo, Layout], list[Expect]]
 
 @dataclass
 class Reference:
-    """The reference quantities of one GD step (:data:`icdl.construct.contract.QUANTITIES`) at the
+    """The reference quantities of one GD step (`icdl.construct.contract.QUANTITIES`) at the
     transformer's own step-start weights ``w``, on all T tokens: ``sur`` with the construction's ReLU sums
     (what every slot must hold), ``exact`` with the true r, r', u (for the per-step error table).
 
-    A variant's callable :class:`~icdl.construct.contract.Expect` gets this object; ``model``, ``x_all``,
+    A variant's callable [`Expect`][icdl.construct.contract.Expect] gets this object; ``model``, ``x_all``,
     ``y_all`` (zero on the query) and ``t`` (1 on examples, 0 on the query) let it evaluate its own
     recursion. ``cache`` is free for such callables (one Reference per GD step).
     """
@@ -163,17 +164,17 @@ class Variant:
         readout: ``BuildContext -> sublayers after the last step`` (write the prediction into Y).
         effects: ``(info, layout) -> list[Expect]``: what must hold after each of its sublayers.
         paper: whether this is the paper's construction as published (up to the documented fixes).
-        check: optional ``GDConfig -> None`` raising :class:`~icdl.errors.InputError` for configurations
+        check: optional ``GDConfig -> None`` raising [`InputError`][icdl.errors.InputError] for configurations
             the variant cannot build (e.g. a non-ReLU activation).
         ranges: optional ``Reference -> int``: how many arguments (or groups of them) of the variant's own
             approximations (products as sums of ReLUs) leave the ranges they were fitted on at this step. The
             verifier adds them to ``out_of_range_count``: a sublayer check against the construction's own
             surrogate cannot see an approximation used outside its range.
         sizes: ``(spec, examples) -> Sizes``: token width D, tokens T and sublayers per GD step from
-            closed forms, for the budget estimate before anything is built (:mod:`icdl.construct.sizes`;
-            default the paper's layout). D and T must equal the built model's; ``per_step`` may bound it
-            from above.
-        costs: the variant's cost formulas (:class:`~icdl.construct.sizes.Costs`; default the paper's
+            closed forms, for the budget estimate before anything is built
+            ([`icdl.construct.sizes`][icdl.construct.sizes]; default the paper's layout). D and T must equal
+            the built model's; ``per_step`` may bound it from above.
+        costs: the variant's cost formulas ([`Costs`][icdl.construct.sizes.Costs]; default the paper's
             dense MLPs and attention).
     """
 

@@ -2,9 +2,9 @@
 closed-form sizes, per construction variant.
 
 Each variant states its own sizes and costs (``Variant.sizes``, ``Variant.costs``;
-:mod:`icdl.construct.sizes`): this module looks them up through the registry
-(:mod:`icdl.construct.variants`) and calls only those closed forms: no builder runs, so a size is refused
-before any variant does work. A name not registered gets the paper's sizes and costs.
+[`icdl.construct.sizes`][icdl.construct.sizes]): this module looks them up through the registry
+([`icdl.construct.variants`][icdl.construct.variants]) and calls only those closed forms: no builder runs, so
+a size is refused before any variant does work. A name not registered gets the paper's sizes and costs.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def construction_estimate(
     by the compiler's dense ``D x D`` temporaries, plus the stored coefficients of the unique sublayers
     and the ReLU-sum fits. Time is the compiled forward pass's FLOPs a few times over (forward, traced
     forward, per-sublayer checks) at about 2e9 FLOP/s, plus the fits. Term counts of smooth activations
-    come from :func:`icdl.relu_sums.fit_estimate`.
+    come from [`icdl.relu_sums.fit_estimate`][icdl.relu_sums.fit_estimate].
     """
     check_int("steps", steps, 0)
     check_int("examples", examples, 1)

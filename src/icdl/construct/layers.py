@@ -4,17 +4,19 @@ Every module maps a batch of prompts ``H`` of shape ``(B, T, D)`` — **tokens a
 tokens as columns, ``H in R^{D x T}``; we use the transpose so that the embedding is the last, contiguous
 axis) — to a tensor of the same shape, and is residual: ``out = H + f(H)``.
 
-* :class:`ReLUAttention` — Definition 7 (vector form): ``out_i = h_i + (1/T) sum_m sum_s
-  relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (the paper's
+* [`ReLUAttention`][icdl.construct.layers.ReLUAttention] — Definition 7 (vector form): ``out_i = h_i + (1/T)
+  sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (the paper's
   Definition 7 normalises by n; docs/construction.md explains why T).
-* :class:`EWML` — Definition 6: ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i`` (same token, no ReLU,
-  no normalisation).
-* :class:`ReLUMLP` — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases (the ONE slot provides them).
-* :class:`SoftmaxAttention` — eq. (E.1) with ``W^(O)`` folded into V: ``out_i = h_i + sum_m sum_s
-  softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
+* [`EWML`][icdl.construct.layers.EWML] — Definition 6: ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i``
+  (same token, no ReLU, no normalisation).
+* [`ReLUMLP`][icdl.construct.layers.ReLUMLP] — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases (the ONE
+  slot provides them).
+* [`SoftmaxAttention`][icdl.construct.layers.SoftmaxAttention] — eq. (E.1) with ``W^(O)`` folded into V:
+  ``out_i = h_i + sum_m sum_s softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
 
 The compact weight format and the floating-point order every sublayer keeps are in
-:mod:`icdl.construct.tables`; the same tables evaluated on token ranges are in :mod:`icdl.construct.ranged`.
+[`icdl.construct.tables`][icdl.construct.tables]; the same tables evaluated on token ranges are in
+[`icdl.construct.ranged`][icdl.construct.ranged].
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class ReLUAttention(HeadSublayer):
     ``out_i = h_i + (1/T) sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` for ``H`` of shape ``(B, T, D)``.
 
     Args:
-        tables: compact head tables (:class:`HeadTable`).
+        tables: compact head tables ([`HeadTable`][icdl.construct.tables.HeadTable]).
         dim: the embedding dimension D.
         accumulate: ``"tokens"`` sums over keys s for each head, then over heads (fast);
             ``"heads"`` sums the heads writing each coordinate for every (i, s) pair first, then over s —
@@ -176,7 +178,7 @@ class ReLUAttention(HeadSublayer):
         return plans["prefix"]
 
     def _all_scores(self, q: Tensor, k: Tensor, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
-        """:meth:`_scores` of every head; heads sharing their leading pairs share that partial sum (the
+        """`_scores` of every head; heads sharing their leading pairs share that partial sum (the
         same additions in the same order, so the same bits), then each adds its last pair."""
         if prefixes is None:
             return self._scores(q, k)
@@ -193,7 +195,7 @@ class ReLUAttention(HeadSublayer):
         prefixes: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (U, B, Tq) for
-        the U distinct written coordinates ``dests`` (:meth:`_destinations`)."""
+        the U distinct written coordinates ``dests`` (`_destinations`)."""
         udst, entry, sel = dests
         U = udst.numel()
         M, E, B, Tk = v.shape

@@ -10,10 +10,11 @@ token**, placed before the n + 1 data tokens. The prompt is
 * n example tokens and the query (last), as in the paper's layout but without W: X, Y, the scratch slots
   P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), ONE = 1 and T.
 
-so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation (:func:`rows_embedding_dim`).
+so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation
+([`rows_embedding_dim`][icdl.construct.rows.rows_embedding_dim]).
 
-One GD step, re-routed through cross-token attention (:class:`RowAttention`, unnormalised: Definition 7
-with the 1/T factor folded into the value weights):
+One GD step, re-routed through cross-token attention ([`RowAttention`][icdl.construct.ranged.RowAttention],
+unnormalised: Definition 7 with the 1/T factor folded into the value weights):
 
 1. ``F_j`` (Lemmas 2-3): one head per term m of r (and of r'): data token i queries with
    ``[a_m p_i(j-1); b_m ONE]``, the row token (j, k) answers with ``[v_jk; ROW_j]``, so the score is
@@ -29,11 +30,12 @@ with the 1/T factor folded into the value weights):
      terms are summed first, so they cancel exactly when r' = 1 and switch the head off when r' = 0),
      value ``σ v_{j+1,k}``;
    * smooth layers (sigmoid, tanh, softplus: r' a fitted sum): one head per unit m of the two-argument
-     ReLU sum ``r' z ~ sum_m w_m relu(a_m r' + b_m + c_m z)`` (:func:`derivative_product`: polarisation
-     ``ab = ((a+b)^2 - (a-b)^2)/4``, each square a 1-D ReLU sum, as Lemma 2 puts a ReLU sum into the
-     scores), score ``a_m r'[k] + b_m + c_m z[k]``, value ``w_m v_{j+1,k}``. The units come in pairs that
-     differ only in the sign of ``c_m`` and ``w_m``, so where z is exactly 0 (the query: its u is gated
-     off) both heads of a pair get the same score and the product is an exact 0;
+     ReLU sum ``r' z ~ sum_m w_m relu(a_m r' + b_m + c_m z)``
+     ([`derivative_product`][icdl.construct.rows.derivative_product]: polarisation ``ab = ((a+b)^2 -
+     (a-b)^2)/4``, each square a 1-D ReLU sum, as Lemma 2 puts a ReLU sum into the scores), score ``a_m r'[k]
+     + b_m + c_m z[k]``, value ``w_m v_{j+1,k}``. The units come in pairs that differ only in the sign of
+     ``c_m`` and ``w_m``, so where z is exactly 0 (the query: its u is gated off) both heads of a pair get the
+     same score and the product is an exact 0;
    * linear layers (r' = 1): two heads ``σ = ±1``, score ``σ z[k]``.
 4. the update ``U``: every row token (j, k) gathers ``-η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)`` from the data
    tokens into its ``V_j`` — once per row, not once per token — with the same heads in the reverse
@@ -100,14 +102,14 @@ def unit_derivative(spec: NetSpec, j: int) -> bool:
 
 def smooth(spec: NetSpec, j: int) -> bool:
     """Whether layer j's r' is a fitted sum (sigmoid, tanh, softplus ...): ``r' ⊙ z`` is taken inside the
-    scores as a two-argument sum of ReLUs (:func:`derivative_product`)."""
+    scores as a two-argument sum of ReLUs ([`derivative_product`][icdl.construct.rows.derivative_product])."""
     return not (gated(spec, j) or unit_derivative(spec, j))
 
 
 def derivative_product(spec: NetSpec, j: int, r_prime: Terms, *, eps: float, radius: float) -> ProductTerms:
     """The ReLU sum of ``r'[k] z[k]`` for a smooth layer j (polarisation, each square a 1-D ReLU sum:
-    :class:`~icdl.construct.products.ProductTerms`, sup error ``h^2/16 <= eps``) on ``|r'| <= L_r + e'``
-    (``L_r = max |r'|``, e' the sup error of the fitted r' sum) and ``|z| <= radius``; the backward and
+    [`ProductTerms`][icdl.construct.products.ProductTerms], sup error ``h^2/16 <= eps``) on ``|r'| <= L_r +
+    e'`` (``L_r = max |r'|``, e' the sup error of the fitted r' sum) and ``|z| <= radius``; the backward and
     update heads of layer j put it in their scores, one head per unit."""
     return product_terms(spec.layer_act(j).lipschitz + r_prime.sup_error, radius, eps)
 
@@ -151,7 +153,7 @@ def _on(ctx: BuildContext, m: ReLUMLP, tokens: tuple[int, int]) -> RowMLP:
 
 
 def _rows_layout(layout: Layout) -> RowsLayout:
-    """The builders of this module run on a :class:`RowsLayout` only."""
+    """The builders of this module run on a [`RowsLayout`][icdl.construct.layout.RowsLayout] only."""
     if not isinstance(layout, RowsLayout):
         raise TypeError(f"the rows builders need a RowsLayout, got {type(layout).__name__}")
     return layout
@@ -184,7 +186,8 @@ def _attention(
     keys: tuple[int, int],
     groups: list[tuple[int, int, int, int, int, int]] | None = None,
 ) -> RowAttention:
-    """A :class:`RowAttention` from per-head parts; one group (queries x keys) unless ``groups``."""
+    """A [`RowAttention`][icdl.construct.ranged.RowAttention] from per-head parts; one group (queries x keys)
+    unless ``groups``."""
     tables, parts = pack_heads(heads, ctx.dtype)
     groups = groups or [(0, len(heads), *queries, *keys)]
     return RowAttention(tables, ctx.layout.dim, parts, groups, role=role, labels=ctx.slot_labels)
@@ -241,8 +244,8 @@ def _delta_score(
 
     * gated (0/1 r'): ``(C, -C, ±1)``: the gate part is 0 (r' = 1) or -C (r' = 0, head off), so the pair
       ``σ = ±1`` gives ``s_i(j)[k] = r'[k] z[k]`` exactly;
-    * smooth r': one head per unit of :func:`derivative_product`, ``(a_m, b_m, c_m)``:
-      ``relu(a_m r'[k] + b_m + c_m z[k])``;
+    * smooth r': one head per unit of [`derivative_product`][icdl.construct.rows.derivative_product], ``(a_m,
+      b_m, c_m)``: ``relu(a_m r'[k] + b_m + c_m z[k])``;
     * r' = 1 (linear layer): ``(0, 0, ±1)``, no first part.
 
     ``data_queries`` puts the data side in Q (backward layers), else in K (the update).
@@ -271,7 +274,7 @@ def _delta_score(
 
 
 def _delta_heads(ctx: BuildContext, j: int) -> list[tuple[tuple[float, float, float], float]]:
-    """Per head of a score ``~ s_i(j)[k]``: its score coefficients ``(g, b, σ)`` (see :func:`_delta_score`)
+    """Per head of a score ``~ s_i(j)[k]``: its score coefficients ``(g, b, σ)`` (see `_delta_score`)
     and the weight its value is multiplied with, so that ``sum_heads weight relu(score) = s_i(j)[k]``
     (exactly for gated and linear layers, up to the product's sup error for smooth ones)."""
     if gated(ctx.spec, j):
@@ -284,7 +287,7 @@ def _delta_heads(ctx: BuildContext, j: int) -> list[tuple[tuple[float, float, fl
 
 def backward_layer(ctx: BuildContext, j: int) -> RowAttention:
     """B_j (Lemma 5, (C.15) re-routed), j < N: ``z_j = V_{j+1}^T s(j+1)`` as attention from the data
-    tokens to the row tokens of layer j+1: per head of :func:`_delta_heads` (``σ = ±1`` for ReLU layers,
+    tokens to the row tokens of layer j+1: per head of `_delta_heads` (``σ = ±1`` for ReLU layers,
     one per product unit for smooth ones) the score ``~ s_i(j+1)[k]`` and the value
     ``weight v_{j+1,k} -> Z_j``."""
     L = ctx.layout
@@ -299,7 +302,7 @@ def backward_layer(ctx: BuildContext, j: int) -> RowAttention:
 
 
 def update_layer(ctx: BuildContext) -> RowAttention:
-    """U ((C.16) re-routed): per layer j and head of :func:`_delta_heads`, row token (j, k) queries the data
+    """U ((C.16) re-routed): per layer j and head of `_delta_heads`, row token (j, k) queries the data
     tokens with the score ``~ s_i(j)[k]`` and value ``-weight η/(2n) p_i(j-1) -> V_j``:
     ``v_jk -= η (1/(2n)) sum_i s_i(j)[k] p_i(j-1)``. The query's s is 0 (its u is gated off, and every
     product of an exact 0 is an exact 0), so it adds nothing."""
@@ -387,7 +390,8 @@ def build_readout(ctx: BuildContext) -> list[Sublayer]:
 def _deltas(ref: Reference) -> list[Tensor]:
     """The deltas ``s(1..N)`` (T, n_j) the construction forms at the reference's weights and prompt: the
     exact ``r' ⊙ z`` for ReLU and linear layers (what ``ref.sur.s`` holds), the surrogate products of
-    :func:`derivative_product` (:func:`eval_product`) for smooth layers; computed once per GD step."""
+    [`derivative_product`][icdl.construct.rows.derivative_product]
+    ([`eval_product`][icdl.construct.rows.eval_product]) for smooth layers; computed once per GD step."""
     out = ref.cache.get("rows_deltas")
     if out is not None:
         return out
@@ -408,7 +412,7 @@ def _deltas(ref: Reference) -> list[Tensor]:
 
 
 def _stepped(ref: Reference, box: float | None) -> Tensor:
-    """``Proj(w - η ∇̄)`` with ``∇̄ = (1/(2n)) sum_examples s_i(j) p_i(j-1)^T`` built from :func:`_deltas`
+    """``Proj(w - η ∇̄)`` with ``∇̄ = (1/(2n)) sum_examples s_i(j) p_i(j-1)^T`` built from `_deltas`
     (``ref.sur.grad`` itself where every delta is the exact one)."""
     spec = ref.model.spec
     if not any(smooth(spec, j) for j in range(1, spec.depth + 1)):
@@ -440,7 +444,7 @@ def _rows(layout: RowsLayout, j: int, projected: bool) -> Callable[[Reference], 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     """What must hold after each sublayer (``tokens="data"``: the n + 1 data tokens; ``"prefix"``: the row
-    tokens). Z_j and the updated rows are checked against the construction's own deltas (:func:`_deltas`:
+    tokens). Z_j and the updated rows are checked against the construction's own deltas (`_deltas`:
     exact for ReLU and linear layers, the surrogate products for smooth ones)."""
     assert isinstance(layout, RowsLayout)
     N = layout.spec.depth
@@ -470,7 +474,8 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
 
 def ranges(ref: Reference) -> int:
     """How many ``z_j`` entries of a smooth layer leave ``[-radius, radius]`` at this step: the products
-    ``r' ⊙ z`` in the backward and update scores are fitted on that range (:func:`derivative_product`)."""
+    ``r' ⊙ z`` in the backward and update scores are fitted on that range
+    ([`derivative_product`][icdl.construct.rows.derivative_product])."""
     spec, cfg = ref.model.spec, ref.model.config
     count = 0
     for j in range(1, spec.depth + 1):
@@ -507,7 +512,7 @@ def rows_sublayers_per_step(spec: NetSpec) -> int:
 
 
 def rows_sizes(spec: NetSpec, examples: int) -> Sizes:
-    """The row-token construction's :class:`~icdl.construct.sizes.Sizes` (weights in their own tokens)."""
+    """The row-token construction's [`Sizes`][icdl.construct.sizes.Sizes] (weights in their own tokens)."""
     return Sizes(rows_embedding_dim(spec), rows_tokens(spec, examples), rows_sublayers_per_step(spec))
 
 

@@ -1,11 +1,11 @@
-"""A construction's closed-form sizes and costs: what a :class:`~icdl.construct.contract.Variant` states
-about itself for ``icdl construct``'s budget estimate (:mod:`icdl.construct.estimate`), before anything is
-built.
+"""A construction's closed-form sizes and costs: what a [`Variant`][icdl.construct.contract.Variant] states
+about itself for ``icdl construct``'s budget estimate ([`icdl.construct.estimate`][icdl.construct.estimate]),
+before anything is built.
 
-``variant.sizes(spec, examples)`` is a :class:`Sizes` (token width D, tokens T, sublayers per GD step) from
-closed forms only: no O(N) table is built for a depth that will be refused. ``variant.costs`` holds the
-two cost hooks (:class:`Costs`); the defaults here are the paper's dense layout and attention
-(Theorem 1), which a variant keeps unless its own tables differ.
+``variant.sizes(spec, examples)`` is a [`Sizes`][icdl.construct.sizes.Sizes] (token width D, tokens T,
+sublayers per GD step) from closed forms only: no O(N) table is built for a depth that will be refused.
+``variant.costs`` holds the two cost hooks ([`Costs`][icdl.construct.sizes.Costs]); the defaults here are the
+paper's dense layout and attention (Theorem 1), which a variant keeps unless its own tables differ.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class CostInputs:
 
 
 def paper_sizes(spec: NetSpec, examples: int) -> Sizes:
-    """Theorem 1's layout: ``D`` of :func:`icdl.theory.embedding_dim`, ``n + 1`` tokens, ``2N + 4``."""
+    """Theorem 1's layout: ``D`` of [`icdl.theory.embedding_dim`][icdl.theory.embedding_dim], ``n + 1``
+    tokens, ``2N + 4``."""
     return Sizes(embedding_dim(spec), examples + 1, sublayers_per_step(spec.depth))
 
 

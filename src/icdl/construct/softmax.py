@@ -8,7 +8,8 @@ gives weights. The one cross-token operation of a GD step is the sum of per-exam
 the exact average ``(1/T) sum_t V h_t`` — the same ``1/T`` the paper's ReLU update layer (C.16) carries. The
 query token adds nothing because its loss derivative is gated to exactly 0 (Lemma 4) and every product
 below is exactly 0 when its second factor is. Everything else is token-local (each token holds w), so it is
-done by bias-free ReLU MLPs (Definition 8), with products from :mod:`icdl.construct.products`:
+done by bias-free ReLU MLPs (Definition 8), with products from
+[`icdl.construct.products`][icdl.construct.products]:
 
 ========================  =======  =============================================================
 sublayer (name)           kind     computes (in the token's own slots)
@@ -31,11 +32,12 @@ other backward layer is one MLP (``3N + 3`` per step), and only the ``v * p``, `
 products are approximate; for smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant
 and the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
 in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
-``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``; :func:`range_ratios`
-checks them.
+``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``;
+[`range_ratios`][icdl.construct.softmax.range_ratios] checks them.
 
-:func:`surrogate` evaluates the same approximate recursion directly, so the verifier can check every
-sublayer to round-off; the distance to exact GD is the approximation error, which shrinks with eps.
+[`surrogate`][icdl.construct.softmax.surrogate] evaluates the same approximate recursion directly, so the
+verifier can check every sublayer to round-off; the distance to exact GD is the approximation error, which
+shrinks with eps.
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ def forward_activation(ctx: BuildContext, j: int) -> ReLUMLP:
 
 def backward_output(ctx: BuildContext) -> ReLUMLP:
     """``S_N += r'(N-1) ⊙ G`` (Lemma 5, j = N) by approximate products (smooth activations; for 0/1 masks
-    the loss MLP writes s(N) itself, :func:`icdl.construct.no_ewml.loss_delta_layer`)."""
+    the loss MLP writes s(N) itself,
+    [`icdl.construct.no_ewml.loss_delta_layer`][icdl.construct.no_ewml.loss_delta_layer])."""
     L = ctx.layout
     N = ctx.spec.depth
     prod = _products(ctx).derivative
@@ -219,7 +222,8 @@ def backward_gated(ctx: BuildContext, j: int) -> ReLUMLP:
 
 def backward_derivative(ctx: BuildContext, j: int) -> ReLUMLP:
     """``S_j <- r'(j-1) ⊙ S_j`` in place (eq. (3.6)) for smooth activations:
-    ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)`` (ReLU networks use :func:`backward_gated`)."""
+    ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)`` (ReLU networks use
+    [`backward_gated`][icdl.construct.softmax.backward_gated])."""
     L = ctx.layout
     prod = _products(ctx).derivative
     assert prod is not None
@@ -392,7 +396,8 @@ def surrogate_step(sur: Surrogate, w: Tensor, lr: float, box: float | None) -> T
 
 
 def _surrogate_of(ref: Reference, spec: NetSpec) -> Surrogate:
-    """:func:`surrogate` at the reference's weights and prompt, computed once per GD step."""
+    """[`surrogate`][icdl.construct.softmax.surrogate] at the reference's weights and prompt, computed once
+    per GD step."""
     sur = ref.cache.get("softmax_surrogate")
     if sur is None:
         cfg, terms = ref.model.config, ref.model.terms
@@ -412,9 +417,10 @@ def _quantity(spec: NetSpec, name: str, pick: Callable[[Surrogate], Tensor]) -> 
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
-    """Every slot a sublayer writes must hold the value of :func:`surrogate` (the same approximate products
-    and sums, evaluated directly), so each sublayer is checked to round-off; the project and readout MLPs
-    as in :func:`icdl.construct.blocks.effects` but at the surrogate's gradient and prediction."""
+    """Every slot a sublayer writes must hold the value of [`surrogate`][icdl.construct.softmax.surrogate]
+    (the same approximate products and sums, evaluated directly), so each sublayer is checked to round-off;
+    the project and readout MLPs as in [`icdl.construct.blocks.effects`][icdl.construct.blocks.effects] but at
+    the surrogate's gradient and prediction."""
     spec = layout.spec
     j = info.layer if info.layer is not None else 0
 
@@ -459,8 +465,9 @@ def _named(name: str, fn: Callable[[Reference], Tensor]) -> Callable[[Reference]
 
 
 def ranges(ref: Reference) -> int:
-    """How many kinds of product (:func:`range_ratios`) leave the ranges their ReLU sums were fitted on at
-    this step (ratio above 1): there the products, and so the step, are no longer within eps."""
+    """How many kinds of product ([`range_ratios`][icdl.construct.softmax.range_ratios]) leave the ranges
+    their ReLU sums were fitted on at this step (ratio above 1): there the products, and so the step, are no
+    longer within eps."""
     spec, cfg = ref.model.spec, ref.model.config
     prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)

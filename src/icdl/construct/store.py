@@ -1,20 +1,20 @@
 """Save and load compiled models: ``weights.safetensors`` (the compact tables) + ``model.json`` (config,
-layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next
-to the target, which is then renamed. :func:`load` rebuilds the modules from the stored tables, so the
-loaded model reproduces the saved one bit for bit.
+layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next to the
+target, which is then renamed. [`load`][icdl.construct.store.load] rebuilds the modules from the stored
+tables, so the loaded model reproduces the saved one bit for bit.
 
-``model.json`` records ``content_sha256``, the SHA-256 of the rest of ``model.json`` (canonical JSON)
-followed by the bytes of ``weights.safetensors``. :func:`load` recomputes it, so a description that no
-longer matches its weights (an entry removed from ``model.json``, a table edited) is refused instead of
-silently computing something else.
+``model.json`` records ``content_sha256``, the SHA-256 of the rest of ``model.json`` (canonical JSON) followed
+by the bytes of ``weights.safetensors``. [`load`][icdl.construct.store.load] recomputes it, so a description
+that no longer matches its weights (an entry removed from ``model.json``, a table edited) is refused instead
+of silently computing something else.
 
 The hash only proves the files are unmodified since someone computed it, not that they are consistent: a
 hand-edited ``lr`` with the hash recomputed would report one step size and compute with another. So
-:func:`load` also compiles the model afresh from the saved :class:`GDConfig` (what ``icdl construct`` does)
-and requires the loaded one to agree with it exactly: layout, ReLU sums, summary, the block and readout lists
-(class, name, kind, sizes) and every weight/index tensor (dtype, shape, bytes). Every failure to load
-(missing, truncated, corrupt, tampered, inconsistent) is one
-:class:`~icdl.errors.InputError` line that names the file.
+[`load`][icdl.construct.store.load] also compiles the model afresh from the saved
+[`GDConfig`][icdl.construct.compile.GDConfig] (what ``icdl construct`` does) and requires the loaded one to
+agree with it exactly: layout, ReLU sums, summary, the block and readout lists (class, name, kind, sizes) and
+every weight/index tensor (dtype, shape, bytes). Every failure to load (missing, truncated, corrupt, tampered,
+inconsistent) is one [`InputError`][icdl.errors.InputError] line that names the file.
 """
 
 from __future__ import annotations
@@ -96,12 +96,13 @@ def save(model: CompiledModel, directory: str | os.PathLike[str], *, overwrite: 
 
 
 def load(directory: str | os.PathLike[str]) -> CompiledModel:
-    """Rebuild a model saved by :func:`save`, checked against a fresh compilation of its saved config.
+    """Rebuild a model saved by [`save`][icdl.construct.store.save], checked against a fresh compilation of
+    its saved config.
 
-    Cost: one :func:`~icdl.construct.compile.compile_gd_transformer` call (the time and memory of
-    ``icdl construct`` for the same config) on top of reading the files, plus an exact comparison of all
-    tables. A model whose description and weights disagree raises :class:`~icdl.errors.InputError` naming
-    the file and the first disagreeing item.
+    Cost: one [`compile_gd_transformer`][icdl.construct.compile.compile_gd_transformer] call (the time and
+    memory of ``icdl construct`` for the same config) on top of reading the files, plus an exact comparison of
+    all tables. A model whose description and weights disagree raises [`InputError`][icdl.errors.InputError]
+    naming the file and the first disagreeing item.
     """
     src = Path(directory)
     if not (src / META).is_file() or not (src / WEIGHTS).is_file():

@@ -1,5 +1,7 @@
-"""Compact coefficient tables of the sublayers (:class:`HeadTable`, :class:`UnitTable`) and their base
-classes (:class:`Sublayer`, :class:`HeadSublayer`); the sublayer types are in :mod:`icdl.construct.layers`.
+"""Compact coefficient tables of the sublayers ([`HeadTable`][icdl.construct.tables.HeadTable],
+[`UnitTable`][icdl.construct.tables.UnitTable]) and their base classes
+([`Sublayer`][icdl.construct.tables.Sublayer], [`HeadSublayer`][icdl.construct.tables.HeadSublayer]); the
+sublayer types are in [`icdl.construct.layers`][icdl.construct.layers].
 
 Compact weights (why: a sigmoid construction has thousands of heads, each touching a handful of the D
 coordinates, so dense ``D x D`` matrices per head would be absurd). A head ``m`` of width ``d_h`` stores
@@ -17,18 +19,19 @@ cancellations (the relu' delta-step and the query gate, docs/construction.md):
 * the **last** Q/K read pair of every head is added to the score last (builders put the bias
   ``b * ONE · ONE`` there), so that two heads with the same leading reads get scores ``X`` and ``X + b``;
 * MLP pre-activations are accumulated read by read **in the stored order** (builders put the gate first);
-* :class:`ReLUAttention` with ``accumulate="heads"`` sums the heads writing one coordinate for each
+* `ReLUAttention` with ``accumulate="heads"`` sums the heads writing one coordinate for each
   (query, key) pair *before* summing over the keys, so ``relu(X) - relu(X - 1) = 1`` stays exact even when
   ``X`` is ~1e9; ``accumulate="tokens"`` (default) sums over keys per head first, which is faster.
 
 Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor exceeds ``max_chunk_elems``.
 
 Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
-indices) are built once per prompt shape, dtype and device and cached (:meth:`Sublayer.cached_plan`; the
-cache follows in-place edits of the tables and is not part of ``state_dict``); the pair-by-pair score sum is
-one ``cumsum`` (:func:`_ordered_sum`, the same left-to-right additions); heads that differ only in their
-last pair share their leading partial score. Every sublayer's output equals the plain loops' bit for bit.
-All modules work in any floating dtype; use float64 to verify constructions.
+indices) are built once per prompt shape, dtype and device and cached
+([`Sublayer.cached_plan`][icdl.construct.tables.Sublayer.cached_plan]; the cache follows in-place edits of the
+tables and is not part of ``state_dict``); the pair-by-pair score sum is one ``cumsum`` (`_ordered_sum`, the
+same left-to-right additions); heads that differ only in their last pair share their leading partial score.
+Every sublayer's output equals the plain loops' bit for bit. All modules work in any floating dtype; use
+float64 to verify constructions.
 """
 
 from __future__ import annotations
@@ -159,7 +162,7 @@ def _features(H: Tensor) -> Tensor:
 
 
 def _tokens(F: Tensor, B: int, T: int) -> Tensor:
-    """Inverse of :func:`_features`: ``(D, B*T) -> (B, T, D)``."""
+    """Inverse of `_features`: ``(D, B*T) -> (B, T, D)``."""
     return F.t().reshape(B, T, -1)
 
 
@@ -199,8 +202,9 @@ def _ordered_sum(x: Tensor, dim: int) -> Tensor:
 
 @dataclass(frozen=True)
 class Role:
-    """What a sublayer is for, as its builder states it: the rest of its :class:`SublayerInfo` (kind, sizes,
-    slots read and written) is derived from its own tables.
+    """What a sublayer is for, as its builder states it: the rest of its
+    [`SublayerInfo`][icdl.sublayer.SublayerInfo] (kind, sizes, slots read and written) is derived from its own
+    tables.
 
     Attributes:
         name: unique inside its block (default: ``role`` or ``role_layer``).
@@ -233,7 +237,8 @@ def _coord_labels(coords: Tensor, labels: Sequence[str] | None) -> tuple[str, ..
 
 class Sublayer(nn.Module):
     """Base class: registers the compact tables as buffers (so ``state_dict`` holds them), counts them and
-    describes itself (``info``, derived from the tables and the builder's :class:`Role`)."""
+    describes itself (``info``, derived from the tables and the builder's
+    [`Role`][icdl.construct.tables.Role])."""
 
     TABLES: tuple[str, ...] = ()
     INDEX_TABLES: frozenset[str] = frozenset()
@@ -298,15 +303,15 @@ class Sublayer(nn.Module):
     def _write_coords(self) -> Tensor:
         raise NotImplementedError
 
-    # Names of the dense matrices :meth:`dense` returns, in order (icdl.inspect.dense_sublayer's keys).
+    # Names of the dense matrices `dense` returns, in order (icdl.inspect.dense_sublayer's keys).
     DENSE: ClassVar[tuple[str, ...]] = ()
 
     def dense(self) -> tuple[Tensor, ...]:
-        """The sublayer as the paper writes it: dense matrices named by :attr:`DENSE` (small D only)."""
+        """The sublayer as the paper writes it: dense matrices named by `DENSE` (small D only)."""
         raise NotImplementedError
 
     def dense_entries(self) -> int:
-        """Number of entries of :meth:`dense` (to refuse exports that would not fit in memory)."""
+        """Number of entries of `dense` (to refuse exports that would not fit in memory)."""
         raise NotImplementedError
 
     def pattern(self, H: Tensor, head: int) -> Tensor:
@@ -348,8 +353,9 @@ class Sublayer(nn.Module):
 
 
 class HeadSublayer(Sublayer):
-    """Base of the head-table sublayers (attention, EWML): the Q/K/V tables of :class:`HeadTable`, their
-    sizes, reads and writes, and the dense per-head form."""
+    """Base of the head-table sublayers (attention, EWML): the Q/K/V tables of
+    [`HeadTable`][icdl.construct.tables.HeadTable], their sizes, reads and writes, and the dense per-head
+    form."""
 
     TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
     q_idx: Tensor
@@ -393,7 +399,7 @@ class HeadSublayer(Sublayer):
         return plans[names]
 
     def _gather_stacked(self, F: Tensor, H: Tensor, names: tuple[str, ...]) -> list[Tensor]:
-        """:func:`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
+        """`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
         returns ``(rows, tokens)`` blocks, one per table."""
         idx, coef, sizes = self._stacked(H, names)
         return list((F.index_select(0, idx) * coef).split(sizes))

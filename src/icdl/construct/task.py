@@ -1,5 +1,6 @@
-"""Random prompts for a network spec (:func:`sample_task`), redrawn while degenerate: a prompt on which GD
-never moves w proves nothing about a compiled GD transformer (docs/construction.md, "Degenerate tasks")."""
+"""Random prompts for a network spec ([`sample_task`][icdl.construct.task.sample_task]), redrawn while
+degenerate: a prompt on which GD never moves w proves nothing about a compiled GD transformer
+(docs/construction.md, "Degenerate tasks")."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ __all__ = ["MAX_DRAWS", "SampledTask", "sample_task", "sample_task_info", "task_
 
 @dataclass(frozen=True)
 class SampledTask:
-    """A prompt drawn by :func:`sample_task_info`; ``draws`` counts the draws it took (1 unless earlier
-    draws were degenerate and redrawn). :meth:`astuple` gives :func:`sample_task`'s 5-tuple."""
+    """A prompt drawn by [`sample_task_info`][icdl.construct.task.sample_task_info]; ``draws`` counts the
+    draws it took (1 unless earlier draws were degenerate and redrawn). `astuple` gives
+    [`sample_task`][icdl.construct.task.sample_task]'s 5-tuple."""
 
     x: Tensor
     y: Tensor
@@ -29,14 +31,14 @@ class SampledTask:
         return self.x, self.y, self.x_query, self.w0, self.w_teacher
 
 
-#: Redraws allowed before :func:`sample_task_info` gives up on finding a non-degenerate task.
+#: Redraws allowed before `sample_task_info` gives up on finding a non-degenerate task.
 MAX_DRAWS = 100
 
 
 def task_is_degenerate(spec: NetSpec, loss: str, x: Tensor, y: Tensor, w0: Tensor) -> bool:
     """A task on which a GD check proves nothing: all labels equal, or the first GD step of
-    :func:`icdl.nets.reference_gd` leaves ``w0`` exactly where it is (for ReLU networks: every unit dead
-    on every example), so GD never moves w and every comparison with it is trivially exact."""
+    [`icdl.nets.reference_gd`][icdl.nets.reference_gd] leaves ``w0`` exactly where it is (for ReLU networks:
+    every unit dead on every example), so GD never moves w and every comparison with it is trivially exact."""
     from icdl.nets import reference_gd
 
     if bool((y == y[:1]).all()):
@@ -55,15 +57,17 @@ def sample_task_info(
     w0_scale: float = 1.0,
     nondegenerate: bool = True,
 ) -> SampledTask:
-    """A random prompt for ``spec`` and the number of draws it took (see :func:`sample_task`).
+    """A random prompt for ``spec`` and the number of draws it took (see
+    [`sample_task`][icdl.construct.task.sample_task]).
 
     Drawn from ``seed`` in this order: a teacher network with He-scaled weights ``N(0, 2/fan_in)``; inputs
     ``x_1..x_n, x_query ~ N(0, I)``; ``w0`` like the teacher times ``w0_scale``. Labels ``y = f(w*, x)``; for
     the logistic loss ``y = ±1`` by the sign of ``f - median``. (The paper's ``w0 = 0`` is a fixed point for
     bias-free ReLU networks, so it is not the default.) With ``nondegenerate`` (the default) a draw that
-    :func:`task_is_degenerate` rejects is followed by a fresh one from the same generator, so the first
-    non-degenerate draw of a seed is what earlier versions returned for it; ``nondegenerate=False`` keeps
-    the first draw whatever it is. Raises ``ValueError`` after :data:`MAX_DRAWS` degenerate draws.
+    [`task_is_degenerate`][icdl.construct.task.task_is_degenerate] rejects is followed by a fresh one from the
+    same generator, so the first non-degenerate draw of a seed is what earlier versions returned for it;
+    ``nondegenerate=False`` keeps the first draw whatever it is. Raises ``ValueError`` after `MAX_DRAWS`
+    degenerate draws.
     """
     from icdl.nets import forward, init_weights
 
@@ -94,8 +98,9 @@ def sample_task(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """A random prompt for ``spec``: ``(x (n, d_x), y (n, d_y), x_query (d_x,), w0 (P,), w_teacher (P,))``.
 
-    :func:`sample_task_info` without the draw count: by default redrawn until the labels are not all equal
-    and the first GD step moves ``w0`` (``nondegenerate=False``: the seed's first draw as it is).
+    [`sample_task_info`][icdl.construct.task.sample_task_info] without the draw count: by default redrawn
+    until the labels are not all equal and the first GD step moves ``w0`` (``nondegenerate=False``: the seed's
+    first draw as it is).
     """
     return sample_task_info(
         spec, n, seed=seed, loss=loss, dtype=dtype, w0_scale=w0_scale, nondegenerate=nondegenerate

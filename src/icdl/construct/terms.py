@@ -1,14 +1,15 @@
-"""Sum-of-ReLU terms as the compiler uses them: fetched from :mod:`icdl.relu_sums`, then *conditioned*.
+"""Sum-of-ReLU terms as the compiler uses them: fetched from [`icdl.relu_sums`][icdl.relu_sums], then
+*conditioned*.
 
 Each term ``c relu(a t + b)`` becomes one attention head (or MLP hidden unit). Because ReLU is positively
 homogeneous, ``c relu(a t + b) = (c / lam) relu(lam a t + lam b)`` for any ``lam > 0``; we pick ``lam =
 |c|`` so that every head writes ``±1`` and all the magnitude sits in the score. For the exact relu'
 delta-step ``relu(t)/delta - relu(t - delta)/delta`` this gives ``relu(X) - relu(X - 1)`` with ``X = t /
 delta``: when the two heads share their leading reads and the bias ``-1`` is added last (see
-:mod:`icdl.construct.layers`), ``X - 1`` is exact for ``X >= 1/2`` and the difference is *exactly* 1 — where
-the unconditioned form loses ``ulp(t) / delta ~ 1e-7`` to rounding. For exact sums, conditioned ``b`` and
-``c`` within a few ulps of an integer are snapped to it (``fl(delta * fl(1/delta))`` is not always 1, e.g.
-for ``delta = 1e-9``).
+[`icdl.construct.layers`][icdl.construct.layers]), ``X - 1`` is exact for ``X >= 1/2`` and the difference is
+*exactly* 1 — where the unconditioned form loses ``ulp(t) / delta ~ 1e-7`` to rounding. For exact sums,
+conditioned ``b`` and ``c`` within a few ulps of an integer are snapped to it (``fl(delta * fl(1/delta))`` is
+not always 1, e.g. for ``delta = 1e-9``).
 
 The same conditioned terms are evaluated by the verifier's surrogate recursion, so "what the transformer
 should compute" and "what it computes" use identical coefficients.
@@ -48,7 +49,7 @@ class Terms:
         target: the function approximated (``"sigmoid"``, ``"relu'"``, ``"squared'"`` ...).
         exact: the sum equals the target (outside ``(0, delta)`` for the relu' step).
         radius: the range ``[-R, R]`` of the fit (a fitted one-argument sum is flat outside it).
-        sup_error: measured sup error on ``[-R, R]^k`` reported by :mod:`icdl.relu_sums`.
+        sup_error: measured sup error on ``[-R, R]^k`` reported by [`icdl.relu_sums`][icdl.relu_sums].
         eps: requested sup error (0 for exact sums).
         delta: width of the step's uncertainty window for relu' (None otherwise).
     """
@@ -135,7 +136,8 @@ def _condition(
 
 
 def _from_relu_sum(s: Any, delta: float | None = None) -> Terms:
-    """Conditioned :class:`Terms` of an :class:`icdl.relu_sums.ReluSum` (any number of arguments)."""
+    """Conditioned [`Terms`][icdl.construct.terms.Terms] of an
+    [`icdl.relu_sums.ReluSum`][icdl.relu_sum_type.ReluSum] (any number of arguments)."""
     a = s.a.reshape(s.num_terms, -1).tolist()
     A, B, C = _condition(a, s.b.tolist(), s.c.tolist(), bool(s.exact))
     if not A:

@@ -1,13 +1,14 @@
 """Registry of constructions (``--variant``). Each variant supplies a layout, the sublayers of one GD step,
 the readout sublayers and the expected effect of each of its roles (a
-:class:`~icdl.construct.contract.Variant`); the compiler, verifier, CLI and save/load are shared and know
+[`Variant`][icdl.construct.contract.Variant]); the compiler, verifier, CLI and save/load are shared and know
 nothing about any particular variant.
 
 The built-in variants are listed below, one line each. To add one: write its builders and its
 ``VARIANT = Variant(name="mine", summary="...", layout=..., block=..., readout=..., effects=...)`` in a module
-next to :mod:`icdl.construct.paper` (plus ``sizes=`` and ``costs=``, :mod:`icdl.construct.sizes`, when its
-token differs from the paper's: the budget estimate reads them), and add a line to :data:`VARIANTS` so
-that ``--variant mine`` finds it (:func:`register` adds one at run time, e.g. a toy variant in a test).
+next to [`icdl.construct.paper`][icdl.construct.paper] (plus ``sizes=`` and ``costs=``,
+[`icdl.construct.sizes`][icdl.construct.sizes], when its token differs from the paper's: the budget estimate
+reads them), and add a line to `VARIANTS` so that ``--variant mine`` finds it
+([`register`][icdl.construct.variants.register] adds one at run time, e.g. a toy variant in a test).
 """
 
 from __future__ import annotations

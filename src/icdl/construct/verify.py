@@ -1,10 +1,11 @@
 """Verify a compiled GD transformer against reference gradient descent, sublayer by sublayer.
 
-:func:`verify` is three steps with no knowledge of any role or variant: :func:`trace` runs the model on one
-prompt and keeps the state after every sublayer (named ``(step, sublayer name)``, step None for the
-readout); :func:`compare` checks every state against what the variant's expected effects
-(:mod:`icdl.construct.contract`) say must be in each slot; :func:`report` adds the GD comparisons below.
-It compares
+[`verify`][icdl.construct.verify.verify] is three steps with no knowledge of any role or variant:
+[`trace`][icdl.construct.verify.trace] runs the model on one prompt and keeps the state after every sublayer
+(named ``(step, sublayer name)``, step None for the readout); [`compare`][icdl.construct.verify.compare]
+checks every state against what the variant's expected effects
+([`icdl.construct.contract`][icdl.construct.contract]) say must be in each slot;
+[`report`][icdl.construct.verify.report] adds the GD comparisons below. It compares
 
 1. **the whole token state after every sublayer** with what the construction must produce — the
    *surrogate* recursion: the paper's p̄, r̄', ḡ, s̄ (Lemmas 2-5, eq. (C.6), (3.20)) evaluated directly with
@@ -13,11 +14,11 @@ It compares
    reported (step, sublayer name, slot; NaN and inf are divergences and reported as such). For ReLU networks
    the surrogate *is* exact GD (outside the relu' window), so the same check also proves agreement with GD;
 2. per step, the errors of p, r', u, s against the **exact** Lemma 1 terms at the transformer's w
-   (:func:`icdl.nets.lemma1_terms` with the true r, r', u), the gradient error
+   ([`icdl.nets.lemma1_terms`][icdl.nets.lemma1_terms] with the true r, r', u), the gradient error
    ``eps_l = ||ḡ_l - ∇L_n(w̄^{l-1})||_2`` (ḡ read off the W slot after the update sublayer), and the
-   trajectory error ``||w̄^l - w^l_GD||_2`` against :func:`icdl.nets.reference_gd`;
+   trajectory error ``||w̄^l - w^l_GD||_2`` against [`icdl.nets.reference_gd`][icdl.nets.reference_gd];
 3. the corrected Corollary 1.1 bound ``L_f^{-1} ((1 + eta L_f)^l - 1) eps``
-   (:func:`icdl.theory.corollary11_bound`)
+   ([`icdl.theory.corollary11_bound`][icdl.theory_bounds.corollary11_bound])
    with ``eps = max_l eps_l`` and ``L_f`` a **local estimate**: the largest ``|eigenvalue|`` of the Hessian
    of ``L_n`` found by power iteration on Hessian-vector products (autograd) at every point of both
    trajectories. It is a lower bound on the true Lipschitz constant of ``∇L_n`` over W (and for ReLU networks
@@ -81,9 +82,10 @@ def recursion(
 ) -> GradTerms:
     """The GD-step terms for weights ``w`` (P,), tokens ``x_all`` (T, d_x), ``y_all`` (T, d_y), mask t (T,).
 
-    :func:`icdl.nets.lemma1_terms` with the model's conditioned ReLU sums passed in as r, r', u
-    (``surrogate=True``: what the heads compute, paper (C.6), (3.20)) or the exact ones (Lemma 1). Tokens
-    with ``t = 0`` (the query) get u = 0 and add nothing to ``grad = (1/(2n)) sum_t s_t(j) p_t(j-1)^T``.
+    [`icdl.nets.lemma1_terms`][icdl.nets.lemma1_terms] with the model's conditioned ReLU sums passed in as r,
+    r', u (``surrogate=True``: what the heads compute, paper (C.6), (3.20)) or the exact ones (Lemma 1).
+    Tokens with ``t = 0`` (the query) get u = 0 and add nothing to ``grad = (1/(2n)) sum_t s_t(j)
+    p_t(j-1)^T``.
     """
     N = model.spec.depth
     if not surrogate:
@@ -208,8 +210,9 @@ class Prompt:
 
 @dataclass
 class Comparison:
-    """What :func:`compare` found: the first divergence, the largest relative sublayer error, per step the
-    errors against exact GD terms and the gradient the transformer applied, and the step-end weights."""
+    """What [`compare`][icdl.construct.verify.compare] found: the first divergence, the largest relative
+    sublayer error, per step the errors against exact GD terms and the gradient the transformer applied, and
+    the step-end weights."""
 
     first: Divergence | None
     max_rel: float
@@ -225,8 +228,9 @@ _EXACT = ("p", "r_prime", "u", "s")
 
 
 class _Walk:
-    """The state of :func:`compare` while it walks the trace: the current reference, the state before the
-    sublayer, the weights at the start of the step, and what has been found so far."""
+    """The state of [`compare`][icdl.construct.verify.compare] while it walks the trace: the current
+    reference, the state before the sublayer, the weights at the start of the step, and what has been found so
+    far."""
 
     def __init__(
         self,
@@ -412,14 +416,16 @@ def verify(
     tol: float | None = None,
     lipschitz_iters: int = 20,
 ) -> VerifyReport:
-    """Run ``model`` on one prompt and compare it with reference GD: :func:`trace`, :func:`compare`,
-    :func:`report` (see the module docstring).
+    """Run ``model`` on one prompt and compare it with reference GD: [`trace`][icdl.construct.verify.trace],
+    [`compare`][icdl.construct.verify.compare], [`report`][icdl.construct.verify.report] (see the module
+    docstring).
 
     Args:
         model: a compiled model.
         x: ``(n, d_x)`` inputs; y: ``(n, d_y)`` labels; x_query: ``(d_x,)``; w0: ``(P,)`` initial weights.
         tol: relative tolerance of the sublayer check (``|err| <= tol * max(1, |expected|)``); default
-            :func:`~icdl.construct.compile.default_tol` of the model's dtype (1e-9 float64, 1e-4 float32).
+            [`default_tol`][icdl.construct.compile.default_tol] of the model's dtype (1e-9 float64, 1e-4
+            float32).
         lipschitz_iters: power-iteration steps per trajectory point for the L_f estimate (0: skip).
     """
     t_start = time.perf_counter()
@@ -436,7 +442,8 @@ def verify(
 
 @dataclass
 class Checked:
-    """What :func:`report` turns into a :class:`VerifyReport`: the model, the prompt, its trace, the
+    """What [`report`][icdl.construct.verify.report] turns into a
+    [`VerifyReport`][icdl.construct.verify_report.VerifyReport]: the model, the prompt, its trace, the
     sublayer comparison, the range counters, the tolerance used and when the verification started."""
 
     model: CompiledModel
@@ -477,7 +484,8 @@ def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
 
 
 def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
-    """One :class:`StepErrors` per GD step: the exact-term errors, trajectory and gradient errors, bound."""
+    """One [`StepErrors`][icdl.construct.verify_report.StepErrors] per GD step: the exact-term errors,
+    trajectory and gradient errors, bound."""
     out = []
     for l in range(1, c.model.steps + 1):
         d = gd.traj_tf[l] - gd.traj_gd[l]
@@ -499,8 +507,9 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
 
 
 def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
-    """Turn a :class:`Comparison` into a :class:`VerifyReport`: trajectory against reference GD,
-    the Corollary 1.1 bound with a local L_f estimate, the prediction errors, degeneracy."""
+    """Turn a [`Comparison`][icdl.construct.verify.Comparison] into a
+    [`VerifyReport`][icdl.construct.verify_report.VerifyReport]: trajectory against reference GD, the
+    Corollary 1.1 bound with a local L_f estimate, the prediction errors, degeneracy."""
     model, cmp, L = c.model, c.comparison, c.model.steps
     gd = _gd_check(c, lipschitz_iters)
     traj_gd, traj_tf = gd.traj_gd, gd.traj_tf

@@ -1,5 +1,5 @@
-"""The result of :func:`icdl.construct.verify.verify`: per-step errors, the first divergence, the verdict,
-and their table and JSON forms."""
+"""The result of [`icdl.construct.verify.verify`][icdl.construct.verify.verify]: per-step errors, the first
+divergence, the verdict, and their table and JSON forms."""
 
 from __future__ import annotations
 
@@ -56,10 +56,10 @@ class Divergence:
 
 @dataclass
 class VerifyReport:
-    """Result of :func:`verify`. ``verdict`` is ``"FAIL"`` when some sublayer diverges from its expected
-    effect beyond ``tol``, else ``"DEGENERATE"`` when reference GD never moves w (``weights_moved`` =
-    ``max |w_L - w_0|`` is 0 with L >= 1 steps: every comparison with GD is then trivially exact, so the
-    check proves nothing), else ``"PASS"``. ``passed`` means ``verdict == "PASS"``."""
+    """Result of [`verify`][icdl.construct.verify.verify]. ``verdict`` is ``"FAIL"`` when some sublayer
+    diverges from its expected effect beyond ``tol``, else ``"DEGENERATE"`` when reference GD never moves w
+    (``weights_moved`` = ``max |w_L - w_0|`` is 0 with L >= 1 steps: every comparison with GD is then
+    trivially exact, so the check proves nothing), else ``"PASS"``. ``passed`` means ``verdict == "PASS"``."""
 
     steps: list[StepErrors]
     first_divergence: Divergence | None

@@ -1,29 +1,32 @@
 """Score estimators with the ICL model's signature, for prompts ``((x_t, t), y)`` of the score task.
 
-Every estimator is a *causal predictor* like :mod:`icdl.icl.baselines`: ``__call__(xs, ys) -> preds``
-with ``xs (B, n, d + 1) = [x_t, t]``, ``ys (B, n, d)`` DSM targets, and ``preds[:, j]`` the score
+Every estimator is a *causal predictor* like [`icdl.icl.baselines`][icdl.icl.baselines]: ``__call__(xs, ys) ->
+preds`` with ``xs (B, n, d + 1) = [x_t, t]``, ``ys (B, n, d)`` DSM targets, and ``preds[:, j]`` the score
 estimate at query ``xs[:, j]`` from the context ``(xs[:, i], ys[:, i]), i < j`` only.
 
-The context reveals its clean points: ``alpha_i x_0,i = x_t,i + h_i y_i`` (:func:`context_x0`), so the
-closed-form estimators work on the recovered ``x_0``:
+The context reveals its clean points: ``alpha_i x_0,i = x_t,i + h_i y_i``
+([`context_x0`][icdl.diffusion.baselines.context_x0]), so the closed-form estimators work on the recovered
+``x_0``:
 
-* :class:`PriorScore` — the trivial baseline ``-x``: the score of ``N(0, I)``, the OU process's
-  stationary law (exact as ``t -> ∞``), ignoring the context.
-* :class:`GaussianFitScore` — fit one Gaussian ``N(mu, Σ)`` to the context's ``x_0`` (shrunk towards
-  ``N(0, I)`` with one pseudo-point) and return the exact score of its diffusion,
-  ``-(alpha^2 Σ + h I)^{-1} (x - alpha mu)``.
-* :class:`EmpiricalScore` — the exact score of the context's empirical distribution diffused to time t,
-  ``(1/k) Σ_i N(alpha x_0,i, h I)``: the minimiser of the DSM loss on the context over *all* functions
-  (it memorises the context points).
-* :class:`GDScore` — the algorithm the compiled construction runs (:mod:`icdl.diffusion.construct`): L
-  steps of plain GD on the (unweighted) DSM loss of the paper's bias-free ReLU score network with a
-  linear output, from one seeded He-random ``w0``, then the query prediction ``f(w^(L), [x, t])``.
-* :class:`ContextMLP` — an N-layer ReLU score network ``[x_t, t] -> R^d`` (biases, linear output)
-  trained on the k context pairs by full-batch Adam on the h-weighted DSM loss, one per prompt and k
-  (all prompts in parallel, as :class:`icdl.icl.baselines.MLPBaseline`).
+* [`PriorScore`][icdl.diffusion.baselines.PriorScore] — the trivial baseline ``-x``: the score of ``N(0, I)``,
+  the OU process's stationary law (exact as ``t -> ∞``), ignoring the context.
+* [`GaussianFitScore`][icdl.diffusion.baselines.GaussianFitScore] — fit one Gaussian ``N(mu, Σ)`` to the
+  context's ``x_0`` (shrunk towards ``N(0, I)`` with one pseudo-point) and return the exact score of its
+  diffusion, ``-(alpha^2 Σ + h I)^{-1} (x - alpha mu)``.
+* [`EmpiricalScore`][icdl.diffusion.baselines.EmpiricalScore] — the exact score of the context's empirical
+  distribution diffused to time t, ``(1/k) Σ_i N(alpha x_0,i, h I)``: the minimiser of the DSM loss on the
+  context over *all* functions (it memorises the context points).
+* [`GDScore`][icdl.diffusion.baselines.GDScore] — the algorithm the compiled construction runs
+  ([`icdl.diffusion.construct`][icdl.diffusion.construct]): L steps of plain GD on the (unweighted) DSM loss
+  of the paper's bias-free ReLU score network with a linear output, from one seeded He-random ``w0``, then the
+  query prediction ``f(w^(L), [x, t])``.
+* [`ContextMLP`][icdl.diffusion.baselines.ContextMLP] — an N-layer ReLU score network ``[x_t, t] -> R^d``
+  (biases, linear output) trained on the k context pairs by full-batch Adam on the h-weighted DSM loss, one
+  per prompt and k (all prompts in parallel, as
+  [`icdl.icl.baselines.MLPBaseline`][icdl.icl.baselines.MLPBaseline]).
 
-:func:`score_fn` turns any causal predictor and a context into a function ``(x (M, d), t) -> (M, d)``
-for the samplers (:mod:`icdl.diffusion.sampler`).
+[`score_fn`][icdl.diffusion.baselines.score_fn] turns any causal predictor and a context into a function ``(x
+(M, d), t) -> (M, d)`` for the samplers ([`icdl.diffusion.sampler`][icdl.diffusion.sampler]).
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ class GaussianFitScore:
     """Exact score of the diffused Gaussian fitted to the context's clean points.
 
     After k examples: ``mu = S1 / (k + 1)``, ``Σ = (Σ_i (x_0,i - mu)(x_0,i - mu)^T + I) / (k + 1)`` — the
-    ``N(0, I)`` prior acts as one pseudo-point, so k = 0 gives :class:`PriorScore`.
+    ``N(0, I)`` prior acts as one pseudo-point, so k = 0 gives
+    [`PriorScore`][icdl.diffusion.baselines.PriorScore].
     """
 
     @property
@@ -137,8 +141,8 @@ class GDScore:
 
     Network ``NetSpec(depth, width, d + 1, d, "relu", output="linear")`` from one He-scaled ``w0``
     (seeded, shared by all prompts); risk ``(1/(2k)) Σ_i ||f(w, [x_i, t_i]) - y_i||^2`` (eq. 2.2) over
-    the k context pairs, GD by :func:`icdl.nets.reference_gd` (batched over prompts). This is what the
-    compiled transformer computes in its forward pass for a prompt of k examples (tested).
+    the k context pairs, GD by [`icdl.nets.reference_gd`][icdl.nets.reference_gd] (batched over prompts). This
+    is what the compiled transformer computes in its forward pass for a prompt of k examples (tested).
     """
 
     depth: int = 3

@@ -1,7 +1,7 @@
 """Memory and time of the score commands before they start (``icdl score train|evaluate|sample``).
 
-Coarse, conservative cost models in the spirit of :mod:`icdl.budget`: FLOPs of the dominant loops at
-:data:`icdl.budget.CPU_FLOPS` plus a per-call overhead for the many small steps (sampler steps, Adam steps of
+Coarse, conservative cost models in the spirit of [`icdl.budget`][icdl.budget]: FLOPs of the dominant loops at
+`icdl.budget.CPU_FLOPS` plus a per-call overhead for the many small steps (sampler steps, Adam steps of
 the context-trained network), and the largest tensors held at once. They exist so that an oversized request
 is refused in a second with the estimate, not to predict run times closely.
 """
@@ -101,8 +101,10 @@ def sampling_estimate(
 def score_construct_estimate(dim: int, depth: int, width: int, *, examples: int, steps: int) -> Estimate:
     """``icdl score construct``: compiling GD on the DSM loss of the score network (float64, paper
     variant, no projection) and verifying it on one prompt — the same closed-form sizes as
-    ``icdl construct`` (:func:`icdl.construct.estimate.construction_estimate`), since it is that
-    construction for the spec :func:`icdl.diffusion.construct.score_net_spec`."""
+    ``icdl construct``
+    ([`icdl.construct.estimate.construction_estimate`][icdl.construct.estimate.construction_estimate]), since
+    it is that construction for the spec
+    [`icdl.diffusion.construct.score_net_spec`][icdl.diffusion.construct.score_net_spec]."""
     from icdl.construct.estimate import construction_estimate
     from icdl.diffusion.construct import score_net_spec
 

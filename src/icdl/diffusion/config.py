@@ -1,14 +1,18 @@
 """Typed configuration of an in-context score-estimation run: task, ICL model and training.
 
-A score run reuses the ICL model and trainer settings of :mod:`icdl.config` (:class:`ModelConfig`,
-:class:`TrainConfig`) with its own task, :class:`ScoreTaskConfig` (see :mod:`icdl.diffusion.task`).
+A score run reuses the ICL model and trainer settings of [`icdl.config`][icdl.config]
+([`ModelConfig`][icdl.config.ModelConfig], [`TrainConfig`][icdl.config.TrainConfig]) with its own task,
+[`ScoreTaskConfig`][icdl.diffusion.config.ScoreTaskConfig] (see [`icdl.diffusion.task`][icdl.diffusion.task]).
 Presets live in ``src/icdl/configs/score/*.yaml`` (a sub-folder, so ``icdl train`` does not list them);
-``key=value`` overrides work as for ``icdl train``. Every user mistake is an :class:`InputError`.
+``key=value`` overrides work as for ``icdl train``. Every user mistake is an
+[`InputError`][icdl.errors.InputError].
 
-Usage::
+Usage:
 
-    cfg = load_score_config("score-small", ["train.steps=100"])
-    cfg.task.dim, cfg.task.components, cfg.model.d_model
+```python
+cfg = load_score_config("score-small", ["train.steps=100"])
+cfg.task.dim, cfg.task.components, cfg.model.d_model
+```
 """
 
 from __future__ import annotations
@@ -88,7 +92,8 @@ class ScoreTaskConfig(StrictConfig):
 
 
 class ScoreConfig(StrictConfig):
-    """A complete score run: ``name``, ``task`` (:class:`ScoreTaskConfig`), ``model``, ``train``.
+    """A complete score run: ``name``, ``task`` ([`ScoreTaskConfig`][icdl.diffusion.config.ScoreTaskConfig]),
+    ``model``, ``train``.
 
     ``train.curriculum`` is not supported (a one-line error if set).
     """
@@ -116,13 +121,14 @@ def list_score_presets() -> list[str]:
 
 
 def validate_score_config(data: dict[str, Any]) -> ScoreConfig:
-    """Build a :class:`ScoreConfig` from a dict; validation errors become one-line InputErrors."""
+    """Build a [`ScoreConfig`][icdl.diffusion.config.ScoreConfig] from a dict; validation errors become
+    one-line InputErrors."""
     return validate_as(ScoreConfig, data, "score config")
 
 
 def load_score_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ScoreConfig:
     """Load a score preset (by name) or YAML file, apply ``key=value`` overrides and validate (the same
-    file checks as :func:`icdl.config.load_config`)."""
+    file checks as [`icdl.config.load_config`][icdl.config.load_config])."""
     return validate_score_config(load_config_data(preset_path(name_or_path, "score"), overrides))
 
 

@@ -4,15 +4,18 @@ The score network is the paper's bias-free N-layer ReLU network (Definition 1) w
 layer, input ``[x_t, t]`` (``d_x = d + 1``) and output the score (``d_y = d``): a score takes negative
 values, which a ReLU output layer cannot produce. The paper's empirical risk with the squared loss,
 ``L_n(w) = (1/(2n)) Σ_i ||f(w, (x_t,i, t_i)) - y_i||^2`` (eq. 2.2), is half the (unweighted) DSM loss,
-so the construction of Theorem 1 — used unchanged through the public :mod:`icdl.construct` API —
-runs GD on denoising score matching in its forward pass; :func:`verify_score_gd` checks it against
-reference GD (:func:`icdl.nets.reference_gd`).
+so the construction of Theorem 1 — used unchanged through the public [`icdl.construct`][icdl.construct] API —
+runs GD on denoising score matching in its forward pass;
+[`verify_score_gd`][icdl.diffusion.construct.verify_score_gd] checks it against reference GD
+([`icdl.nets.reference_gd`][icdl.nets.reference_gd]).
 
-Usage::
+Usage:
 
-    model = compile_score_gd(dim=2, depth=3, width=8, lr=0.01, steps=5, n=16)
-    x, y, xq, w0 = score_gd_prompt(dim=2, depth=3, width=8, n=16, seed=0)
-    w5 = model.read_weights(model(model.build_prompt(x, y, xq, w0)))   # 5 GD steps on the DSM loss
+```python
+model = compile_score_gd(dim=2, depth=3, width=8, lr=0.01, steps=5, n=16)
+x, y, xq, w0 = score_gd_prompt(dim=2, depth=3, width=8, n=16, seed=0)
+w5 = model.read_weights(model(model.build_prompt(x, y, xq, w0)))   # 5 GD steps on the DSM loss
+```
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def score_gd_prompt(
 
 
 def verify_score_gd(model: CompiledModel, seed: int = 0, task: ScoreTaskConfig | None = None) -> VerifyReport:
-    """:func:`icdl.construct.verify` of ``model`` on a score-task prompt from ``seed``."""
+    """[`icdl.construct.verify`][icdl.construct.verify] of ``model`` on a score-task prompt from ``seed``."""
     spec = model.spec
     x, y, xq, w0 = score_gd_prompt(spec.out_dim, spec.depth, spec.width, model.n, seed=seed, task=task)
     return verify(model, x, y, xq, w0)

@@ -1,14 +1,15 @@
 """Evaluate in-context score estimation: error curves per k and samples per k, against baselines.
 
-* :func:`score_curves` — on fresh test prompts, the h-weighted error against the exact score
-  (:func:`icdl.diffusion.metrics.score_error`, 90 % bootstrap bands over prompts) and the h-weighted DSM
-  loss against the noisy targets (where the exact score is the irreducible floor), for the ICL model,
-  the context-trained network, the closed-form estimators of :mod:`icdl.diffusion.baselines` and the
-  trivial ``-x``.
-* :func:`sampling_distances` — for a few test prompts (fresh mixtures) and context sizes k, samples from
-  the reverse-time sampler (:mod:`icdl.diffusion.sampler`) driven by each estimator's score given the
-  first k context pairs, and their sliced W2 / MMD to fresh samples of the prompt's true ``p_0``; the
-  exact score's samples and a second true sample give the floors.
+* [`score_curves`][icdl.diffusion.evaluate.score_curves] — on fresh test prompts, the h-weighted error against
+  the exact score ([`icdl.diffusion.metrics.score_error`][icdl.diffusion.metrics.score_error], 90 % bootstrap
+  bands over prompts) and the h-weighted DSM loss against the noisy targets (where the exact score is the
+  irreducible floor), for the ICL model, the context-trained network, the closed-form estimators of
+  [`icdl.diffusion.baselines`][icdl.diffusion.baselines] and the trivial ``-x``.
+* [`sampling_distances`][icdl.diffusion.evaluate.sampling_distances] — for a few test prompts (fresh mixtures)
+  and context sizes k, samples from the reverse-time sampler
+  ([`icdl.diffusion.sampler`][icdl.diffusion.sampler]) driven by each estimator's score given the first k
+  context pairs, and their sliced W2 / MMD to fresh samples of the prompt's true ``p_0``; the exact score's
+  samples and a second true sample give the floors.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> Score
     Equals ``score_fn(icl_predictor(model), ctx_xs, ctx_ys)`` (tested) — the query ``(x, t)`` is point k
     after the k context pairs — but runs the k context pairs through the model once: the model is
     causal, so their hidden states do not depend on the query, and each query costs one token per block
-    instead of ``2k + 1``. Uses the blocks of :class:`icdl.icl.models.ICLTransformer` directly.
+    instead of ``2k + 1``. Uses the blocks of
+    [`icdl.icl.models.ICLTransformer`][icdl.icl.models.ICLTransformer] directly.
     """
     import torch.nn.functional as F
 

@@ -1,13 +1,15 @@
-"""Score-matching error curves (with the bootstrap bands of :mod:`icdl.icl.metrics`) and sample distances.
+"""Score-matching error curves (with the bootstrap bands of [`icdl.icl.metrics`][icdl.icl.metrics]) and sample
+distances.
 
-* :func:`score_error` — the h-weighted squared error against the exact score, per number of in-context
-  examples k: ``E(k) = mean_{b, c} h_{t_bk} (ŝ_bkc - s_bkc)^2``, i.e. :func:`icdl.icl.metrics.mse_curve`
-  of ``sqrt(h) ŝ`` against ``sqrt(h) s`` (``sqrt(h) s`` is minus the optimal noise prediction, so this is
-  the noise-prediction error of the estimate). Bands resample prompts (percentile bootstrap).
-* :func:`sliced_wasserstein` — the sliced 2-Wasserstein distance between two equal-size samples
-  (``projections`` seeded random directions, sorted projections matched).
-* :func:`mmd` — the unbiased squared MMD with a Gaussian kernel (bandwidth: the median heuristic of the
-  pooled sample unless given).
+* [`score_error`][icdl.diffusion.metrics.score_error] — the h-weighted squared error against the exact score,
+  per number of in-context examples k: ``E(k) = mean_{b, c} h_{t_bk} (ŝ_bkc - s_bkc)^2``, i.e.
+  [`icdl.icl.metrics.mse_curve`][icdl.icl.metrics.mse_curve] of ``sqrt(h) ŝ`` against ``sqrt(h) s`` (``sqrt(h)
+  s`` is minus the optimal noise prediction, so this is the noise-prediction error of the estimate). Bands
+  resample prompts (percentile bootstrap).
+* [`sliced_wasserstein`][icdl.diffusion.metrics.sliced_wasserstein] — the sliced 2-Wasserstein distance
+  between two equal-size samples (``projections`` seeded random directions, sorted projections matched).
+* [`mmd`][icdl.diffusion.metrics.mmd] — the unbiased squared MMD with a Gaussian kernel (bandwidth: the median
+  heuristic of the pooled sample unless given).
 """
 
 from __future__ import annotations

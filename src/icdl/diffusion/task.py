@@ -5,9 +5,11 @@ Each prompt draws its own data distribution ``p_0`` — a Gaussian mixture on a 
 approximation, estimation and distribution recovery of diffusion models on low-dimensional data") — so
 the score can only be learned from the prompt, in context (the paper's diffusion application).
 
-Forward process (Ornstein-Uhlenbeck, ``dx = -x/2 dt + dW``)::
+Forward process (Ornstein-Uhlenbeck, ``dx = -x/2 dt + dW``):
 
-    x_t = alpha_t x_0 + sqrt(h_t) z,   alpha_t = exp(-t/2),   h_t = 1 - exp(-t),   z ~ N(0, I)
+```python
+x_t = alpha_t x_0 + sqrt(h_t) z,   alpha_t = exp(-t/2),   h_t = 1 - exp(-t),   z ~ N(0, I)
+```
 
 In-context pairs are ``((x_t, t), y)`` with the denoising score-matching (DSM) target
 ``y = -(x_t - alpha_t x_0) / h_t = -z / sqrt(h_t)``, whose conditional mean given ``x_t`` is the score
@@ -18,11 +20,13 @@ The exact score of a mixture is closed form: component c of ``p_0`` is ``N(U m_c
 ``Σ_c = alpha^2 s^2 U U^T + h I``, whose inverse acts as ``1/(alpha^2 s^2 + h)`` on the subspace and
 ``1/h`` on its complement; the score is the responsibility-weighted ``-Σ_c^{-1} (x - alpha U m_c)``.
 
-Usage::
+Usage:
 
-    cfg = ScoreTaskConfig(dim=2, latent_dim=2, components=3)
-    b = sample_score_batch(cfg, 8, seed=0)       # b.xs (8, 41, 3) = [x_t, t], b.ys (8, 41, 2)
-    b.mixture.score(b.x_t, b.t)                  # the exact score at every point, (8, 41, 2)
+```python
+cfg = ScoreTaskConfig(dim=2, latent_dim=2, components=3)
+b = sample_score_batch(cfg, 8, seed=0)       # b.xs (8, 41, 3) = [x_t, t], b.ys (8, 41, 2)
+b.mixture.score(b.x_t, b.t)                  # the exact score at every point, (8, 41, 2)
+```
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """Pretrain the ICL transformer on in-context score estimation (a small loop, nanoGPT-style).
 
 Every step draws a fresh batch of prompts from ``(train.seed, step)``
-(:func:`icdl.diffusion.task.sample_score_batch`) and minimises the h-weighted DSM loss over every point
-of every prompt, ``mean h_t ||ŝ(x_t, t) - y||^2`` — the weighting ``λ(t) = h_t`` of Song et al. 2021
-makes every time contribute O(1) (the DSM target's variance is ``d / h_t``). AdamW, linear warm-up,
-constant or cosine schedule and clipping follow ``train`` (:class:`icdl.config.TrainConfig`); the model
-is :class:`icdl.icl.models.ICLTransformer` with ``d_x = d + 1``, ``d_y = d``.
+([`icdl.diffusion.task.sample_score_batch`][icdl.diffusion.task.sample_score_batch]) and minimises the
+h-weighted DSM loss over every point of every prompt, ``mean h_t ||ŝ(x_t, t) - y||^2`` — the weighting ``λ(t)
+= h_t`` of Song et al. 2021 makes every time contribute O(1) (the DSM target's variance is ``d / h_t``).
+AdamW, linear warm-up, constant or cosine schedule and clipping follow ``train``
+([`icdl.config.TrainConfig`][icdl.config.TrainConfig]); the model is
+[`icdl.icl.models.ICLTransformer`][icdl.icl.models.ICLTransformer] with ``d_x = d + 1``, ``d_y = d``.
 
-Run directory: ``config.yaml`` (the resolved :class:`ScoreConfig`), ``metrics.jsonl`` (one line per
-``log_every`` steps), ``model.safetensors`` (written atomically at every ``checkpoint_every`` and at the
-end; its metadata ``step`` is the number of steps the weights have seen, so a run killed or stopped early
-is told from a finished one by :func:`check_finished`). Unlike ``icdl train`` there is no resume: an
+Run directory: ``config.yaml`` (the resolved [`ScoreConfig`][icdl.diffusion.config.ScoreConfig]),
+``metrics.jsonl`` (one line per ``log_every`` steps), ``model.safetensors`` (written atomically at every
+``checkpoint_every`` and at the end; its metadata ``step`` is the number of steps the weights have seen, so a
+run killed or stopped early is told from a finished one by
+[`check_finished`][icdl.diffusion.train.check_finished]). Unlike ``icdl train`` there is no resume: an
 existing run directory is refused.
 """
 
@@ -51,7 +53,7 @@ class ScoreTrainingDiverged(RuntimeError):
 
 @dataclass
 class ScoreTrainResult:
-    """Summary of :func:`train_score`."""
+    """Summary of [`train_score`][icdl.diffusion.train.train_score]."""
 
     run_dir: Path
     steps: int
@@ -73,7 +75,8 @@ def _save(model: torch.nn.Module, run_dir: Path, step: int) -> None:
 def train_score(cfg: ScoreConfig, run_dir: str | Path, *, quiet: bool = True) -> ScoreTrainResult:
     """Train the ICL score model of ``cfg`` into the new directory ``run_dir`` (CPU, float32).
 
-    Raises :class:`InputError` (before writing anything) when ``run_dir`` exists and is not empty.
+    Raises [`InputError`][icdl.errors.InputError] (before writing anything) when ``run_dir`` exists and is not
+    empty.
     """
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -157,7 +160,8 @@ def load_score_run(run_dir: str | Path) -> tuple[ICLTransformer, ScoreConfig]:
 
 def score_run_step(run_dir: str | Path) -> int | None:
     """The training step the run's ``model.safetensors`` was written at (its ``step`` metadata, written by
-    :func:`train_score` at every checkpoint and at the end), or None when the file records none."""
+    [`train_score`][icdl.diffusion.train.train_score] at every checkpoint and at the end), or None when the
+    file records none."""
     try:
         with safe_open(str(Path(run_dir) / "model.safetensors"), framework="pt") as f:
             meta = f.metadata() or {}
@@ -174,9 +178,9 @@ def score_run_step(run_dir: str | Path) -> int | None:
 def check_finished(
     run_dir: str | Path, cfg: ScoreConfig, *, allow: bool, option: str = "--allow-unfinished"
 ) -> None:
-    """Refuse (:class:`InputError`) a run whose weights have not seen all ``cfg.train.steps`` steps — a
-    training run that was killed, interrupted or stopped on a non-finite loss keeps its last checkpoint,
-    which would otherwise be evaluated as if finished — unless ``allow``."""
+    """Refuse ([`InputError`][icdl.errors.InputError]) a run whose weights have not seen all
+    ``cfg.train.steps`` steps — a training run that was killed, interrupted or stopped on a non-finite loss
+    keeps its last checkpoint, which would otherwise be evaluated as if finished — unless ``allow``."""
     step = score_run_step(run_dir)
     if allow or step == cfg.train.steps:
         return

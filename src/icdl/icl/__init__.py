@@ -1,9 +1,9 @@
 """In-context learning: prompt tasks, the trainable ICL transformer, and its trainer.
 
-* :mod:`icdl.icl.tasks`  — random N-layer network tasks, ``sample_batch(cfg, B, seed=, step=)``.
-* :mod:`icdl.icl.models` — ``ICLTransformer`` (softmax or ReLU attention), ``build_model``.
-* :mod:`icdl.icl.train`  — ``train(cfg, run_dir)``, ``load_run(run_dir) -> (model, cfg)`` (``load_run`` is
-  re-exported here; ``train`` is not, since the name is the submodule's).
+* [`icdl.icl.tasks`][icdl.icl.tasks]  — random N-layer network tasks, ``sample_batch(cfg, B, seed=, step=)``.
+* [`icdl.icl.models`][icdl.icl.models] — ``ICLTransformer`` (softmax or ReLU attention), ``build_model``.
+* [`icdl.icl.train`][icdl.icl.train]  — ``train(cfg, run_dir)``, ``load_run(run_dir) -> (model, cfg)``
+  (``load_run`` is re-exported here; ``train`` is not, since the name is the submodule's).
 
 Every predictor in this package (the ICL model and every baseline) has the signature
 ``predict(xs (B, n, d_x), ys (B, n, d_y)) -> (B, n, d_y)``, where output row i uses only

@@ -24,7 +24,8 @@ Baselines (defaults in brackets; docs/baselines.md has the rationale and timings
   query after every epoch; ``selection="last"`` (honest) or ``"best"`` (the paper's oracle epoch).
 * ``GDBaseline`` — L steps of plain (projected) gradient descent on the target's bias-free N-layer network
   (``icdl.nets``) from one seeded random ``w0``: the algorithm the paper's construction emulates, with the
-  step size tuned on held-out prompts by :meth:`GDBaseline.tune_step_size`.
+  step size tuned on held-out prompts by
+  [`GDBaseline.tune_step_size`][icdl.icl.baselines.GDBaseline.tune_step_size].
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class Baseline(Protocol):
 
 
 def check_prompts(xs: Tensor, ys: Tensor) -> None:
-    """Raise :class:`InputError` unless ``xs (B, n, d_x)`` and ``ys (B, n, d_y)`` form a prompt batch."""
+    """Raise [`InputError`][icdl.errors.InputError] unless ``xs (B, n, d_x)`` and ``ys (B, n, d_y)`` form a
+    prompt batch."""
     for name, t in (("xs", xs), ("ys", ys)):
         if not isinstance(t, Tensor):
             raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -249,7 +251,7 @@ class KNNBaseline:
 
 @dataclass
 class MLPTrace:
-    """Query predictions of :class:`MLPBaseline` after every epoch.
+    """Query predictions of [`MLPBaseline`][icdl.icl.baselines.MLPBaseline] after every epoch.
 
     Attributes:
         preds: ``(epochs + 1, B, n, d_y)``; ``preds[e, :, k]`` is the prediction for ``x_k`` after ``e``
@@ -311,12 +313,12 @@ class MLPBaseline:
     context examples, ``epochs`` steps (one step = one epoch when the batch is the whole context). All
     prompts train in parallel as batched weights ``(B, fan_in, fan_out)`` — Adam is element-wise and the
     summed loss separates over prompts, so this equals B independent trainings. The query ``x_k`` is
-    evaluated after every epoch (:class:`MLPTrace`).
+    evaluated after every epoch ([`MLPTrace`][icdl.icl.baselines.MLPTrace]).
 
     ``selection="last"`` returns the final-epoch predictions (causal, honest); ``"best"`` the paper's
-    oracle epoch per k (uses the query labels; see :meth:`MLPTrace.best`). ``ks`` restricts training to
-    some prefix lengths (the others are NaN); ``chunk`` bounds memory by training that many prompts at a
-    time (identical results).
+    oracle epoch per k (uses the query labels; see [`MLPTrace.best`][icdl.icl.baselines.MLPTrace.best]).
+    ``ks`` restricts training to some prefix lengths (the others are NaN); ``chunk`` bounds memory by training
+    that many prompts at a time (identical results).
     """
 
     depth: int
@@ -441,12 +443,12 @@ class GDBaseline:
     """L steps of (projected) GD on the bias-free N-layer network ``spec`` over each prompt's k examples.
 
     ``w_l = Proj(w_{l-1} - lr ∇L_k(w_{l-1}))`` with ``L_k(w) = (1/(2k)) Σ_{i<k} l(f(w, x_i), y_i)`` (paper
-    eq. 2.2-2.3, Lemma 1 gradient from :func:`icdl.nets.gradient`), from one shared ``w0`` — the fixed
-    starting point a constructed transformer bakes in. ``w0`` is drawn once from ``N(0, init_std²)``
+    eq. 2.2-2.3, Lemma 1 gradient from [`icdl.nets.gradient`][icdl.nets.gradient]), from one shared ``w0`` —
+    the fixed starting point a constructed transformer bakes in. ``w0`` is drawn once from ``N(0, init_std²)``
     (He-scaled by default) with a CPU generator seeded by ``seed``, unless given. The prediction at k is
     ``f(w_L, x_k)``; at k = 0 there is no data, so GD stays at ``w0`` and predicts ``f(w0, x_0)``.
 
-    ``lr`` should come from :meth:`tune_step_size` on held-out prompts; the grid, scores and chosen value
+    ``lr`` should come from `tune_step_size` on held-out prompts; the grid, scores and chosen value
     are recorded in ``tuning``.
     """
 

@@ -1,14 +1,17 @@
-"""Integrity of evaluation caches (``RUN/eval/<suite>.json``, written by :mod:`icdl.icl.evaluate`).
+"""Integrity of evaluation caches (``RUN/eval/<suite>.json``, written by
+[`icdl.icl.evaluate`][icdl.icl.evaluate]).
 
-:func:`seal` adds an ``integrity`` entry to a result before it is written::
+[`seal`][icdl.icl.cache.seal] adds an ``integrity`` entry to a result before it is written:
 
-    "integrity": {"checkpoint_manifest_sha256": ..., "request_sha256": ..., "content_sha256": ...}
+```text
+"integrity": {"checkpoint_manifest_sha256": ..., "request_sha256": ..., "content_sha256": ...}
+```
 
 the SHA-256 of the evaluated checkpoint's ``manifest.json`` (None for a legacy checkpoint), of the
 evaluation request (suite, prompts, seed, options; canonical JSON) and of the result itself (canonical
-JSON without ``integrity`` and ``from_cache``). :func:`trusted` recomputes all three: a cache edited by
-hand (every R² set to 0.999), written for other options, or left over from a checkpoint that was
-rewritten at the same step no longer matches, and the caller recomputes it instead of trusting it. A
+JSON without ``integrity`` and ``from_cache``). [`trusted`][icdl.icl.cache.trusted] recomputes all three: a
+cache edited by hand (every R² set to 0.999), written for other options, or left over from a checkpoint that
+was rewritten at the same step no longer matches, and the caller recomputes it instead of trusting it. A
 cache without ``integrity`` (written before this check) is not trusted either; it is simply recomputed.
 """
 

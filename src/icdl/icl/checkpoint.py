@@ -1,10 +1,11 @@
 """Checkpoints of an ICL training run: atomic writing with an integrity manifest, verified reading.
 
 ``RUN/checkpoints/step_NNNNNNN/`` holds ``model.safetensors`` (weights of the uncompiled module),
-``state.pt`` (optimizer, step, RNG states) and ``manifest.json`` (SHA-256 of each, :mod:`icdl.manifest`);
-``RUN/checkpoints/latest`` names the newest. A checkpoint is written by :func:`icdl.io.atomic_dir`, so a
-run killed at any instant leaves the old or the new one, never half of one; every read checks the
-manifest first (docs/reliability.md). Used by :mod:`icdl.icl.train`, which re-exports these names.
+``state.pt`` (optimizer, step, RNG states) and ``manifest.json`` (SHA-256 of each,
+[`icdl.manifest`][icdl.manifest]); ``RUN/checkpoints/latest`` names the newest. A checkpoint is written by
+[`icdl.io.atomic_dir`][icdl.io.atomic_dir], so a run killed at any instant leaves the old or the new one,
+never half of one; every read checks the manifest first (docs/reliability.md). Used by
+[`icdl.icl.train`][icdl.icl.train], which re-exports these names.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def save_checkpoint(
 
 
 def verify_checkpoint(path: Path) -> str | None:
-    """Check a checkpoint's files against its ``manifest.json`` (:func:`icdl.manifest.verify_manifest`).
+    """Check a checkpoint's files against its ``manifest.json``
+    ([`icdl.manifest.verify_manifest`][icdl.manifest.verify_manifest]).
 
     Returns the manifest's SHA-256, or None for a checkpoint written before manifests (legacy: accepted
     unverified, with a one-line warning on stderr). A mismatch is an InputError naming the file."""

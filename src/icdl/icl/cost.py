@@ -33,7 +33,8 @@ __all__ = ["count_flops", "icl_forward_flops", "measure_cost", "mlp_num_params",
 
 
 def icl_forward_flops(cfg: ModelConfig, d_x: int, d_y: int, points: int) -> int:
-    """Exact matmul FLOPs of one :class:`ICLTransformer` forward pass on one prompt of ``points`` points.
+    """Exact matmul FLOPs of one [`ICLTransformer`][icdl.icl.models.ICLTransformer] forward pass on one prompt
+    of ``points`` points.
 
     ``T = 2 * points`` interleaved tokens of width ``d_tok = max(d_x, d_y)``; per block: the fused qkv
     map ``2 T d 3d``, scores ``2 T^2 d`` and values ``2 T^2 d`` (all heads; the full ``T x T`` product is
@@ -48,8 +49,9 @@ def icl_forward_flops(cfg: ModelConfig, d_x: int, d_y: int, points: int) -> int:
 
 def count_flops(model: ICLTransformer, xs: Tensor, ys: Tensor) -> int:
     """FLOPs of ``model(xs, ys)`` as counted by ``torch.utils.flop_counter.FlopCounterMode`` (2 per
-    multiply-add). It equals :func:`icl_forward_flops` for ReLU attention; for softmax attention on CPU
-    the counter does not see the fused attention kernel and misses its ``4 T^2 d`` FLOPs per block."""
+    multiply-add). It equals [`icl_forward_flops`][icdl.icl.cost.icl_forward_flops] for ReLU attention; for
+    softmax attention on CPU the counter does not see the fused attention kernel and misses its ``4 T^2 d``
+    FLOPs per block."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)

@@ -1,6 +1,6 @@
-"""Per-condition pieces of :func:`icdl.icl.evaluate.evaluate_run`: test prompts, label diagnostics, the
-paired bootstrap comparison and the baseline runners (split from ``icdl.icl.evaluate``; names are
-re-exported there)."""
+"""Per-condition pieces of [`icdl.icl.evaluate.evaluate_run`][icdl.icl.evaluate.evaluate_run]: test prompts,
+label diagnostics, the paired bootstrap comparison and the baseline runners (split from ``icdl.icl.evaluate``;
+names are re-exported there)."""
 
 from __future__ import annotations
 
@@ -324,8 +324,8 @@ def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: E
 
 
 def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
-    """gd_target (:mod:`icdl.icl.gd_target`) on the first ``gd_prompts`` prompts, ``(lr, steps)`` tuned on
-    ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
+    """gd_target ([`icdl.icl.gd_target`][icdl.icl.gd_target]) on the first ``gd_prompts`` prompts, ``(lr,
+    steps)`` tuned on ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
     from icdl.icl.gd_target import GDTargetBaseline
 
     t0 = time.perf_counter()

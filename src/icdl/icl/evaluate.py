@@ -1,29 +1,29 @@
 """Evaluate a trained run on a suite: R²/MSE curves of the ICL model and the baselines, cached per run.
 
-``evaluate_run(run_dir, "mixture")`` loads the run's newest checkpoint (:func:`icdl.icl.train.load_run`),
-builds the suite (:mod:`icdl.icl.suites`), draws each condition's test prompts (seed distinct from
-training, batches of 64), and for the ICL model and every baseline computes R²(k) and MSE(k) across
-prompts with 90 % bootstrap bands (:func:`icdl.icl.metrics.evaluate`), plus, for every baseline, a PAIRED
-bootstrap band of ``R²_ICL(k) - R²_baseline(k)`` on the prompts both saw (the same resampled prompts for
-both, so the band reflects the difference, not two independent noises) and its means over k ranges
+``evaluate_run(run_dir, "mixture")`` loads the newest checkpoint ([`load_run`][icdl.icl.checkpoint.load_run]),
+builds the suite ([`suites`][icdl.icl.suites]), draws each condition's test prompts (seed distinct from
+training, batches of 64), and for the ICL model and every baseline computes R²(k) and MSE(k) across prompts
+with 90 % bootstrap bands ([`metrics.evaluate`][icdl.icl.metrics.evaluate]), plus, for every baseline, a
+PAIRED bootstrap band of ``R²_ICL(k) - R²_baseline(k)`` on the prompts both saw (the same resampled prompts
+for both, so the band reflects the difference, not two independent noises) and its means over k ranges
 (``1..E`` = within the training length, ``E+1..K`` = beyond it), with a verdict: ``beats`` (band above 0),
 ``trails`` (below 0) or ``matches`` (band contains 0).
 
-Results go to ``RUN_DIR/eval/<suite>.json`` (written atomically): the suite definition, the options,
-the checkpoint's step and mtime, the config, per-condition label diagnostics (share of exactly-zero
-labels, label scale against the training task — the degenerate weight shift is flagged here), curves,
-comparisons, and the cost comparison (:mod:`icdl.icl.cost`). A later call with the same request
-reuses the file unless the checkpoint is newer (or ``force``).
+Results go to ``RUN_DIR/eval/<suite>.json`` (written atomically): the suite definition, the options, the
+checkpoint's step and mtime, the config, per-condition label diagnostics (share of exactly-zero labels, label
+scale against the training task — the degenerate weight shift is flagged here), curves, comparisons, and the
+cost comparison ([`cost`][icdl.icl.cost]). A later call with the same request reuses the file unless the
+checkpoint is newer (or ``force``).
 
-Baselines (``--baselines``; ``None`` = the suite's default in :data:`SUITE_BASELINES`): ``zero``,
-``averaging``, ``least-squares`` (min-norm, intercept), ``ridge`` (λ = 1, intercept), ``knn`` (3),
-``mlp`` (the paper's N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the
-last epoch; by default on the first 64 prompts and 5 values of k — it is the costly one, and this is
-recorded in the results), ``gd`` (plain GD on the target's bias-free architecture from a seeded w0,
-10 steps, step size tuned on held-out prompts), ``ridge_tuned`` (ridge without intercept, λ per k tuned on
-``tuned_prompts`` held-out prompts) and ``kernel`` (kernel ridge with the target family's NNGP kernel,
-λ likewise; :mod:`icdl.icl.kernels`). When ``ridge_tuned`` is among the baselines every predictor's curve
-also gets ``skill`` (:func:`icdl.icl.metrics.nonlinear_skill` against ``ridge_tuned`` on the same prompts)
+Baselines (``--baselines``; ``None`` = the suite's default in `SUITE_BASELINES`): ``zero``, ``averaging``,
+``least-squares`` (min-norm, intercept), ``ridge`` (λ = 1, intercept), ``knn`` (3), ``mlp`` (the paper's
+N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the last epoch; by default on the
+first 64 prompts and 5 values of k — it is the costly one, and this is recorded in the results), ``gd`` (plain
+GD on the target's bias-free architecture from a seeded w0, 10 steps, step size tuned on held-out prompts),
+``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts) and ``kernel``
+(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.kernels]). When
+``ridge_tuned`` is among the baselines every predictor's curve also gets ``skill``
+([`metrics.nonlinear_skill`][icdl.icl.metrics.nonlinear_skill] against ``ridge_tuned`` on the same prompts)
 and ``skill_ranges`` (its mean over each k range).
 
 Result keys (``conditions.<name>.predictors``) carry the settings: ``least-squares`` -> ``least_squares``,
@@ -112,7 +112,7 @@ POOLINGS: tuple[str, ...] = ("pooled", "batch_mean")
 class EvalOptions:
     """Settings of an evaluation (all recorded in the results).
 
-    ``baselines=None`` uses the suite's default (:data:`SUITE_BASELINES`). ``mlp_ks=None`` evaluates the
+    ``baselines=None`` uses the suite's default (`SUITE_BASELINES`). ``mlp_ks=None`` evaluates the
     MLP at k in {1, 5, 10, E, K} (E = training examples, K = longest test k); ``mlp_prompts`` /
     ``gd_prompts`` evaluate those baselines on the first prompts only (their bands are wider).
     """
@@ -271,13 +271,13 @@ def evaluate_estimate(
     seed: int = EVAL_SEED,
     options: EvalOptions | None = None,
 ) -> Estimate:
-    """Memory and time of :func:`evaluate_run` for a run's config, before any prompt is drawn.
+    """Memory and time of [`evaluate_run`][icdl.icl.evaluate.evaluate_run], from the config alone.
 
     Per condition: the prompts (``prompts x points x (d_x + d_y)``), the ICL forward passes, the bootstrap
     (a ``resamples x prompts`` count matrix per predictor), the closed-form baselines (a ``d x d`` system
     per prompt and k), the MLP baseline (``mlp_prompts x |ks| x epochs`` full-batch Adam steps of a
     ``task.depth``-layer, ``mlp_width``-wide network) and GD (``gd_prompts x (grid + 1) x gd_steps``
-    steps), FLOPs at :data:`icdl.budget.CPU_FLOPS`.
+    steps), FLOPs at `icdl.budget.CPU_FLOPS`.
     """
     opts = options or EvalOptions()
     st = build_suite(
@@ -406,7 +406,7 @@ def _curves(
 
 
 def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
-    """One ICL forward pass vs training the baseline MLP (:func:`icdl.icl.cost.measure_cost`)."""
+    """One ICL forward pass vs training the baseline MLP (``icdl.icl.cost.measure_cost``)."""
     from icdl.icl.cost import measure_cost
 
     return measure_cost(

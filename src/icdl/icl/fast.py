@@ -1,16 +1,16 @@
 """A training step with static shapes, captured as one CUDA graph (``train.cuda_graph``).
 
-At the paper's size the ordinary step (:mod:`icdl.icl.train`) is bound by kernel launches: a few
+At the paper's size the ordinary step ([`icdl.icl.train`][icdl.icl.train]) is bound by kernel launches: a few
 hundred small kernels for sampling, forward, backward, clipping and AdamW, each launched from Python.
-:class:`StaticStep` makes every tensor of the step a fixed-shape buffer so the whole step can be
-recorded once and replayed (``torch.cuda.CUDAGraph``):
+[`StaticStep`][icdl.icl.fast.StaticStep] makes every tensor of the step a fixed-shape buffer so the whole step
+can be recorded once and replayed (``torch.cuda.CUDAGraph``):
 
-* prompts are sampled ON the device inside the step (:class:`DeviceSampler`: the target weights, the
-  inputs, the standardisation reference inputs and the noise are all drawn by the device's default
-  generator, which CUDA graphs support), always at the longest prompt length of the run;
+* prompts are sampled ON the device inside the step ([`DeviceSampler`][icdl.icl.fast.DeviceSampler]: the
+  target weights, the inputs, the standardisation reference inputs and the noise are all drawn by the device's
+  default generator, which CUDA graphs support), always at the longest prompt length of the run;
 * the curriculum's shorter prompts and fewer active dimensions become masks: ``dims_mask`` zeroes the
-  inactive input coordinates before labelling (as :func:`icdl.icl.tasks.sample_batch` does) and
-  ``points_mask`` keeps only the first ``n`` points in the loss. Because the model is causal, the
+  inactive input coordinates before labelling (as [`icdl.icl.tasks.sample_batch`][icdl.icl.tasks.sample_batch]
+  does) and ``points_mask`` keeps only the first ``n`` points in the loss. Because the model is causal, the
   predictions at the first ``n`` points do not depend on the padded points, so the masked loss and its
   gradient equal those of the unpadded ``n``-point prompts (``tests/icl/test_fast.py`` checks this) and one
   capture serves every curriculum stage;
@@ -19,18 +19,20 @@ recorded once and replayed (``torch.cuda.CUDAGraph``):
   host synchronisation.
 
 The price of padding: early curriculum stages cost as much as the last one. The price of device
-sampling: the prompts are no longer the ``(seed, step)`` streams of :func:`icdl.icl.tasks.sample_batch`
-but the device generator's, seeded from ``(seed, start step)``; a resumed run is deterministic but not
-bit-identical to an uninterrupted one.
+sampling: the prompts are no longer the ``(seed, step)`` streams of
+[`icdl.icl.tasks.sample_batch`][icdl.icl.tasks.sample_batch] but the device generator's, seeded from ``(seed,
+start step)``; a resumed run is deterministic but not bit-identical to an uninterrupted one.
 
-On a CPU nothing is captured: :class:`StaticStep` then runs the same code eagerly (the tests use it to
-check the masking); ``train.cuda_graph`` itself falls back to the ordinary loop on CPU.
+On a CPU nothing is captured: [`StaticStep`][icdl.icl.fast.StaticStep] then runs the same code eagerly (the
+tests use it to check the masking); ``train.cuda_graph`` itself falls back to the ordinary loop on CPU.
 
-Usage::
+Usage:
 
-    step = StaticStep(model, cfg, device, optimizer_state=None)
-    step.run(lr, points, dims)         # one training step (a graph replay on CUDA after warm-up)
-    step.sums                          # (5,) float64: loss sum, sum y, sum y^2, label count, bad count
+```python
+step = StaticStep(model, cfg, device, optimizer_state=None)
+step.run(lr, points, dims)         # one training step (a graph replay on CUDA after warm-up)
+step.sums                          # (5,) float64: loss sum, sum y, sum y^2, label count, bad count
+```
 """
 
 from __future__ import annotations
@@ -69,9 +71,9 @@ class DeviceSampler:
     """Draw a batch of ``batch`` prompts of ``points`` points for ``task`` with fixed shapes, on ``device``,
     from the default generator of the device (or ``generator``): capturable in a CUDA graph.
 
-    Same distribution as :func:`icdl.icl.tasks.sample_batch` (weights ``N(weight_mean, weight_std^2)``,
-    He-scaled; Gaussian-mixture or uniform inputs, centring; per-task standardisation on fresh
-    reference inputs; label noise), every constant built once on the device.
+    Same distribution as [`icdl.icl.tasks.sample_batch`][icdl.icl.tasks.sample_batch] (weights
+    ``N(weight_mean, weight_std^2)``, He-scaled; Gaussian-mixture or uniform inputs, centring; per-task
+    standardisation on fresh reference inputs; label noise), every constant built once on the device.
     """
 
     def __init__(
@@ -140,7 +142,8 @@ class StaticStep:
         device: where to train.
         optimizer_state: an AdamW ``state_dict`` to resume from (from an ordinary or a graph run).
         start_step: the first step this object runs (for the divergence bookkeeping).
-        capture: record a CUDA graph after :data:`WARMUP_STEPS` eager steps (CUDA only).
+        capture: record a CUDA graph after [`WARMUP_STEPS`][icdl.icl.fast.WARMUP_STEPS] eager steps (CUDA
+            only).
         generator: a generator for the sampler (tests on CPU); default: the device's default one.
     """
 

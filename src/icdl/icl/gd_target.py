@@ -1,10 +1,11 @@
 """``gd_target``: gradient descent on the target architecture with step size AND step count tuned.
 
 The algorithm the paper's construction compiles (L steps of GD on the bias-free N-layer network, eq.
-2.2-2.3, :func:`icdl.nets.gradient`), run per prompt and k by :class:`icdl.icl.baselines.GDBaseline`
-from one seeded SMALL initialisation (``init_std`` times He scaling, default 0.1), with the pair
-``(lr, steps)`` chosen on HELD-OUT prompts (:meth:`GDTargetBaseline.tune`): the best mean held-out MSE
-over k = 1..n-1. Slow (it loops over k and steps): tune on a few dozen prompts.
+2.2-2.3, [`icdl.nets.gradient`][icdl.nets.gradient]), run per prompt and k by
+[`icdl.icl.baselines.GDBaseline`][icdl.icl.baselines.GDBaseline] from one seeded SMALL initialisation
+(``init_std`` times He scaling, default 0.1), with the pair ``(lr, steps)`` chosen on HELD-OUT prompts
+([`GDTargetBaseline.tune`][icdl.icl.gd_target.GDTargetBaseline.tune]): the best mean held-out MSE over k =
+1..n-1. Slow (it loops over k and steps): tune on a few dozen prompts.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ DEFAULT_STEPS_GRID: tuple[int, ...] = (1, 3, 10, 30)
 class GDTargetBaseline:
     """GD on ``spec`` from ``w0 ~ init_std · He`` (seeded), ``(lr, steps)`` tuned on held-out prompts.
 
-    ``lr`` and ``steps`` may be given directly; otherwise :meth:`tune` sets them and records ``tuning =
+    ``lr`` and ``steps`` may be given directly; otherwise `tune` sets them and records ``tuning =
     {"lr_grid", "steps_grid", "mse" (steps x lr, None where non-finite), "lr", "steps", "num_prompts"}``.
     """
 

@@ -1,8 +1,10 @@
-"""Bookkeeping of the training loop (:mod:`icdl.icl.train`): interval statistics and their logging.
+"""Bookkeeping of the training loop ([`icdl.icl.train`][icdl.icl.train]): interval statistics and their
+logging.
 
-:class:`Interval` accumulates, between two logs, the loss, the label sums and the non-finite count of
-every step on the device (no host synchronisation per step); :class:`Log` writes a logged interval to
-``metrics.jsonl``, TensorBoard and the progress bar.
+[`Interval`][icdl.icl.interval.Interval] accumulates, between two logs, the loss, the label sums and the
+non-finite count of every step on the device (no host synchronisation per step);
+[`Log`][icdl.icl.interval.Log] writes a logged interval to ``metrics.jsonl``, TensorBoard and the progress
+bar.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ def _open_tensorboard(run_dir: Path) -> Any:
 class Interval:
     """Statistics of one logging interval, summed over steps (and ranks, once reduced).
 
-    They live on the device as one 5-slot float64 tensor (:meth:`tensor`; the CUDA-graph step of
-    :mod:`icdl.icl.fast` accumulates into the same layout) so that a rank reduces them in one call and
-    never synchronises with the host between logs. ``first_bad`` is the first step (1-based) whose loss
+    They live on the device as one 5-slot float64 tensor (`tensor`; the CUDA-graph step of
+    [`icdl.icl.fast`][icdl.icl.fast] accumulates into the same layout) so that a rank reduces them in one call
+    and never synchronises with the host between logs. ``first_bad`` is the first step (1-based) whose loss
     was not finite, ``steps + 1`` while there is none.
     """
 
@@ -92,7 +94,7 @@ class Interval:
 @dataclass
 class Log:
     """Where a logged interval goes: ``metrics.jsonl``, TensorBoard, the progress bar; and the last
-    logged loss, label variance and throughput (for :class:`TrainResult`)."""
+    logged loss, label variance and throughput (for `TrainResult`)."""
 
     metrics: Any
     tb: Any

@@ -1,14 +1,17 @@
 """Tuned ridge and kernel ridge baselines: ``ridge_tuned`` and ``kernel`` (docs/baselines.md).
 
 Both are kernel ridge regression on each prompt's first k examples, with one regulariser λ per k chosen
-on HELD-OUT prompts (:meth:`TunedKernelRidge.tune`), never on the test prompts:
+on HELD-OUT prompts ([`TunedKernelRidge.tune`][icdl.icl.kernels.TunedKernelRidge.tune]), never on the test
+prompts:
 
-* ``ridge_tuned`` (:class:`RidgeTunedBaseline`): the linear kernel ``K(x, x') = xᵀx'``, i.e. ridge
-  regression WITHOUT intercept, ``ŷ_k = x_kᵀ (X_kᵀX_k + λI)⁻¹ X_kᵀ y_k`` (primal and dual forms agree);
-* ``kernel`` (:class:`KernelBaseline`): the NNGP kernel of the target family itself — the covariance of
-  ``f(w, x)`` over the random weights of a bias-free N-layer network (:func:`nngp_kernel`): the
-  arc-cosine recursion of order 1 (Cho & Saul 2009) for ReLU, Gauss–Hermite quadrature otherwise.
-  Kernel ridge with this kernel is the posterior mean of the infinite-width limit of the task prior.
+* ``ridge_tuned`` ([`RidgeTunedBaseline`][icdl.icl.kernels.RidgeTunedBaseline]): the linear kernel ``K(x, x')
+  = xᵀx'``, i.e. ridge regression WITHOUT intercept, ``ŷ_k = x_kᵀ (X_kᵀX_k + λI)⁻¹ X_kᵀ y_k`` (primal and dual
+  forms agree);
+* ``kernel`` ([`KernelBaseline`][icdl.icl.kernels.KernelBaseline]): the NNGP kernel of the target family
+  itself — the covariance of ``f(w, x)`` over the random weights of a bias-free N-layer network
+  ([`nngp_kernel`][icdl.icl.kernels.nngp_kernel]): the arc-cosine recursion of order 1 (Cho & Saul 2009) for
+  ReLU, Gauss–Hermite quadrature otherwise. Kernel ridge with this kernel is the posterior mean of the
+  infinite-width limit of the task prior.
 
 All prefixes of a prompt come from ONE Cholesky factorisation: with ``A = K + λI = L Lᵀ`` (T × T) the
 leading k × k block of ``L`` is the Cholesky factor of ``A[:k, :k]``, ``L[k, :k]ᵀ = L_k⁻¹ K[:k, k]``, and
@@ -113,8 +116,9 @@ def nngp_kernel(
     process with covariance ``Σ_1 = σ_1² x_iᵀx_j`` and ``Σ_{j+1} = σ_{j+1}² n_j E[r(u) r(v)]``,
     ``(u, v) ~ N(0, Σ_j)`` — the recursion composed ``depth - 1`` times; the output is linear in the last
     features. ``output="same"`` applies r once more: the covariance of ``r(z_N)``. ``width`` only matters
-    without He scaling (then ``n_j · σ² = width · weight_std²``). ReLU uses :func:`relu_expectation`,
-    other activations :func:`gauss_hermite_expectation`. Returns ``(B, T, T)``.
+    without He scaling (then ``n_j · σ² = width · weight_std²``). ReLU uses
+    [`relu_expectation`][icdl.icl.kernels.relu_expectation], other activations
+    [`gauss_hermite_expectation`][icdl.icl.kernels.gauss_hermite_expectation]. Returns ``(B, T, T)``.
     """
     from icdl.nets import get_activation
 
@@ -154,8 +158,8 @@ class TunedKernelRidge:
     """Kernel ridge on each prompt's first k examples with a per-k λ tuned on held-out prompts.
 
     ``lam``: a fixed λ, or one λ per k (``lam[k]``; prompts longer than the list reuse its last value),
-    normally set by :meth:`tune`. ``lambdas``: the grid :meth:`tune` searches. Subclasses give
-    :meth:`gram` and :attr:`name`.
+    normally set by `tune`. ``lambdas``: the grid `tune` searches. Subclasses give
+    `gram` and `name`.
     """
 
     lambdas: Sequence[float] = DEFAULT_LAMBDAS
@@ -253,9 +257,10 @@ class RidgeTunedBaseline(TunedKernelRidge):
 
 @dataclass
 class KernelBaseline(TunedKernelRidge):
-    """Kernel ridge with the NNGP kernel of the task's target family (:func:`nngp_kernel`), λ per k tuned
-    on held-out prompts. ``depth``, ``activation``, ``output``, ``weight_std``, ``fan_in_scaling`` and
-    ``width`` describe the targets (a :class:`icdl.config.TaskConfig`); the kernel assumes weight mean 0."""
+    """Kernel ridge with the NNGP kernel of the task's target family
+    ([`nngp_kernel`][icdl.icl.kernels.nngp_kernel]), λ per k tuned on held-out prompts. ``depth``,
+    ``activation``, ``output``, ``weight_std``, ``fan_in_scaling`` and ``width`` describe the targets (a
+    [`icdl.config.TaskConfig`][icdl.config.TaskConfig]); the kernel assumes weight mean 0."""
 
     depth: int = 3
     activation: str = "relu"

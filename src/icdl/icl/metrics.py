@@ -145,8 +145,9 @@ def mse_curve(preds: Tensor, ys: Tensor) -> Tensor:
 def nonlinear_skill(preds: Tensor, linear_preds: Tensor, ys: Tensor) -> Tensor:
     """Nonlinear skill per k: ``1 - MSE_pred(k) / MSE_lin(k)``, ``(n,)`` float64 (docs/baselines.md).
 
-    ``linear_preds`` are the best linear predictor's (``ridge_tuned``, :mod:`icdl.icl.kernels`) on the
-    SAME prompts. The skill is the share of the variance left by the best linear predictor that ``preds``
+    ``linear_preds`` are the best linear predictor's (``ridge_tuned``, [`icdl.icl.kernels`][icdl.icl.kernels])
+    on the SAME prompts. The skill is the share of the variance left by the best linear predictor that
+    ``preds``
     explains: 0 = no better than tuned ridge, 1 = perfect, negative = worse than tuned ridge. NaN where
     either prediction is NaN (a baseline not evaluated at that k) or ``MSE_lin(k) = 0``.
     """
@@ -269,12 +270,13 @@ class R2Curve:
         return cls(**d)
 
     def save(self, path: str | Path) -> None:
-        """Write JSON atomically (temp file in the same folder, then rename; :func:`icdl.io.atomic_write`)."""
+        """Write JSON atomically (temp file in the same folder, then rename;
+        [`icdl.io.atomic_write`][icdl.io.atomic_write])."""
         atomic_write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> R2Curve:
-        """Read a curve written by :meth:`save` (a damaged file is one InputError line naming it)."""
+        """Read a curve written by `save` (a damaged file is one InputError line naming it)."""
         data = read_json(path, what="R² curve")
         try:
             return cls.from_dict(data)

@@ -18,21 +18,23 @@ Attention (one flag, the paper's "sole difference" between its two models, App. 
   The causal count keeps the scale of a row independent of the prompt length, so longer test prompts
   do not shrink early rows.
 
-Usage::
+Usage:
 
-    model = ICLTransformer(d_x=20, d_y=1, layers=4, heads=4, d_model=64, d_mlp=256, attention="relu")
-    preds = model(xs, ys)          # xs (B, n, 20), ys (B, n, 1) -> preds (B, n, 1)
-    preds, cache = model.run_with_cache(xs, ys)
-    cache["blocks.0.attn.hook_pattern"]   # (B, heads, 2n, 2n): block 0's attention weights per head
-    model.run_with_hooks(xs, ys, fwd_hooks=[("blocks.-1.hook_mlp_out", lambda act, hook: act * 0)])
+```python
+model = ICLTransformer(d_x=20, d_y=1, layers=4, heads=4, d_model=64, d_mlp=256, attention="relu")
+preds = model(xs, ys)          # xs (B, n, 20), ys (B, n, 1) -> preds (B, n, 1)
+preds, cache = model.run_with_cache(xs, ys)
+cache["blocks.0.attn.hook_pattern"]   # (B, heads, 2n, 2n): block 0's attention weights per head
+model.run_with_hooks(xs, ys, fwd_hooks=[("blocks.-1.hook_mlp_out", lambda act, hook: act * 0)])
+```
 
-Hook points (TransformerLens conventions, :mod:`icdl.hooks`): ``blocks.{i}.`` + the short name of
-:data:`HOOK_NAMES` (forward order) with ``hook_`` before its last part (``attn.pattern`` ->
-``blocks.{i}.attn.hook_pattern``, ``resid_post`` -> ``blocks.{i}.hook_resid_post``). Short names:
-``resid_pre``, ``ln1``, ``attn.q``/``attn.k``/``attn.v`` ``(B, heads, T, d_head)``, ``attn.scores``
-(the pre-nonlinearity scores ``q k^T / sqrt(d_head)``, future keys masked), ``attn.pattern`` (the weights
-that multiply ``v``: softmax probabilities, or the ReLU weights already divided by the row normaliser),
-``attn.z`` (heads' outputs before the output projection), ``attn_out``, ``resid_mid``, ``ln2``,
+Hook points (TransformerLens conventions, [`icdl.hooks`][icdl.hooks]): ``blocks.{i}.`` + the short name of
+[`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES] (forward order) with ``hook_`` before its last part
+(``attn.pattern`` -> ``blocks.{i}.attn.hook_pattern``, ``resid_post`` -> ``blocks.{i}.hook_resid_post``).
+Short names: ``resid_pre``, ``ln1``, ``attn.q``/``attn.k``/``attn.v`` ``(B, heads, T, d_head)``,
+``attn.scores`` (the pre-nonlinearity scores ``q k^T / sqrt(d_head)``, future keys masked), ``attn.pattern``
+(the weights that multiply ``v``: softmax probabilities, or the ReLU weights already divided by the row
+normaliser), ``attn.z`` (heads' outputs before the output projection), ``attn_out``, ``resid_mid``, ``ln2``,
 ``mlp.pre``/``mlp.post`` (before/after GELU, ``(B, T, d_mlp)``), ``mlp_out``, ``resid_post``
 (``(B, T, d_model)`` unless stated).
 """
@@ -201,7 +203,8 @@ class Block(nn.Module):
         self.mlp = MLP(d_model, d_mlp, dropout)
 
     def forward(self, h: Tensor, hook: HookFn | None = None) -> Tensor:
-        """``h (B, T, d_model) -> (B, T, d_model)``; ``hook`` sees the points of :data:`HOOK_NAMES`."""
+        """``h (B, T, d_model) -> (B, T, d_model)``; ``hook`` sees the points of
+        [`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES]."""
         if hook is None:
             h = h + self.attn(self.ln1(h))
             return h + self.mlp(self.ln2(h))
@@ -222,8 +225,8 @@ class ICLTransformer(nn.Module):
             is left untrained when test prompts are longer than training prompts).
         attention: ``softmax`` or ``relu``; relu_norm: ``causal`` (1/(i+1)) or ``length`` (1/T).
         dropout: residual/embedding/attention dropout (0 in the paper's setting).
-        config: a :class:`icdl.config.ModelConfig` taken whole (its fields replace the keywords above);
-            ``model.config`` is the model's ModelConfig either way.
+        config: a [`icdl.config.ModelConfig`][icdl.config.ModelConfig] taken whole (its fields replace the
+            keywords above); ``model.config`` is the model's ModelConfig either way.
 
     Parameters are initialised as GPT-2 (normal, std 0.02; residual output projections scaled by
     ``1/sqrt(2 * layers)``); read-in and read-out keep PyTorch's Linear default, as Garg et al.
@@ -307,7 +310,9 @@ class ICLTransformer(nn.Module):
         Args:
             xs: ``(B, n, d_x)``; ys: ``(B, n, d_y)`` (``ys[:, n-1]`` is never seen by any prediction).
             hooks: optional ``hooks(block, name, activation) -> activation`` called at every named point
-                (:data:`HOOK_NAMES`); see :meth:`run_with_cache` and :meth:`run_with_hooks`.
+                ([`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES]); see
+                [`run_with_cache`][icdl.icl.models.ICLTransformer.run_with_cache] and
+                [`run_with_hooks`][icdl.icl.models.ICLTransformer.run_with_hooks].
 
         Returns:
             ``(B, n, d_y)``: row i uses only ``x_0, y_0, ..., x_{i-1}, y_{i-1}, x_i``.
@@ -339,7 +344,8 @@ class ICLTransformer(nn.Module):
 
     def hook_names(self) -> list[str]:
         """Every hook point's name, in forward order: ``blocks.{i}.hook_resid_pre``,
-        ``blocks.{i}.attn.hook_q``, ... (:func:`hook_name` of each entry of :data:`HOOK_NAMES`)."""
+        ``blocks.{i}.attn.hook_q``, ... ([`hook_name`][icdl.icl.models.hook_name] of each entry of
+        [`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES])."""
         return [hook_name(b, name) for b in range(len(self.blocks)) for name in HOOK_NAMES]
 
     def _counts(self) -> dict[str, int]:
@@ -352,15 +358,16 @@ class ICLTransformer(nn.Module):
         """Run the model and record activations (TransformerLens' ``run_with_cache``).
 
         Args:
-            xs, ys: as :meth:`forward`.
-            names_filter: which hook points (:data:`icdl.hooks.NamesFilter`: None for all, a name, a list
-                of names or a predicate on the name); negative block indices count from the end.
+            xs, ys: as `forward`.
+            names_filter: which hook points ([`icdl.hooks.NamesFilter`][icdl.hooks.NamesFilter]: None for all,
+                a name, a list of names or a predicate on the name); negative block indices count from the
+                end.
             names: the old filter, a predicate on ``(block, short name)``.
 
         Returns:
             ``(preds, cache)``: the predictions (equal to ``model(xs, ys)`` up to round-off) and an
-            :class:`icdl.hooks.ActivationCache` keyed by hook name (detached tensors); the old keys
-            ``cache[block, "attn.pattern"]`` work too.
+            [`icdl.hooks.ActivationCache`][icdl.hooks.ActivationCache] keyed by hook name (detached tensors);
+            the old keys ``cache[block, "attn.pattern"]`` work too.
         """
         from icdl.hooks import ActivationCache, names_matcher
 
@@ -421,5 +428,6 @@ def hook_name(block: int, name: str) -> str:
 
 
 def build_model(cfg: ModelConfig, d_x: int, d_y: int) -> ICLTransformer:
-    """The :class:`ICLTransformer` of a model config for a task with dimensions ``d_x -> d_y``."""
+    """The [`ICLTransformer`][icdl.icl.models.ICLTransformer] of a model config for a task with dimensions
+    ``d_x -> d_y``."""
     return ICLTransformer(d_x, d_y, config=cfg)

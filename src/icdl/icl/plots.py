@@ -7,9 +7,9 @@ is needed and the caller's backend (e.g. Jupyter's inline one) is left alone; ev
 file atomically and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dpi``
 sets the resolution.
 
-Readability rules: every predictor kind has ONE colour (:data:`KIND_COLORS`) in every plot; predictors
-evaluated at a few k only (the MLP baseline) are drawn as markers with error bars at those k, not as
-lines; least squares' interpolation spike near k = d (R² far below 0 where the number of examples is
+Readability rules: every predictor kind has ONE colour ([`KIND_COLORS`][icdl.icl.plots.KIND_COLORS]) in every
+plot; predictors evaluated at a few k only (the MLP baseline) are drawn as markers with error bars at those k,
+not as lines; least squares' interpolation spike near k = d (R² far below 0 where the number of examples is
 close to the input dimension) does not set the y-axis — it is clipped in the main panel, its clipped
 points are marked at the bottom edge, and the full curve is drawn in a panel of its own (symlog
 scale); conditions the evaluation flags as degenerate are drawn dotted and labelled DEGENERATE.
@@ -160,7 +160,8 @@ def _save(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
 
 
 BASELINE_STYLES = ("-", "--", "-.", ":")
-"""Line styles of the grey baselines in :func:`plot_conditions`, in drawing order."""
+"""Line styles of the grey baselines in [`plot_conditions`][icdl.icl.plots.plot_conditions], in drawing
+order."""
 
 
 def _baselines_to_draw(
@@ -192,12 +193,12 @@ def plot_conditions(
     baselines on the FIRST condition (grey, one line style per baseline).
 
     Args:
-        result: an evaluation result (:func:`icdl.icl.evaluate.evaluate` or ``RUN/eval/<suite>.json``).
+        result: an evaluation result (`icdl.icl.evaluate.evaluate` or ``RUN/eval/<suite>.json``).
         path: the file to write; its suffix (``.png``, ``.pdf``, ``.svg``) picks the format.
         baselines: which baselines to draw, by predictor name (``"ridge"``, ``"mlp-best"``) or kind
             (``meta.kind``); ``None`` (default) draws every baseline evaluated on the first condition,
             ``()`` none. A name that was not evaluated is an ``InputError``.
-        dpi: resolution (default :data:`DEFAULT_DPI`).
+        dpi: resolution (default [`DEFAULT_DPI`][icdl.icl.plots.DEFAULT_DPI]).
 
     Returns the path written.
     """

@@ -1,14 +1,15 @@
 """A markdown report with PNG plots for one or more evaluated runs, next to the paper's numbers.
 
-``build_report(run_dirs, out_dir)`` reads ``RUN_DIR/eval/<suite>.json`` (:mod:`icdl.icl.evaluate`),
-evaluates missing suites on demand (``evaluate="auto"``: only ``in-distribution``; ``"all"``; ``"none"``;
-the missing ones are listed with the command that computes them), renders the plots
-(:mod:`icdl.icl.plots`) and writes ``out_dir/report.md`` with, per run and suite:
+``build_report(run_dirs, out_dir)`` reads ``RUN_DIR/eval/<suite>.json``
+([`icdl.icl.evaluate`][icdl.icl.evaluate]), evaluates missing suites on demand (``evaluate="auto"``: only
+``in-distribution``; ``"all"``; ``"none"``; the missing ones are listed with the command that computes them),
+renders the plots ([`icdl.icl.plots`][icdl.icl.plots]) and writes ``out_dir/report.md`` with, per run and
+suite:
 
 * R² at selected k and mean R² over ``k = 1..E`` (within the training length E) and ``E+1..K`` (beyond),
   per condition and predictor, with the paper's means over ``k = 1..50`` and ``51..75`` side by side
   (F.1 per attention / target depth / mixture weight and its NN baseline; F.2 weight shifts, 4-layer
-  target; :mod:`icdl.paper_results`);
+  target; [`icdl.paper_results`][icdl.paper_results]);
 * a generated statement per baseline and k range: ICL beats / matches / trails it, from the paired
   bootstrap band of the R² difference (matches = the 90 % band contains 0);
 * label diagnostics (degenerate conditions), the suite's caveats, and the cost comparison;
@@ -46,7 +47,8 @@ Evaluate = Literal["auto", "all", "none"]
 
 @dataclass
 class Report:
-    """What :func:`build_report` wrote: the markdown file, the PNGs, and the commands for missing suites."""
+    """What [`build_report`][icdl.icl.report.build_report] wrote: the markdown file, the PNGs, and the
+    commands for missing suites."""
 
     path: Path
     images: list[Path]
@@ -321,7 +323,8 @@ _SUMMARY_HEAD = (
 def _check_report_args(
     run_dirs: Sequence[str | Path], suites: Sequence[str] | None, figure_format: str, evaluate: str
 ) -> list[str]:
-    """Validate :func:`build_report`'s arguments (one-line InputErrors); returns the suites to report."""
+    """Validate [`build_report`][icdl.icl.report.build_report]'s arguments (one-line InputErrors); returns the
+    suites to report."""
     if not run_dirs:
         raise InputError("give at least one run directory")
     out = list(REPORT_SUITES if suites is None else suites)

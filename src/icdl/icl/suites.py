@@ -1,11 +1,11 @@
 """Evaluation suites as data: named lists of test conditions derived from a run's training task.
 
-A :class:`Condition` is a :class:`icdl.config.TaskConfig` (the training task with some fields changed),
-the number of points per test prompt and a label; a :class:`Suite` is a named list of conditions plus
-the number of test prompts and the test seed. Suites serialise to plain dicts (``to_dict`` /
-``from_dict``), and the dict is written into every result file, so a result says exactly which
-distribution it was measured on (docs/protocol.md: metric, configurations, open choices; the dtsip
-"suites as data" anchor).
+A [`Condition`][icdl.icl.suites.Condition] is a [`icdl.config.TaskConfig`][icdl.config.TaskConfig] (the
+training task with some fields changed), the number of points per test prompt and a label; a
+[`Suite`][icdl.icl.suites.Suite] is a named list of conditions plus the number of test prompts and the test
+seed. Suites serialise to plain dicts (``to_dict`` / ``from_dict``), and the dict is written into every result
+file, so a result says exactly which distribution it was measured on (docs/protocol.md: metric,
+configurations, open choices; the dtsip "suites as data" anchor).
 
 Suites (``SUITES``; ``E`` = training examples per prompt, test prompts have ``E_test = 1.5 E`` examples,
 capped by the model's positions, as the paper's 50 -> 75):
@@ -17,7 +17,8 @@ capped by the model's positions, as the paper's 50 -> 75):
   say which; the choice changes the results a lot (docs/protocol.md, pilot findings).
 * ``weight-shift`` — target weights ``N(μ, I)`` for μ in 0, -0.5, +0.5, as written in the paper (F.2).
   Degenerate for bias-free ReLU targets on ``N(-2, I)`` inputs (μ = -0.5: almost every label is exactly 0;
-  μ = +0.5: the label scale explodes with depth); :mod:`icdl.icl.evaluate` measures and flags this.
+  μ = +0.5: the label scale explodes with depth); [`icdl.icl.evaluate`][icdl.icl.evaluate] measures and flags
+  this.
 * ``weight-shift-std`` — the same shifts with per-task label standardisation (``standardize: task``),
   a non-degenerate form: R² then measures how well the shape of each network is learned.
 * ``long-prompts`` — the training task at ``1 x``, ``1.5 x`` and ``2 x`` the training prompt length (capped
@@ -25,17 +26,21 @@ capped by the model's positions, as the paper's 50 -> 75):
 * ``centred`` — inputs ``N(0, I)``, labels standardised per task: the trivial predictors (zero, averaging)
   score about 0, so what the model learned about the network itself is what is measured.
 * ``depth`` — the in-distribution condition read at ``k = 15, 30, 45`` (scaled down when the test prompt
-  is shorter); :func:`icdl.icl.evaluate.depth_sweep` gathers it over runs of 4, 6, 8, 10 layers (F.3).
+  is shorter); [`icdl.icl.evaluate.depth_sweep`][icdl.icl.evaluate.depth_sweep] gathers it over runs of 4, 6,
+  8, 10 layers (F.3).
 
-Test prompts use ``seed`` (default :data:`EVAL_SEED`), which must differ from the run's training seed;
-prompts are drawn in batches of 64 (batch ``b`` = ``sample_batch(task, 64, seed=seed, step=b)``), so every
-condition of a suite uses the same target networks (the weight stream does not depend on the inputs).
+Test prompts use ``seed`` (default [`EVAL_SEED`][icdl.icl.suites.EVAL_SEED]), which must differ from the run's
+training seed; prompts are drawn in batches of 64 (batch ``b`` = ``sample_batch(task, 64, seed=seed,
+step=b)``), so every condition of a suite uses the same target networks (the weight stream does not depend on
+the inputs).
 
-Usage::
+Usage:
 
-    suite = build_suite("mixture", cfg)             # cfg: the run's icdl.config.Config
-    for cond in suite.conditions: cond.task, cond.points
-    Suite.from_dict(suite.to_dict()) == suite
+```python
+suite = build_suite("mixture", cfg)             # cfg: the run's icdl.config.Config
+for cond in suite.conditions: cond.task, cond.points
+Suite.from_dict(suite.to_dict()) == suite
+```
 """
 
 from __future__ import annotations
@@ -378,8 +383,8 @@ def suite_names() -> list[str]:
 def build_suite(name: str, cfg: Config, *, prompts: int | None = None, seed: int = EVAL_SEED) -> Suite:
     """The suite ``name`` for a run with config ``cfg`` (its training task, length and positions).
 
-    Raises :class:`InputError` for an unknown suite, fewer than 2 prompts, or a test seed equal to the
-    run's training seed (test prompts must be fresh).
+    Raises [`InputError`][icdl.errors.InputError] for an unknown suite, fewer than 2 prompts, or a test seed
+    equal to the run's training seed (test prompts must be fresh).
     """
     if name not in SUITES:
         raise InputError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")

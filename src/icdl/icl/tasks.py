@@ -1,23 +1,25 @@
 """Prompt sampling for in-context learning: random bias-free N-layer networks on random inputs.
 
 A *task* is a distribution over prompts ``(x_1, y_1, ..., x_n, y_n)`` with ``y_i = f(w, x_i) + noise``,
-``f`` the paper's N-layer network (:mod:`icdl.nets`, Definition 1) and a fresh ``w`` per prompt
-(docs/protocol.md, task). It is data, a :class:`icdl.config.TaskConfig`, so evaluation suites describe
-shifts (mixture weights, per-point or per-prompt components, weight mean shift, standardisation) by
-changing fields, not code.
+``f`` the paper's N-layer network ([`icdl.nets`][icdl.nets], Definition 1) and a fresh ``w`` per prompt
+(docs/protocol.md, task). It is data, a [`icdl.config.TaskConfig`][icdl.config.TaskConfig], so evaluation
+suites describe shifts (mixture weights, per-point or per-prompt components, weight mean shift,
+standardisation) by changing fields, not code.
 
 Reproducibility contract: the batch of training ``step`` is a pure function of ``(seed, step)`` and
-the task config. :func:`sample_batch` draws the whole GLOBAL batch's random numbers from generators
-seeded by ``(seed, step, stream)`` and returns the prompts ``[start, start + count)``, so one process
-with batch 64 sees exactly the prompts two data-parallel ranks with 32 each see. The three streams
-(weights, inputs, noise) are independent, so changing the input distribution keeps the same target
-networks for the same seed — the shift suites compare like with like.
+the task config. [`sample_batch`][icdl.icl.tasks.sample_batch] draws the whole GLOBAL batch's random numbers
+from generators seeded by ``(seed, step, stream)`` and returns the prompts
+``[start, start + count)``, so one process with batch 64 sees exactly the prompts two data-parallel ranks with
+32 each see. The three streams (weights, inputs, noise) are independent, so changing the input distribution
+keeps the same target networks for the same seed — the shift suites compare like with like.
 
-Usage::
+Usage:
 
-    cfg = load_config("cpu-small").task
-    batch = sample_batch(cfg, 64, seed=0, step=0)     # batch.xs (64, 31, 20), batch.ys (64, 31, 1)
-    batch.w                                            # (64, P) target weights, P = spec.num_params
+```python
+cfg = load_config("cpu-small").task
+batch = sample_batch(cfg, 64, seed=0, step=0)     # batch.xs (64, 31, 20), batch.ys (64, 31, 1)
+batch.w                                            # (64, P) target weights, P = spec.num_params
+```
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ class PromptBatch:
     Attributes:
         xs: ``(B, n, d_x)`` inputs (already centred / curriculum-masked, exactly what the model sees).
         ys: ``(B, n, d_y)`` labels.
-        w: ``(B, P)`` target weights (row-major ``V_1 .. V_N``, see :func:`icdl.nets.unflatten`).
-        spec: the target network's :class:`icdl.nets.NetSpec`.
+        w: ``(B, P)`` target weights (row-major ``V_1 .. V_N``, see
+            [`icdl.nets.unflatten`][icdl.nets.unflatten]).
+        spec: the target network's [`icdl.nets.NetSpec`][icdl.nets.NetSpec].
         label_shift, label_scale: ``(B, 1, d_y)``: ``ys = (f(w, xs) - label_shift) / label_scale + noise``
             (zeros and ones unless ``standardize: task``).
     """
@@ -146,7 +149,8 @@ def sample_batch(
         dtype, device: where to sample (the generators live on ``device``).
 
     Returns:
-        :class:`PromptBatch` with ``xs (count, n, d)``, ``ys (count, n, d_y)``, ``w (count, P)``.
+        [`PromptBatch`][icdl.icl.tasks.PromptBatch] with ``xs (count, n, d)``, ``ys (count, n, d_y)``, ``w
+        (count, P)``.
     """
     n = cfg.points if points is None else points
     count = batch_size - start if count is None else count

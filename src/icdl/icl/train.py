@@ -1,19 +1,21 @@
 """Resumable pretraining of the ICL transformer on freshly sampled prompts (docs/protocol.md, configurations).
 
 One loop, readable in one sitting (nanoGPT-style): every step draws the GLOBAL batch of ``step`` from
-``(train.seed, step)`` (:func:`icdl.icl.tasks.sample_batch`), takes this rank's slice, and minimises
-the mean squared error over every point of every prompt (Garg's loss) with AdamW, linear warm-up, a
-constant or cosine schedule and gradient clipping.
+``(train.seed, step)`` ([`icdl.icl.tasks.sample_batch`][icdl.icl.tasks.sample_batch]), takes this rank's
+slice, and minimises the mean squared error over every point of every prompt (Garg's loss) with AdamW, linear
+warm-up, a constant or cosine schedule and gradient clipping.
 
-Run directory (``icdl train CONFIG --out DIR``)::
+Run directory (``icdl train CONFIG --out DIR``):
 
-    DIR/config.yaml                        the resolved config (written first)
-    DIR/metrics.jsonl                      one JSON object per logged step
-    DIR/checkpoints/step_0000500/model.safetensors   weights of the UNcompiled module (+ metadata)
-    DIR/checkpoints/step_0000500/state.pt            optimizer, step, RNG states (torch CPU / CUDA)
-    DIR/checkpoints/step_0000500/manifest.json       SHA-256 of each file, checked on every read
-    DIR/checkpoints/latest                 name of the newest complete checkpoint
-    DIR/.lock                              flock held by the running `icdl train` (docs/reliability.md)
+```text
+DIR/config.yaml                        the resolved config (written first)
+DIR/metrics.jsonl                      one JSON object per logged step
+DIR/checkpoints/step_0000500/model.safetensors   weights of the UNcompiled module (+ metadata)
+DIR/checkpoints/step_0000500/state.pt            optimizer, step, RNG states (torch CPU / CUDA)
+DIR/checkpoints/step_0000500/manifest.json       SHA-256 of each file, checked on every read
+DIR/checkpoints/latest                 name of the newest complete checkpoint
+DIR/.lock                              flock held by the running `icdl train` (docs/reliability.md)
+```
 
 A checkpoint is written into a temporary directory and renamed into place, then ``latest`` is
 replaced atomically, so a run killed at any instant leaves either the old or the new checkpoint,
@@ -25,11 +27,13 @@ Data parallel: under ``torchrun`` (env ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``)
 DistributedDataParallel (gloo on CPU, nccl on CUDA); rank r trains on prompts
 ``[r B/W, (r+1) B/W)`` of the global batch B; only rank 0 writes files and shows progress.
 
-Usage::
+Usage:
 
-    cfg = load_config("tiny")
-    result = train(cfg, Path("runs/tiny"))
-    model, cfg = load_run("runs/tiny")
+```python
+cfg = load_config("tiny")
+result = train(cfg, Path("runs/tiny"))
+model, cfg = load_run("runs/tiny")
+```
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class TrainResult:
-    """Summary of a :func:`train` call."""
+    """Summary of a [`train`][icdl.icl.train.train] call."""
 
     run_dir: Path
     step: int  # completed steps (== cfg.train.steps on success)
@@ -191,8 +195,8 @@ def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = Non
     Parameters of the ICL model ``layers (4 d^2 + 2 d d_mlp)`` plus embeddings, stored four times (weights,
     gradients, two AdamW moments); activations kept for the backward pass ``B T layers (8 d + 2 d_mlp +
     heads T)`` floats for ``T = 2 * points`` tokens; per step ``6 P B T`` FLOPs (the usual forward +
-    backward rule) plus attention and the sampled target networks, at :data:`icdl.budget.CPU_FLOPS` (or
-    :data:`icdl.budget.GPU_FLOPS` on CUDA). On CUDA only host memory counts against the limit.
+    backward rule) plus attention and the sampled target networks, at `icdl.budget.CPU_FLOPS` (or
+    `icdl.budget.GPU_FLOPS` on CUDA). On CUDA only host memory counts against the limit.
     """
     t, m, task = cfg.train, cfg.model, cfg.task
     cur = t.curriculum
@@ -303,10 +307,11 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
     """Train (or resume) the ICL model of ``cfg`` in ``run_dir``.
 
     Resumes from the newest checkpoint when ``run_dir`` holds one (its saved config must match, except
-    bookkeeping keys and ``train.steps`` under a constant schedule). Raises :class:`InputError` for bad
-    input before touching the disk, and :class:`TrainingDiverged` when the loss becomes non-finite
-    (the last good checkpoint is kept). Seeds torch's global RNG with ``train.seed`` (model init) and,
-    when ``train.threads`` is set, calls ``torch.set_num_threads``.
+    bookkeeping keys and ``train.steps`` under a constant schedule). Raises
+    [`InputError`][icdl.errors.InputError] for bad input before touching the disk, and
+    [`TrainingDiverged`][icdl.icl.train.TrainingDiverged] when the loss becomes non-finite (the last good
+    checkpoint is kept). Seeds torch's global RNG with ``train.seed`` (model init) and, when ``train.threads``
+    is set, calls ``torch.set_num_threads``.
     """
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -339,7 +344,7 @@ def _train_distributed(
     quiet: bool,
     t0: float,
 ) -> TrainResult:
-    """Set up threads and the process group around :func:`_train_loop`."""
+    """Set up threads and the process group around `_train_loop`."""
     t = cfg.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
@@ -511,7 +516,8 @@ def _static_step(
     ckpt: Path | None,
     start_step: int,
 ) -> StaticStep | None:
-    """The CUDA-graph step of ``train.cuda_graph`` (:mod:`icdl.icl.fast`), or None for the ordinary
+    """The CUDA-graph step of ``train.cuda_graph`` ([`icdl.icl.fast`][icdl.icl.fast]), or None for the
+    ordinary
     loop: when the key is off, or, with a one-line note on stderr, when there is no single CUDA device."""
     if not cfg.train.cuda_graph:
         return None

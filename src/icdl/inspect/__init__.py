@@ -1,16 +1,18 @@
 """Look inside compiled and trained models: named activations, attention patterns, plots.
 
-One hook API for both model kinds, TransformerLens' conventions (:mod:`icdl.hooks`): ``model.hook_names()``,
-``model.run_with_cache(prompt, names_filter=...)``, ``model.run_with_hooks(prompt, fwd_hooks=[...])``;
+One hook API for both model kinds, TransformerLens' conventions ([`icdl.hooks`][icdl.hooks]):
+``model.hook_names()``, ``model.run_with_cache(prompt, names_filter=...)``, ``model.run_with_hooks(prompt,
+fwd_hooks=[...])``;
 
 * trained ICL transformer: names ``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_pattern``, ...;
 * compiled GD transformer: ``hook_prompt``, ``steps.{l}.{sublayer}.hook_out``, ``readout.{sublayer}.hook_out``
-  (:func:`run_with_cache` is an alias of its method).
+  ([`run_with_cache`][icdl.inspect.compiled.run_with_cache] is an alias of its method).
 
-Plot helpers (matplotlib, return the ``Figure``): :func:`plot_residual` (token x slot heatmap with slot
-labels), :func:`plot_head_pattern` (one head's score pattern), :func:`plot_slot_trajectory` (a slot over
-the GD steps next to reference GD). :func:`dense_sublayer` exports a compiled sublayer as ordinary
-``Q, K, V`` (attention) or ``W1, W2`` (MLP) matrices, the way the paper writes them.
+Plot helpers (matplotlib, return the ``Figure``): [`plot_residual`][icdl.inspect.plots.plot_residual] (token x
+slot heatmap with slot labels), [`plot_head_pattern`][icdl.inspect.plots.plot_head_pattern] (one head's score
+pattern), [`plot_slot_trajectory`][icdl.inspect.plots.plot_slot_trajectory] (a slot over the GD steps next to
+reference GD). [`dense_sublayer`][icdl.inspect.compiled.dense_sublayer] exports a compiled sublayer as
+ordinary ``Q, K, V`` (attention) or ``W1, W2`` (MLP) matrices, the way the paper writes them.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ every sublayer names itself (``m.info.name``: ``forward_1 .. forward_N`` (Lemma 
 proof of Theorem 1) for the paper's variant; other variants name theirs). An activation is the residual
 stream after a sublayer, named ``steps.{step}.{name}.hook_out`` with a 0-based step (``steps.-1.`` the
 last), or ``readout.{name}.hook_out`` for the readout after the last step; ``hook_prompt`` is the input
-(:mod:`icdl.hooks`). A slot name from ``model.layout`` as a second key element slices its coordinates:
-``cache["steps.2.update.hook_out", "W"]``; the old keys ``cache[2, "update", "W"]`` still work.
+([`icdl.hooks`][icdl.hooks]). A slot name from ``model.layout`` as a second key element slices its
+coordinates: ``cache["steps.2.update.hook_out", "W"]``; the old keys ``cache[2, "update", "W"]`` still work.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ __all__ = [
 ]
 
 DENSE_LIMIT = 50_000_000
-"""Largest number of entries :func:`dense_sublayer` materialises (400 MB in float64) unless told more."""
+"""Largest number of entries [`dense_sublayer`][icdl.inspect.compiled.dense_sublayer] materialises (400 MB in
+float64) unless told more."""
 
 
 # --------------------------------------------------------------------------------------------------
-# Naming: every sublayer describes itself (``m.info``, :class:`icdl.sublayer.SublayerInfo`); its
+# Naming: every sublayer describes itself (``m.info``, `icdl.sublayer.SublayerInfo`); its
 # ``info.name`` is unique within the block and within the readout.
 # --------------------------------------------------------------------------------------------------
 
@@ -113,10 +114,10 @@ def run_with_cache(
     steps: list[int] | None = None,
 ) -> tuple[Tensor, ActivationCache]:
     """Run the compiled model on prompt ``H (B, n+1, D)`` and record the residual stream after every
-    sublayer: an alias of ``model.run_with_cache`` (:mod:`icdl.hooks`).
+    sublayer: an alias of ``model.run_with_cache`` ([`icdl.hooks`][icdl.hooks]).
 
     Args:
-        model: a :class:`icdl.construct.CompiledModel`.
+        model: a [`icdl.construct.CompiledModel`][icdl.construct.compile.CompiledModel].
         H: its prompt (``model.build_prompt(...)``).
         names_filter: which hook points (None for all, a name, a list of names or a predicate).
         readout: run (and record) the readout sublayers too.
@@ -190,8 +191,9 @@ def dense_sublayer(
     sublayer with ``M`` heads (``Q_m h`` is the head's query; the paper pads ``Q_m`` to ``D x D`` with zero
     rows), or ``{"W1", "W2"}`` of shapes ``(U, D), (D, U)`` for an MLP with ``U`` hidden units.
 
-    Raises :class:`InputError` when the dense form would hold more than ``limit`` entries (the compact
-    tables stay small while ``M * D^2`` grows fast: a 66-head sublayer at ``D = 511`` is 17M entries).
+    Raises [`InputError`][icdl.errors.InputError] when the dense form would hold more than ``limit`` entries
+    (the compact tables stay small while ``M * D^2`` grows fast: a 66-head sublayer at ``D = 511`` is 17M
+    entries).
     """
     m = _get_sublayer(model, name, readout)
     size = m.dense_entries()

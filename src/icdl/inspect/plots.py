@@ -2,7 +2,8 @@
 
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no display needed, the
 caller's backend untouched; Jupyter shows a returned Figure inline); save it with
-:func:`icdl.inspect.plots.save_figure` (any dpi, PNG/PDF/SVG from the file suffix) or ``fig.savefig``.
+[`icdl.inspect.plots.save_figure`][icdl.inspect.plots.save_figure] (any dpi, PNG/PDF/SVG from the file suffix)
+or ``fig.savefig``.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def plot_residual(
 
     Args:
         H: ``(B, T, D)`` (``batch`` picks one prompt) or ``(T, D)``.
-        layout: an :class:`icdl.construct.layout.Layout` (slot names on the x axis, a line between slots),
-            or ``None`` for bare coordinates (e.g. a trained model's ``d_model`` stream).
+        layout: an [`icdl.construct.layout.Layout`][icdl.construct.layout.Layout] (slot names on the x axis, a
+            line between slots), or ``None`` for bare coordinates (e.g. a trained model's ``d_model`` stream).
         token_labels: one label per token (default ``1 .. n`` and ``query`` when a layout is given).
         linthresh: the colour scale is symmetric-log, linear within ``±linthresh``: the construction
             holds values from 1e-16 (round-off) to its gate constant 1e6 side by side.
@@ -121,7 +122,8 @@ def plot_head_pattern(
 
     Args:
         pattern: ``(B, T_query, T_key)`` (``batch`` picks one prompt) or ``(T_query, T_key)``, e.g.
-            :func:`icdl.inspect.head_pattern` or a trained model's ``cache[block, "attn.pattern"][:, head]``.
+            [`icdl.inspect.head_pattern`][icdl.inspect.compiled.head_pattern] or a trained model's
+            ``cache[block, "attn.pattern"][:, head]``.
     """
     P = _as_2d(pattern, batch)
     Tq, Tk = P.shape
@@ -156,8 +158,10 @@ def plot_slot_trajectory(
     """A slot's coordinates over the GD steps (lines) next to reference GD (markers), and their gap.
 
     Args:
-        traj: ``(L+1, B, width)`` (:func:`icdl.inspect.slot_trajectory`) or ``(L+1, width)``.
-        reference: the same shape or ``(L+1, width)`` (e.g. :func:`icdl.nets.reference_gd`), optional.
+        traj: ``(L+1, B, width)`` ([`icdl.inspect.slot_trajectory`][icdl.inspect.compiled.slot_trajectory]) or
+            ``(L+1, width)``.
+        reference: the same shape or ``(L+1, width)`` (e.g.
+            [`icdl.nets.reference_gd`][icdl.nets.reference_gd]), optional.
         coords: which coordinates to draw (default the first 8).
     """
 
@@ -200,7 +204,8 @@ def plot_block_map(names: Sequence[str], slots: Sequence[str], usage: Tensor, *,
     """How one GD step maps onto its sublayers: a sublayer x slot grid, read / write / read+write.
 
     Args:
-        names, slots, usage: the output of :func:`icdl.inspect.compiled.slot_usage`.
+        names, slots, usage: the output of
+            [`icdl.inspect.compiled.slot_usage`][icdl.inspect.compiled.slot_usage].
     """
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
