@@ -1,6 +1,6 @@
 """Save and load compiled models: ``weights.safetensors`` (the compact tables) + ``model.json`` (config,
-layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next to the
-target, which is then renamed. [`load`][icdl.construct.store.load] rebuilds the modules from the stored
+layout, per-sublayer metadata, ReLU sums). Writing is atomic: everything goes to a temporary directory next
+to the target, which is then renamed. [`load`][icdl.construct.store.load] rebuilds the modules from the stored
 tables, so the loaded model reproduces the saved one bit for bit.
 
 ``model.json`` records ``content_sha256``, the SHA-256 of the rest of ``model.json`` (canonical JSON) followed
