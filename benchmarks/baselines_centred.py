@@ -57,14 +57,7 @@ def main() -> None:
     rows: dict[str, dict] = {}
     tuned = [
         kr.RidgeTunedBaseline(),
-        kr.KernelBaseline(
-            depth=task.depth,
-            activation=task.activation,
-            output=task.output,
-            weight_std=task.weight_std,
-            fan_in_scaling=task.fan_in_scaling,
-            width=task.width,
-        ),
+        kr.KernelBaseline.for_task(task),
     ]
     todo: list[bl.Baseline] = [bl.AveragingBaseline(), bl.LeastSquaresBaseline(ridge=1.0), *tuned]
     if args.gd_target:

@@ -164,3 +164,17 @@ def test_quadrature_exact_for_identity_and_close_to_arccos_for_relu() -> None:
     # ReLU's kink makes quadrature converge slowly: only a loose check of the closed form.
     ref = kr.gauss_hermite_expectation(cov, torch.relu, points=200)
     torch.testing.assert_close(kr.relu_expectation(cov), ref, rtol=2e-2, atol=2e-3)
+
+
+def test_kernel_for_task_takes_the_target_family_from_the_task_config() -> None:
+    from icdl.config import load_config
+
+    task = load_config("cpu-centred").task
+    base = kr.KernelBaseline.for_task(task, lam=0.5)
+    assert (base.depth, base.activation, base.output, base.width) == (
+        task.depth,
+        task.activation,
+        task.output,
+        task.width,
+    )
+    assert (base.weight_std, base.fan_in_scaling, base.lam) == (task.weight_std, task.fan_in_scaling, 0.5)

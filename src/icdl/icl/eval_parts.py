@@ -350,19 +350,9 @@ def _run_tuned(
     """``ridge_tuned`` or ``kernel``: λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
     condition (seed ``suite.seed + 1``, never the test prompts), then predicted on all test prompts."""
     t0 = time.perf_counter()
-    task = cfg.task
-    base: kernels.TunedKernelRidge
-    if key == "ridge_tuned":
-        base = kernels.RidgeTunedBaseline()
-    else:
-        base = kernels.KernelBaseline(
-            depth=task.depth,
-            activation=task.activation,
-            output=task.output,
-            weight_std=task.weight_std,
-            fan_in_scaling=task.fan_in_scaling,
-            width=task.width,
-        )
+    base: kernels.TunedKernelRidge = (
+        kernels.RidgeTunedBaseline() if key == "ridge_tuned" else kernels.KernelBaseline.for_task(cfg.task)
+    )
     tune = _prompts(cond, opts.tuned_prompts, suite.seed + 1)
     with torch.no_grad():
         base.tune(tune.xs.double(), tune.ys.double())

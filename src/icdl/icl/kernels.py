@@ -26,13 +26,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from icdl.errors import InputError
+
+if TYPE_CHECKING:
+    from icdl.config import TaskConfig
 
 __all__ = [
     "DEFAULT_LAMBDAS",
@@ -268,6 +271,19 @@ class KernelBaseline(TunedKernelRidge):
     weight_std: float = 1.0
     fan_in_scaling: bool = True
     width: int = 1
+
+    @classmethod
+    def for_task(cls, task: TaskConfig, **options: Any) -> KernelBaseline:
+        """The kernel of ``task``'s target family (its depth, activation, output, weight scale, width)."""
+        return cls(
+            depth=task.depth,
+            activation=task.activation,
+            output=task.output,
+            weight_std=task.weight_std,
+            fan_in_scaling=task.fan_in_scaling,
+            width=task.width,
+            **options,
+        )
 
     @property
     def name(self) -> str:
