@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -36,7 +36,7 @@ from icdl.construct.layout import Layout
 from icdl.construct.task import SampledTask, sample_task, sample_task_info, task_is_degenerate
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
-from icdl.errors import InputError
+from icdl.errors import InputError, reject_unknown_keywords
 from icdl.hooks import (
     ActivationCache,
     FwdHooks,
@@ -189,6 +189,8 @@ class GDConfig:
             raise InputError("projection 'box' needs a bound: pass box=B (--box B)")
         if projection == "none" and box is not None:
             raise InputError("box is only used with projection 'box' (--projection box)")
+        known = [f.name for f in fields(cls) if f.name not in ("spec", "box")] + ["projection", "box"]
+        reject_unknown_keywords({k: v for k, v in kw.items() if k not in known}, known, "GDConfig.create")
         return cls(spec=spec, box=box, **kw)
 
     @property
@@ -514,28 +516,80 @@ def build_prompt(
     return H
 
 
-def compile_gd_transformer(config: GDConfig | NetSpec, **options: Any) -> CompiledModel:
-    """Compile the transformer that runs ``steps`` projected-GD steps over n-example prompts.
+def compile_gd_transformer(
+    config: GDConfig | NetSpec,
+    *,
+    loss: str = "squared",
+    lr: float = 0.1,
+    steps: int = 1,
+    n: int = 16,
+    eps: float = 1e-3,
+    radius: float = 10.0,
+    delta: float | None = None,
+    projection: str = "none",
+    box: float | None = None,
+    gate: float = 1e6,
+    variant: str = "paper",
+    dtype: str = "float64",
+    **unknown: Any,
+) -> CompiledModel:
+    """Compile the transformer that runs ``steps`` projected-GD steps over n-example prompts (Theorem 1:
+    L identical blocks, each one GD step).
 
-    Pass a [`GDConfig`][icdl.construct.compile.GDConfig], or a [`NetSpec`][icdl.nets.NetSpec] and the options
-    of [`GDConfig.create`][icdl.construct.compile.GDConfig.create] (``loss, lr, steps, n, eps, radius, delta,
-    projection, box, gate, variant, dtype``):
+    Pass a [`GDConfig`][icdl.construct.compile.GDConfig] alone, or a [`NetSpec`][icdl.nets.NetSpec] and
+    keyword options (their meaning and defaults are those of [`GDConfig`][icdl.construct.compile.GDConfig];
+    ``projection``/``box`` are checked by [`GDConfig.create`][icdl.construct.compile.GDConfig.create]):
 
     ```python
     compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
     ```
+
+    Args:
+        config: the network to run GD on, or a complete configuration (then pass no option).
+        loss: loss name (``icdl.nets.LOSSES``).
+        lr: GD step size eta.
+        steps: L, the number of GD steps (blocks).
+        n: number of in-context examples (prompts have n + 1 tokens).
+        eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
+        radius: range ``[-R, R]`` of the fitted sums.
+        delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
+        projection: ``"none"`` (plain GD) or ``"box"`` (projected GD onto ``{|w_c| <= box}``).
+        box: the box bound B (only with ``projection="box"``).
+        gate: constant C of the query gate (Lemma 4) and readout.
+        variant: construction name (``icdl variants`` lists them).
+        dtype: ``"float64"`` (verification) or ``"float32"``.
+        **unknown: any other keyword is rejected with an
+            [`InputError`][icdl.errors.InputError] naming the closest option (``step`` -> ``steps``).
+
+    Raises:
+        InputError: an unknown keyword, options next to a `GDConfig`, or an invalid option value.
     """
+    options: dict[str, Any] = dict(
+        loss=loss, lr=lr, steps=steps, n=n, eps=eps, radius=radius, delta=delta, projection=projection,
+        box=box, gate=gate, variant=variant, dtype=dtype,
+    )  # fmt: skip
+    reject_unknown_keywords(unknown, options, "compile_gd_transformer")
     if isinstance(config, GDConfig):
-        if options:
-            raise TypeError("pass either a GDConfig or a NetSpec with options, not both")
+        given = [k for k, v in options.items() if v != _OPTION_DEFAULTS[k]]
+        if given:
+            raise InputError(
+                f"pass either a GDConfig or a NetSpec with options, not both (got {', '.join(given)})"
+            )
         cfg = config
     else:
         cfg = GDConfig.create(config, **options)
-    variant = get_variant(cfg.variant)
-    layout = variant.layout(cfg.spec)
+    variant_ = get_variant(cfg.variant)
+    layout = variant_.layout(cfg.spec)
     terms = _fetch_terms(cfg)
     ctx = BuildContext(cfg, layout, terms)
-    return CompiledModel(cfg, layout, variant.block(ctx), variant.readout(ctx), terms)
+    return CompiledModel(cfg, layout, variant_.block(ctx), variant_.readout(ctx), terms)
+
+
+# The keyword defaults of compile_gd_transformer: GDConfig's field defaults (a test keeps them equal).
+_OPTION_DEFAULTS: dict[str, Any] = {
+    **{f.name: f.default for f in fields(GDConfig) if f.name != "spec"},
+    "projection": "none",
+}
 
 
 def with_steps(model: CompiledModel, steps: int) -> CompiledModel:
