@@ -5,7 +5,7 @@ PY ?= python3
 
 install:
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -e '.[dev,interp]'
 
 # Fast tier: two workers with one thread each (two 2-thread workers on 2 cores run ~12x slower).
 test:
