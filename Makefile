@@ -24,8 +24,9 @@ typecheck:
 demo:
 	icdl demo
 
-# The docs site (mkdocs-material + mkdocstrings): warnings are errors. Docs code blocks and the tutorial
-# notebook run in `make test` (tests/test_docs.py, tests/test_tutorial.py).
+# The docs site (mkdocs-material + mkdocstrings): warnings are errors. The tutorial page (docs/tutorial.md) is
+# executed at every build (mkdocs-jupyter), outputs and figures included; the other pages' code blocks run
+# in `make test` (tests/test_docs.py).
 docs:
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 

@@ -45,10 +45,13 @@ def test_no_sphinx_roles_in_docstrings() -> None:
 
 
 def test_site_builds_strict_without_literal_roles(tmp_path: Path) -> None:
+    """One build (it executes the tutorial, so it is the slowest test here): strict, no literal role, API
+    links, and the tutorial page executed with its figures."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
+    pytest.importorskip("mkdocs_jupyter")
     site = tmp_path / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
@@ -60,7 +63,8 @@ def test_site_builds_strict_without_literal_roles(tmp_path: Path) -> None:
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "Could not find cross-reference target" not in log
-    assert [ln for ln in log.splitlines() if "WARNING" in ln] == []
+    # mkdocs' warnings (the notebook kernel's "[IPKernelApp] WARNING" on its local transport is not one)
+    assert [ln for ln in log.splitlines() if ln.startswith("WARNING")] == []
     pages = sorted(site.rglob("*.html"))
     assert pages
     literal = [
@@ -69,3 +73,15 @@ def test_site_builds_strict_without_literal_roles(tmp_path: Path) -> None:
     assert literal == []
     api = (site / "api" / "index.html").read_text()
     assert "autorefs-internal" in api  # cross-references became links
+    assert_tutorial_executed((site / "tutorial" / "index.html").read_text())
+
+
+def assert_tutorial_executed(page: str) -> None:
+    """The tutorial page carries the notebook's outputs: its figures as inline PNGs, a printed result
+    (``final loss 0.123 after 150 steps``, which only an executed cell prints), and no stderr output."""
+    figures = re.findall(r'<img[^>]*src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', page)
+    assert len(figures) >= 4, f"expected the tutorial's 4 figures, found {len(figures)}"
+    assert re.search(r"final loss \d+\.\d{3} after 150 steps", page)
+    stderr_div = r'<div[^>]*data-mime-type="application/vnd.jupyter.stderr"[^>]*>(.{0,200})'
+    stderr = re.findall(stderr_div, page, re.S)
+    assert stderr == [], f"stderr output on the tutorial page: {stderr}"

@@ -1,4 +1,8 @@
-"""docs/tutorial.md, executed as a Jupyter notebook (jupytext -> nbclient), its figures rendered."""
+"""docs/tutorial.md, executed as a Jupyter notebook (jupytext -> nbclient), its figures rendered.
+
+The docs site executes the same notebook at every build (mkdocs-jupyter), and tests/test_api_site.py checks
+the built page's outputs and figures; so in the fast tier this direct run would execute it a second time
+(about 40 s): it is in the slow tier (``make test-all``), for a check without building the site."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 
 
+@pytest.mark.slow
 def test_tutorial_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     jupytext = pytest.importorskip("jupytext")
     nbclient = pytest.importorskip("nbclient")

@@ -343,10 +343,10 @@ def _request(suite: Suite, opts: EvalOptions, baselines: tuple[str, ...]) -> dic
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
-    from tqdm.auto import tqdm
+    from icdl.icl.interval import auto_tqdm
 
     disable = (not sys.stderr.isatty()) if enabled is None else not enabled
-    return tqdm(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
+    return auto_tqdm()(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
 
 def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -> _Pred:

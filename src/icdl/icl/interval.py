@@ -106,8 +106,7 @@ class Log:
     @classmethod
     def open(cls, cfg: Config, run_dir: Path, is_main: bool, quiet: bool, start_step: int) -> Log:
         """Open the outputs of rank 0 (other ranks log nothing) and the progress bar."""
-        from tqdm.auto import tqdm
-
+        tqdm = auto_tqdm()
         tb = _open_tensorboard(run_dir) if (cfg.train.tensorboard and is_main) else None
         metrics = open(run_dir / "metrics.jsonl", "a") if is_main else None  # noqa: SIM115
         bar = tqdm(
@@ -146,3 +145,15 @@ class Log:
             self.metrics.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def auto_tqdm() -> Any:
+    """``tqdm.auto.tqdm`` (the notebook bar in Jupyter, else the text bar), imported without the "IProgress
+    not found" warning it prints in a notebook that lacks ipywidgets (where it uses the text bar anyway):
+    the executed tutorial on the docs site would show it as an error-coloured output."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from tqdm.auto import tqdm
+    return tqdm
