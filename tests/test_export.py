@@ -6,6 +6,8 @@ TransformerLens' native architecture, which shares no code with icdl's sparse su
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -188,3 +190,9 @@ def test_refusals_say_why_and_what_to_use() -> None:
         to_transformer_lens(ICLTransformer(2, 1, layers=1, heads=1, d_model=4, d_mlp=4, attention="relu"))
     with pytest.raises(InputError, match="ICLTransformer or a CompiledModel"):
         to_transformer_lens(torch.nn.Linear(2, 2))
+
+
+def test_missing_transformer_lens_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformer_lens.model_bridge.sources.native", None)
+    with pytest.raises(InputError, match=r"pip install 'icdl\[interp\]'"):
+        to_transformer_lens(_compiled("sigmoid", steps=1))
