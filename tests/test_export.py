@@ -196,3 +196,11 @@ def test_missing_transformer_lens_is_one_line(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "transformer_lens.model_bridge.sources.native", None)
     with pytest.raises(InputError, match=r"pip install 'icdl\[interp\]'"):
         to_transformer_lens(_compiled("sigmoid", steps=1))
+
+
+def test_too_large_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import icdl.export
+
+    monkeypatch.setattr(icdl.export, "MAX_DENSE_ENTRIES", 1000)
+    with pytest.raises(InputError, match="dense weights"):
+        to_transformer_lens(_compiled("sigmoid", steps=1))

@@ -14,7 +14,7 @@ Two model kinds:
   ``attention: softmax``: the same pre-LN GPT-2 blocks (LayerNorm eps 1e-5, causal attention with scale
   ``sqrt(d_head)``, GELU(tanh) MLP), the final LayerNorm, and the read-out as the unembedding. The
   residual input is the read-in plus the position (or token-type) embedding; ``logits[:, 0::2]`` (the
-  x tokens) are the predictions.
+  x tokens) are the predictions. Dropout is not exported (the bridge is the model in eval mode).
 * a compiled ``--variant softmax`` model ([`CompiledModel`][icdl.construct.compile.CompiledModel]): one
   TransformerLens block per sublayer, in application order (the L GD steps, then the readout), with no norm
   and bidirectional attention. A ReLU MLP (Definition 8) becomes a block whose attention is zero; a
@@ -116,6 +116,8 @@ class TransformerLensModel:
         xs, ys = prompt
         src = self.source
         n = xs.shape[1]
+        if n > src.max_points:
+            raise InputError(f"prompt has {n} points, the model supports at most {src.max_points}")
         with torch.no_grad():
             tok = src.tokens(xs.to(src.read_in.weight.dtype), ys.to(src.read_in.weight.dtype))
             if src.wpe is not None:
