@@ -2,12 +2,15 @@
 
 Blocks of one page run in order in one namespace (later blocks use earlier names), in a fresh temporary
 working directory, so relative output paths (``runs/demo``) never touch the repository or a user's runs/.
-A block preceded by the line ``<!-- docs-test: skip (reason) -->`` is not run (say why in the reason).
+A block preceded by the line ``<!-- docs-test: skip (reason) -->`` is not run (say why in the reason); one
+preceded by ``<!-- docs-test: requires MODULE -->`` runs only where MODULE imports (an optional extra, e.g.
+``transformer_lens``; CI installs the extras, so it runs there).
 docs/tutorial.md is a jupytext notebook: tests/test_tutorial.py executes it as a notebook instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\b.*-->")
+REQUIRES = re.compile(r"<!--\s*docs-test:\s*requires\s+([\w.]+)\s*-->")
 FENCE = re.compile(r"^(\s*)```(\w*)[^\n]*$")
 
 
@@ -39,7 +43,9 @@ def python_blocks(text: str) -> list[tuple[int, str, bool]]:
         if lang == "python":
             prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
             body = "\n".join(ln[len(indent) :] for ln in lines[i + 1 : j])
-            out.append((i + 2, body, bool(SKIP.search(prev))))
+            needs = REQUIRES.search(prev)
+            missing = needs is not None and importlib.util.find_spec(needs.group(1)) is None
+            out.append((i + 2, body, bool(SKIP.search(prev)) or missing))
         i = j + 1
     return out
 
@@ -54,6 +60,11 @@ def test_harness_finds_blocks() -> None:
         "```python\nb\n```\n```bash\nc\n```\n"
     )
     assert python_blocks(text) == [(3, "a = 1", False), (7, "b", True)]
+    needs = "<!-- docs-test: requires {} -->\n```python\nc\n```\n"
+    assert python_blocks(needs.format("json") + needs.format("no_such_module_xyz")) == [
+        (3, "c", False),
+        (7, "c", True),
+    ]
     assert any(p.name == "README.md" for p in PAGES)
 
 
