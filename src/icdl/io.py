@@ -29,6 +29,7 @@ from typing import IO, Any
 from icdl.errors import InputError
 
 __all__ = [
+    "AppendLog",
     "atomic_dir",
     "atomic_write",
     "atomic_write_json",
@@ -269,3 +270,38 @@ def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
         raise InputError(
             f"{what} {str(path)!r} is {kind} (invalid JSON at line {exc.lineno} column {exc.colno})"
         ) from None
+
+
+class AppendLog:
+    """A file that grows by whole lines (``metrics.jsonl``): [`append`][icdl.io.AppendLog.append] writes
+    one line with a single ``write`` on an ``O_APPEND`` descriptor; when the system refuses it (disk full,
+    a file-size limit, ...) the file is cut back to its previous length, so no partial line is left, and
+    the error is one [`InputError`][icdl.errors.InputError] line naming the file and the cause."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        with _os_errors_as_input(self.path):
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, file_mode())
+
+    def append(self, line: str) -> None:
+        """Append ``line`` plus a newline, all or nothing."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        data = (line + "\n").encode()
+        size = os.fstat(self._fd).st_size
+        with _os_errors_as_input(self.path):
+            try:
+                while data:  # after a short write, the next write raises the system's reason (EFBIG...)
+                    written = os.write(self._fd, data)
+                    if written == 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    data = data[written:]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, size)
+                raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

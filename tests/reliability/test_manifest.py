@@ -123,4 +123,5 @@ def test_report_refuses_damaged_checkpoint(run_copy: Path, tmp_path: Path) -> No
     )  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "state.pt" in p.stderr
-    assert not (out / "report.md").exists()
+    # Nothing is left behind: not even the empty report folder (it did not exist before the command).
+    assert not out.exists()

@@ -129,3 +129,53 @@ def test_atomic_write_disk_error_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"d.*No space left"), atomic_dir(tmp_path / "d"):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+def test_metrics_log_hits_file_size_limit(tmp_path: Path) -> None:
+    """``metrics.jsonl`` grows past a file-size limit during training: exit 2, one line naming it, and no
+    partial line left in it (every line still parses)."""
+    import json
+
+    run_dir = tmp_path / "run"
+    over = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000", "train.threads=1"]
+    cmd = [sys.executable, "-m", "icdl", "train", "tiny", *(a for o in over for a in ("--set", o))]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [*cmd, "--out", str(run_dir), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=lambda: _capped(3000),  # ~15 metric lines; config.yaml is smaller
+        timeout=300,
+    )
+    _assert_user_error(proc.returncode, proc.stderr, "File too large", "metrics.jsonl")
+    assert "Traceback" not in proc.stderr
+    text = (run_dir / "metrics.jsonl").read_text()
+    assert text and text.endswith("\n")
+    assert all(json.loads(line)["step"] >= 1 for line in text.splitlines())
+
+
+def test_append_log_cuts_back_a_short_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write the system cuts short (part of the line written) leaves the file as it was before."""
+    import errno
+
+    from icdl.errors import InputError
+    from icdl.io import AppendLog
+
+    log = AppendLog(tmp_path / "m.jsonl")
+    log.append('{"step": 1}')
+    real_write = os.write
+    calls: list[int] = []
+
+    def short_then_full(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data[:5])
+
+    monkeypatch.setattr(os, "write", short_then_full)
+    with pytest.raises(InputError, match=r"m\.jsonl.*No space left"):
+        log.append('{"step": 2}')
+    monkeypatch.setattr(os, "write", real_write)
+    log.close()
+    assert (tmp_path / "m.jsonl").read_text() == '{"step": 1}\n'

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import check_output, emit_json, guard, overrides_option, yes_option
+from icdl.cli._common import check_output, count, emit_json, guard, overrides_option, yes_option
+from icdl.errors import InputError
 
 # Exit code of a run stopped by a non-finite loss (1 is reserved for bugs, 2 for bad input).
 EXIT_DIVERGED = 3
@@ -32,6 +33,14 @@ EXIT_DIVERGED = 3
 @click.option(
     "--print-config", is_flag=True, help="Print the resolved config as YAML and exit (writes nothing)."
 )
+@click.option(
+    "--nproc-per-node",
+    "nproc",
+    type=count(1, 1024),
+    default=None,
+    help="Data parallel on this node with K worker processes, launched by icdl after the config, "
+    "--out and the estimate were checked (like torchrun --standalone --nproc_per_node=K).",
+)
 @yes_option
 def train(
     config: str,
@@ -40,6 +49,7 @@ def train(
     quiet: bool,
     as_json: bool,
     print_config: bool,
+    nproc: int | None = None,
     yes: bool = False,
 ) -> None:
     """Pretrain an ICL transformer (resumable; torchrun for data parallel).
@@ -61,6 +71,13 @@ def train(
     ckpt = find_checkpoint(run_dir) if (run_dir / "config.yaml").is_file() else None
     start = int(ckpt.name.rsplit("_", 1)[-1]) if ckpt is not None and ckpt.name[-1:].isdigit() else 0
     guard(train_estimate(cfg, start_step=start), yes)
+    if nproc is not None and nproc > 1:
+        if dist_from_env().enabled:
+            raise InputError("--nproc-per-node under torchrun: use one launcher, not both")
+        flags = [*(f"--set={o}" for o in overrides), f"--out={run_dir}", "--yes"]
+        flags += ["--quiet"] * quiet + ["--json"] * as_json
+        _launch(["train", config, *flags], nproc)
+        return
     try:
         result = run_training(cfg, run_dir, quiet=quiet)
     except TrainingDiverged as exc:
@@ -97,3 +114,15 @@ def train(
             f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}",
             err=True,
         )
+
+
+def _launch(argv: list[str], nproc: int) -> None:
+    """Start the workers (the parent has checked everything a worker would check first) and exit with
+    the first failing worker's own code, after one line."""
+    from icdl.icl.launch import LaunchFailed, launch
+
+    try:
+        launch(argv, nproc)
+    except LaunchFailed as exc:
+        click.echo(f"icdl: error: data-parallel training stopped: {exc} (its message is above)", err=True)
+        sys.exit(exc.exit_code)

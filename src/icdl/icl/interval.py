@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from icdl.config import Config
+from icdl.io import AppendLog
 
 __all__ = ["Interval", "Log"]
 
@@ -108,7 +109,7 @@ class Log:
         """Open the outputs of rank 0 (other ranks log nothing) and the progress bar."""
         tqdm = auto_tqdm()
         tb = _open_tensorboard(run_dir) if (cfg.train.tensorboard and is_main) else None
-        metrics = open(run_dir / "metrics.jsonl", "a") if is_main else None  # noqa: SIM115
+        metrics = AppendLog(run_dir / "metrics.jsonl") if is_main else None
         bar = tqdm(
             total=cfg.train.steps,
             initial=start_step,
@@ -129,8 +130,7 @@ class Log:
         record = {"step": record["step"], "loss": self.loss, "y_var": self.var, "lr": record["lr"],
                   "examples_per_s": self.rate, **rest}  # fmt: skip
         if self.metrics is not None:
-            self.metrics.write(json.dumps(record) + "\n")
-            self.metrics.flush()
+            self.metrics.append(json.dumps(record))
         if self.tb is not None:
             for key in ("loss", "y_var", "lr", "examples_per_s"):
                 self.tb.add_scalar(f"train/{key}", record[key], record["step"])

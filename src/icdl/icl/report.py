@@ -18,8 +18,10 @@ suite:
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+import shutil
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -376,13 +378,41 @@ def build_report(
     ``evaluate``: ``"auto"`` computes a missing ``in-distribution`` suite only, ``"all"`` every missing or
     stale suite in ``suites``, ``"none"`` nothing (missing suites are listed with the command to run).
     """
-    from icdl.icl.evaluate import depth_sweep
-
     suites = _check_report_args(run_dirs, suites, figure_format, evaluate)
     fig = (figure_format, dpi)
     check_writable(out_dir, what="report folder", directory=True)
     out = Path(out_dir)
+    with _created_or_removed(out):
+        return _build(run_dirs, out, suites, evaluate, prompts, options, progress, fig)
+
+
+@contextlib.contextmanager
+def _created_or_removed(out: Path) -> Iterator[None]:
+    """Create ``out`` if it does not exist, and remove it again (with what was written into it) when the
+    report fails, e.g. on a damaged checkpoint: a failed report leaves no empty or partial folder behind.
+    A folder that existed before is left in place."""
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _build(
+    run_dirs: Sequence[str | Path],
+    out: Path,
+    suites: list[str],
+    evaluate: Evaluate,
+    prompts: int | None,
+    options: EvalOptions | None,
+    progress: bool | None,
+    fig: tuple[str, int | None],
+) -> Report:
+    """The body of [`build_report`][icdl.icl.report.build_report], into the existing folder ``out``."""
+    from icdl.icl.evaluate import depth_sweep
 
     lines = ["# icdl evaluation report", ""]
     lines += [
