@@ -45,11 +45,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from icdl.construct import blocks
+from icdl.construct.budget import Declared, declared_sums
 from icdl.construct.context import BuildContext
 from icdl.construct.contract import Expect, Reference, Variant
 from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
@@ -62,11 +64,15 @@ from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 from icdl.theory import embedding_dim
 
+if TYPE_CHECKING:
+    from icdl.construct.compile import CompiledModel
+
 __all__ = [
     "VARIANT",
     "Products",
     "build_block",
     "build_readout",
+    "declared",
     "effects",
     "layout",
     "products",
@@ -474,6 +480,24 @@ def ranges(ref: Reference) -> int:
 
 
 # -- closed-form sizes and cost (the budget estimate, before anything is built) ------------------------
+def declared(model: CompiledModel) -> Declared:
+    """The budget declaration ([`icdl.construct.budget`][icdl.construct.budget]): the ReLU sums' errors and
+    the sup error ``h^2/16`` of each ``v p``, ``v s``, ``p s`` and (smooth layers) ``r' z`` product
+    ([`products`][icdl.construct.softmax.products]); 0/1-mask products are exact."""
+    spec, cfg, t = model.spec, model.config, model.terms
+    prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+    d = prods.derivative
+    return declared_sums(
+        t.r,
+        t.r_prime,
+        t.u,
+        forward=prods.forward.sup_error,
+        transpose=prods.transpose.sup_error,
+        gradient=prods.gradient.sup_error,
+        derivative=() if d is None else (d.sup_error,) * spec.depth,
+    )
+
+
 def softmax_sizes(spec: NetSpec, examples: int) -> Sizes:
     """Softmax attention: the paper's token plus a P-wide gradient slot, ``4N + 3`` sublayers per step
     (counted for a smooth activation: an exact one builds fewer product MLPs, so this bounds it)."""
@@ -502,4 +526,5 @@ VARIANT = Variant(
     ranges=ranges,
     sizes=softmax_sizes,
     costs=Costs(mlp=_softmax_mlp),
+    budget=declared,
 )
