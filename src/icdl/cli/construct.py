@@ -210,11 +210,9 @@ def construct(
         emit_json(result)
     else:
         click.echo(_render(result, run, variant=variant))
-    verdict = run.report.verdict
-    if verdict == "FAIL":
-        sys.exit(EXIT_FAIL)
-    if verdict == "DEGENERATE":
-        sys.exit(EXIT_DEGENERATE)
+    code = {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(run.report.verdict)
+    if code is not None:
+        sys.exit(code)
 
 
 def _config(
