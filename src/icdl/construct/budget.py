@@ -236,7 +236,8 @@ def step_budget(
     tol_term = float((tol * written.clamp_min(1.0) / lr).norm())
     unit = torch.finfo(w.dtype).eps / 2
     k = n + spec.depth * max(spec.widths) + 8
-    mag = torch.cat([(s.abs().T @ p.abs()).reshape(-1) for s, p in zip(ex.s, ex.p, strict=False)]) / (2 * n)
+    pairs = zip(ex.s, ex.p[:-1], strict=True)
+    mag = torch.cat([(s.abs().T @ p.abs()).reshape(-1) for s, p in pairs]) / (2 * n)
     roundoff = 2 * k * unit / (1 - k * unit) * float(mag.norm())  # the surrogate's and the true gradient's
     return StepBudget(approx + tol_term + roundoff, approx, tol_term, roundoff, u_out)
 

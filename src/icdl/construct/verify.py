@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from icdl.construct.budget import StepBudget, largest, step_budget
+from icdl.construct.budget import Declared, StepBudget, largest, step_budget
 from icdl.construct.compile import CompiledModel, TracePoint, default_tol
 from icdl.construct.contract import Expect, Reference
 from icdl.construct.variants import get_variant
@@ -468,6 +468,7 @@ class _GDCheck:
     eps: float
     lf: float
     lf_estimated: bool
+    declared: Declared
     budgets: list[StepBudget]
 
     def bound(self, eps: float, lr: float, steps: int) -> float:
@@ -495,7 +496,7 @@ def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
         for w in cmp.w_tf[:L]
     ]
     eps = max_or_nan(cmp.grad_err)
-    return _GDCheck(traj_gd, torch.stack(cmp.w_tf), seconds, eps, lf, estimated, budgets)
+    return _GDCheck(traj_gd, torch.stack(cmp.w_tf), seconds, eps, lf, estimated, declared, budgets)
 
 
 def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
@@ -574,7 +575,7 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         seconds_verify=time.perf_counter() - c.t_start,
         weights_moved=moved,
         degenerate=L > 0 and moved == 0.0,
-        window_hits_allowed=variant.budget(model).window_hits,
+        window_hits_allowed=gd.declared.window_hits,
         trajectory_checked=gd.lf_estimated,
         extra={
             "max_abs_weight": float(traj_gd.abs().max()),
