@@ -1,4 +1,5 @@
-"""`icdl construct`: JSON contract, table/explain output, --save, and one-line exit-2 errors."""
+"""`icdl construct`: JSON contract, table/explain output, --save, one-line exit-2 errors, exit 4 on
+DEGENERATE and 5 on FAIL."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ KEYS = {
     "max_abs_err_weights",
     "max_abs_err_prediction",
     "delta_window_count",
-    "corollary_bound",
+    "corollary_bound_measured",
+    "corollary_bound_budget",
+    "grad_budget",
+    "failures",
     "seconds_compile",
     "seconds_forward",
     "seconds_reference",
@@ -153,3 +157,24 @@ def test_a_degenerate_task_exits_4_and_is_redrawn_by_default() -> None:
     assert good.returncode == 0, good.stderr
     d = json.loads(good.stdout)
     assert d["verdict"] == "PASS" and d["weights_moved"] > 0 and d["task_draws"] > 1
+
+
+# The two cases of issue 18, finding 2: a softmax prompt whose products leave their ranges, and
+# docs/construction.md's softplus rows example (its w error was above what eps promises).
+SOFTMAX_OUT_OF_RANGE = (
+    "--variant", "softmax", "-N", "2", "-K", "3", "--in-dim", "2", "--out-dim", "1", "-n", "24", "-L", "2",
+    "--lr", "0.3", "--projection", "box", "--box", "0.7", "--seed", "109",
+)  # fmt: skip
+
+
+def test_a_fail_exits_5_and_names_the_failed_conditions() -> None:
+    r = _run(*SOFTMAX_OUT_OF_RANGE, "--json")
+    assert r.returncode == 5, r.stderr
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "FAIL" and d["passed"] is False and d["first_divergence"] is None
+    assert d["out_of_range_count"] > 0
+    assert any(f.startswith("(b) range") for f in d["failures"])
+    assert any(f.startswith("(c) budget") for f in d["failures"])  # the step error is above its budget
+    table = _run(*SOFTMAX_OUT_OF_RANGE)
+    assert table.returncode == 5 and "verdict      FAIL" in table.stdout
+    assert "conditions   FAILED: (b) range" in table.stdout

@@ -33,7 +33,9 @@ def test_relu_report_is_exact_and_consistent() -> None:
     assert rep.max_abs_err_weights <= 1e-12 and rep.max_abs_err_prediction <= 1e-12
     assert rep.weights_spread == 0.0 and rep.scratch_max == 0.0
     assert len(rep.steps) == 3 and [s.step for s in rep.steps] == [1, 2, 3]
-    assert rep.trajectory_error <= rep.corollary_bound + 1e-15
+    assert rep.trajectory_error <= rep.corollary_bound_budget + 1e-15
+    assert rep.failures == [] and rep.describe().startswith("PASS")
+    assert all(s.grad_l2 <= s.budget_l2 for s in rep.steps)
     assert rep.gate_margin > 0
     d = rep.to_dict()
     json.dumps(d)  # JSON-ready
@@ -126,9 +128,9 @@ def test_smooth_errors_shrink_with_eps_and_stay_under_the_bound(activation: str)
         rep = verify(model, *prompt)
         assert rep.passed  # the heads compute exactly the paper's surrogate p̄, r̄', ḡ, s̄
         assert rep.out_of_range_count == 0 and rep.delta_window_count is None
-        assert rep.trajectory_error <= rep.corollary_bound
+        assert rep.trajectory_error <= rep.corollary_bound_budget
         for s in rep.steps:
-            assert s.trajectory_l2 <= s.bound_l2
+            assert s.grad_l2 <= s.budget_l2 and s.trajectory_l2 <= s.bound_budget_l2
         grads.append(rep.eps_grad)
         trajs.append(rep.trajectory_error)
     assert grads[0] > grads[1] > grads[2] > 0
@@ -145,6 +147,7 @@ def test_window_hits_are_counted() -> None:
     x[0] = x[0] + (5e-7 - z0) * w0[: spec.in_dim] / w0[: spec.in_dim].dot(w0[: spec.in_dim])
     rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
     assert rep.delta_window_count is not None and rep.delta_window_count >= 1
+    assert rep.verdict == "FAIL" and any(f.startswith("(b) relu' window") for f in rep.failures)
 
 
 def _raw_degenerate_seed(spec: NetSpec, n: int) -> int:

@@ -6,7 +6,9 @@ weights ``N(0, 2/fan_in)`` gives the labels ``y = f(w*, x)`` (for the logistic l
 teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks). A draw whose labels are
 all equal or whose first GD step leaves ``w^(0)`` where it is is redrawn (``--raw-task`` keeps it); a task on
 which GD never moves w gets the verdict DEGENERATE and exit code 4
-([`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]).
+([`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]); a FAIL (a sublayer beyond tol, a range assumption
+violated, or a step's gradient error above its a-priori budget: docs/construction.md, "What PASS
+guarantees") exits with 5 ([`EXIT_FAIL`][icdl.cli.construct.EXIT_FAIL]) after printing the report.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 
 #: Exit code of ``icdl construct`` when reference GD never moves w on the prompt (the check proves nothing).
 EXIT_DEGENERATE = 4
+#: Exit code of ``icdl construct`` when the verdict is FAIL (the report names every failed condition).
+EXIT_FAIL = 5
 
 
 class VariantChoice(click.Choice):
@@ -206,8 +210,9 @@ def construct(
         emit_json(result)
     else:
         click.echo(_render(result, run, variant=variant))
-    if run.report.verdict == "DEGENERATE":
-        sys.exit(EXIT_DEGENERATE)
+    code = {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(run.report.verdict)
+    if code is not None:
+        sys.exit(code)
 
 
 def _config(

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
+from icdl.construct.budget import Declared, sums_only
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
@@ -176,6 +177,10 @@ class Variant:
             the built model's; ``per_step`` may bound it from above.
         costs: the variant's cost formulas ([`Costs`][icdl.construct.sizes.Costs]; default the paper's
             dense MLPs and attention).
+        budget: ``CompiledModel -> Declared``: the sup errors of the variant's approximations (its ReLU sums
+            and any products of ReLU sums), from which [`icdl.construct.budget`][icdl.construct.budget]
+            derives the a-priori budget of every step's applied gradient (PASS condition (c); default
+            [`sums_only`][icdl.construct.budget.sums_only]: products exact).
     """
 
     name: str
@@ -189,3 +194,4 @@ class Variant:
     ranges: Callable[[Reference], int] | None = None
     sizes: Callable[[NetSpec, int], Sizes] = paper_sizes
     costs: Costs = DENSE_COSTS
+    budget: Callable[[CompiledModel], Declared] = sums_only

@@ -52,13 +52,14 @@ excess). The readout is the paper's: ``F_1..F_N`` (r only) and the readout MLP.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from icdl._arith import check_int
 from icdl.construct import blocks
+from icdl.construct.budget import Declared, declared_sums
 from icdl.construct.context import BuildContext
 from icdl.construct.contract import Expect, Reference, Variant
 from icdl.construct.layers import (
@@ -74,6 +75,9 @@ from icdl.construct.terms import Terms
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 
+if TYPE_CHECKING:
+    from icdl.construct.compile import CompiledModel
+
 __all__ = [
     "VARIANT",
     "RowAttention",
@@ -81,6 +85,7 @@ __all__ = [
     "RowsLayout",
     "build_block",
     "build_readout",
+    "declared",
     "effects",
     "rows_embedding_dim",
     "rows_layout",
@@ -485,6 +490,20 @@ def ranges(ref: Reference) -> int:
     return count
 
 
+def declared(model: CompiledModel) -> Declared:
+    """The budget declaration ([`icdl.construct.budget`][icdl.construct.budget]): the ReLU sums' errors, and
+    for each smooth layer the sup error ``h^2/16`` of its ``r' z`` product
+    ([`derivative_product`][icdl.construct.rows.derivative_product]); ReLU gates and linear layers exact."""
+    spec, cfg, t = model.spec, model.config, model.terms
+    der = tuple(
+        derivative_product(spec, j, t.r_prime[j - 1], eps=cfg.eps, radius=cfg.radius).sup_error
+        if smooth(spec, j)
+        else 0.0
+        for j in range(1, spec.depth + 1)
+    )
+    return declared_sums(t.r, t.r_prime, t.u, derivative=der)
+
+
 # -- closed-form sizes and cost (the budget estimate, before anything is built) ------------------------
 def rows_embedding_dim(spec: NetSpec) -> int:
     """Token width of the row-token construction (docs/construction.md, "Weights in their own tokens"),
@@ -533,4 +552,5 @@ VARIANT = Variant(
     ranges=ranges,
     sizes=rows_sizes,
     costs=Costs(work=_rows_work),
+    budget=declared,
 )

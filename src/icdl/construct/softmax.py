@@ -32,7 +32,8 @@ other backward layer is one MLP (``3N + 3`` per step), and only the ``v * p``, `
 products are approximate; for smooth activations ``r``, ``r'`` are the fitted sums of the paper's variant
 and the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
 in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
-``radius``) without a box, derivatives ``|r'| <= 1``, every other factor ``<= R``;
+``radius``) without a box, derivatives ``|r'| <= 1`` (``1 + e'`` where a fitted ``r̄'`` with sup error e'
+can exceed 1: [`derivative_range`][icdl.construct.softmax.derivative_range]), every other factor ``<= R``;
 [`range_ratios`][icdl.construct.softmax.range_ratios] checks them.
 
 [`surrogate`][icdl.construct.softmax.surrogate] evaluates the same approximate recursion directly, so the
@@ -45,11 +46,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from icdl.construct import blocks
+from icdl.construct.budget import Declared, declared_sums, sum_error
 from icdl.construct.context import BuildContext
 from icdl.construct.contract import Expect, Reference, Variant
 from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
@@ -62,13 +65,19 @@ from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 from icdl.theory import embedding_dim
 
+if TYPE_CHECKING:
+    from icdl.construct.compile import CompiledModel
+
 __all__ = [
     "VARIANT",
     "Products",
     "build_block",
     "build_readout",
+    "declared",
+    "derivative_range",
     "effects",
     "layout",
+    "model_products",
     "products",
     "range_ratios",
     "softmax_sizes",
@@ -104,7 +113,8 @@ class Products:
         forward: ``v * p`` (``|v| <= B_w``, ``|p| <= R``).
         transpose: ``v * s`` (``|v| <= B_w``, ``|s| <= R``).
         gradient: ``p * s`` (``|p| <= R``, ``|s| <= R``).
-        derivative: ``r' * z`` (``|r'| <= 1``, ``|z| <= R``); None where every r' is a 0/1 mask (exact).
+        derivative: ``r' * z`` (``|r'| <=`` [`derivative_range`][icdl.construct.softmax.derivative_range],
+            ``|z| <= R``); None where every r' is a 0/1 mask (exact).
         gate: C of the exact mask products (``|z| <= C``).
     """
 
@@ -115,21 +125,46 @@ class Products:
     gate: float
 
 
-def products(spec: NetSpec, *, eps: float, radius: float, box: float | None, gate: float) -> Products:
-    """The products for a configuration (ranges as in the module docstring)."""
+def derivative_range(spec: NetSpec, r_prime: tuple[Terms, ...]) -> float:
+    """The range of the ``r'`` factor of the ``r' z`` products: ``DERIVATIVE_RANGE`` = 1, or ``max |r'| +
+    e'`` where the fitted ``r̄'`` can exceed 1 (tanh, softplus: ``max |r'| = 1`` and the sum's declared sup
+    error e', [`sum_error`][icdl.construct.budget.sum_error])."""
+    peak = max(spec.layer_act(j).lipschitz + sum_error(t) for j, t in enumerate(r_prime, start=1))
+    return max(DERIVATIVE_RANGE, peak)
+
+
+def products(
+    spec: NetSpec,
+    *,
+    eps: float,
+    radius: float,
+    box: float | None,
+    gate: float,
+    r_prime_range: float = DERIVATIVE_RANGE,
+) -> Products:
+    """The products for a configuration (ranges as in the module docstring; ``r_prime_range``:
+    [`derivative_range`][icdl.construct.softmax.derivative_range] of the model's r' sums)."""
     bw = box if box is not None else radius
     mask = all(spec.layer_act(j).name in MASK_ACTIVATIONS for j in range(1, spec.depth + 1))
     return Products(
         forward=product_terms(bw, radius, eps),
         transpose=product_terms(bw, radius, eps),
         gradient=product_terms(radius, radius, eps),
-        derivative=None if mask else product_terms(DERIVATIVE_RANGE, radius, eps),
+        derivative=None if mask else product_terms(r_prime_range, radius, eps),
         gate=gate,
     )
 
 
 def _products(ctx: BuildContext) -> Products:
-    return products(ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate)
+    rng = derivative_range(ctx.spec, tuple(ctx.r_prime))
+    return products(ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate, r_prime_range=rng)
+
+
+def model_products(model: CompiledModel) -> Products:
+    """[`products`][icdl.construct.softmax.products] of a compiled model (its config and r' sums)."""
+    spec, cfg = model.spec, model.config
+    rng = derivative_range(spec, model.terms.r_prime)
+    return products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate, r_prime_range=rng)
 
 
 def _a_index(L: Layout, j: int, k: int, l: int) -> int:
@@ -400,8 +435,8 @@ def _surrogate_of(ref: Reference, spec: NetSpec) -> Surrogate:
     per GD step."""
     sur = ref.cache.get("softmax_surrogate")
     if sur is None:
-        cfg, terms = ref.model.config, ref.model.terms
-        prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+        terms = ref.model.terms
+        prods = model_products(ref.model)
         sur = surrogate(spec, prods, terms.r, terms.r_prime, terms.u, ref.w, ref.x_all, ref.y_all, ref.t)
         ref.cache["softmax_surrogate"] = sur
     return sur
@@ -468,12 +503,30 @@ def ranges(ref: Reference) -> int:
     """How many kinds of product ([`range_ratios`][icdl.construct.softmax.range_ratios]) leave the ranges
     their ReLU sums were fitted on at this step (ratio above 1): there the products, and so the step, are no
     longer within eps."""
-    spec, cfg = ref.model.spec, ref.model.config
-    prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+    spec = ref.model.spec
+    prods = model_products(ref.model)
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
 
 
 # -- closed-form sizes and cost (the budget estimate, before anything is built) ------------------------
+def declared(model: CompiledModel) -> Declared:
+    """The budget declaration ([`icdl.construct.budget`][icdl.construct.budget]): the ReLU sums' errors and
+    the sup error ``h^2/16`` of each ``v p``, ``v s``, ``p s`` and (smooth layers) ``r' z`` product
+    ([`products`][icdl.construct.softmax.products]); 0/1-mask products are exact."""
+    spec, t = model.spec, model.terms
+    prods = model_products(model)
+    d = prods.derivative
+    return declared_sums(
+        t.r,
+        t.r_prime,
+        t.u,
+        forward=prods.forward.sup_error,
+        transpose=prods.transpose.sup_error,
+        gradient=prods.gradient.sup_error,
+        derivative=() if d is None else (d.sup_error,) * spec.depth,
+    )
+
+
 def softmax_sizes(spec: NetSpec, examples: int) -> Sizes:
     """Softmax attention: the paper's token plus a P-wide gradient slot, ``4N + 3`` sublayers per step
     (counted for a smooth activation: an exact one builds fewer product MLPs, so this bounds it)."""
@@ -502,4 +555,5 @@ VARIANT = Variant(
     ranges=ranges,
     sizes=softmax_sizes,
     costs=Costs(mlp=_softmax_mlp),
+    budget=declared,
 )

@@ -18,15 +18,16 @@ checks every state against what the variant's expected effects
    ``eps_l = ||ḡ_l - ∇L_n(w̄^{l-1})||_2`` (ḡ read off the W slot after the update sublayer), and the
    trajectory error ``||w̄^l - w^l_GD||_2`` against [`icdl.nets.reference_gd`][icdl.nets.reference_gd];
 3. the corrected Corollary 1.1 bound ``L_f^{-1} ((1 + eta L_f)^l - 1) eps``
-   ([`icdl.theory.corollary11_bound`][icdl.theory_bounds.corollary11_bound])
-   with ``eps = max_l eps_l`` and ``L_f`` a **local estimate**: the largest ``|eigenvalue|`` of the Hessian
-   of ``L_n`` found by power iteration on Hessian-vector products (autograd) at every point of both
-   trajectories. It is a lower bound on the true Lipschitz constant of ``∇L_n`` over W (and for ReLU networks
-   the Hessian is only piecewise defined), so the comparison is a sanity check, not a proof.
+   ([`icdl.theory.corollary11_bound`][icdl.theory_bounds.corollary11_bound]), at the measured
+   ``eps = max_l eps_l`` and at the variant's **a-priori** step budget
+   ([`icdl.construct.budget`][icdl.construct.budget]); ``L_f`` is a local estimate (largest ``|eigenvalue|``
+   of the Hessian of ``L_n`` by power iteration at the points of both trajectories: a lower bound on the true
+   Lipschitz constant of ``∇L_n`` over W, piecewise for ReLU networks).
 
 It also counts the example pre-activations inside the relu' window ``(0, delta)`` (the only place where a
 ReLU construction may differ from GD), pre-activations outside the range ``[-R, R]`` of fitted sums (where
-they are flat), and checks the query gate constant C against the loss units' arguments.
+they are flat), and checks the query gate constant C against the loss units' arguments. The PASS conditions
+(sublayers, ranges, budget) are those of [`VerifyReport`][icdl.construct.verify_report.VerifyReport].
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from icdl.construct.budget import Declared, StepBudget, largest, step_budget
 from icdl.construct.compile import CompiledModel, TracePoint, default_tol
 from icdl.construct.contract import Expect, Reference
 from icdl.construct.variants import get_variant
-from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport
+from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport, max_or_nan
+from icdl.construct.verify_report import corollary_bound as _bound
 from icdl.nets import (
     GradTerms,
     empirical_risk,
@@ -51,7 +54,6 @@ from icdl.nets import (
     lemma1_terms,
     reference_gd,
 )
-from icdl.theory import corollary11_bound
 
 __all__ = [
     "Checked",
@@ -457,39 +459,57 @@ class Checked:
 
 @dataclass
 class _GDCheck:
-    """Reference GD and the Corollary 1.1 ingredients: its trajectory, eps = max_l eps_l, the L_f estimate."""
+    """Reference GD and the Corollary 1.1 ingredients: its trajectory, eps = max_l eps_l, the L_f estimate
+    (``lf_estimated``: whether one was made), the a-priori step budgets."""
 
     traj_gd: Tensor
     traj_tf: Tensor
     seconds: float
     eps: float
     lf: float
+    lf_estimated: bool
+    declared: Declared
+    budgets: list[StepBudget]
 
-    def bound(self, lr: float, steps: int) -> float:
-        return _bound(self.eps, lr, self.lf, steps)
+    def bound(self, eps: float, lr: float, steps: int) -> float:
+        return _bound(eps, lr, self.lf, steps)
 
 
 def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
-    """Reference GD from the prompt's w0 (timed), and the local L_f estimate along both trajectories."""
+    """Reference GD from the prompt's w0 (timed), the local L_f estimate along both trajectories, and the
+    variant's a-priori budget of every step at its start weights
+    ([`step_budget`][icdl.construct.budget.step_budget])."""
     model, p, cmp = c.model, c.prompt, c.comparison
     cfg, L = model.config, model.steps
     t0 = time.perf_counter()
     traj_gd = reference_gd(model.spec, cfg.loss, p.w0, p.x, p.y, lr=cfg.lr, steps=L, box=cfg.box)
     seconds = time.perf_counter() - t0
-    if lipschitz_iters > 0 and L > 0:
+    estimated = lipschitz_iters > 0 and L > 0
+    if estimated:
         lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], p.x, p.y, iters=lipschitz_iters)
     else:
         lf = 0.0
-    return _GDCheck(traj_gd, torch.stack(cmp.w_tf), seconds, _max_or_nan(cmp.grad_err), lf)
+    declared = get_variant(cfg.variant).budget(model)
+    assert cfg.delta is not None
+    budgets = [
+        step_budget(model.spec, cfg.loss, declared, w, p.x, p.y, lr=cfg.lr, tol=c.tol, delta=cfg.delta)
+        for w in cmp.w_tf[:L]
+    ]
+    eps = max_or_nan(cmp.grad_err)
+    return _GDCheck(traj_gd, torch.stack(cmp.w_tf), seconds, eps, lf, estimated, declared, budgets)
 
 
 def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
     """One [`StepErrors`][icdl.construct.verify_report.StepErrors] per GD step: the exact-term errors,
-    trajectory and gradient errors, bound."""
+    trajectory and gradient errors, the a-priori budget, and Corollary 1.1 at the measured errors and at the
+    budgets of the steps so far."""
     out = []
+    lr = c.model.config.lr
     for l in range(1, c.model.steps + 1):
         d = gd.traj_tf[l] - gd.traj_gd[l]
         e = c.comparison.per_step[l - 1]
+        measured = max_or_nan(c.comparison.grad_err[:l])
+        budget = max_or_nan([b.total for b in gd.budgets[:l]])
         out.append(
             StepErrors(
                 l,
@@ -499,8 +519,10 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
                 e["s"],
                 float(d.abs().max()),
                 c.comparison.grad_err[l - 1],
+                gd.budgets[l - 1].total,
                 float(d.norm()),
-                gd.bound(c.model.config.lr, l),
+                gd.bound(measured, lr, l),
+                gd.bound(budget, lr, l),
             )
         )
     return out
@@ -509,7 +531,8 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
 def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
     """Turn a [`Comparison`][icdl.construct.verify.Comparison] into a
     [`VerifyReport`][icdl.construct.verify_report.VerifyReport]: trajectory against reference GD, the
-    Corollary 1.1 bound with a local L_f estimate, the prediction errors, degeneracy."""
+    a-priori budgets and Corollary 1.1 (local L_f estimate), the prediction errors, degeneracy; the PASS
+    conditions are the report's ``failures``."""
     model, cmp, L = c.model, c.comparison, c.model.steps
     gd = _gd_check(c, lipschitz_iters)
     traj_gd, traj_tf = gd.traj_gd, gd.traj_tf
@@ -518,7 +541,10 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
     pred_own = forward_query(model, traj_tf[-1], c.prompt.x_query)
     has_step = any(t.delta is not None for t in model.terms.r_prime)
     moved = float((traj_gd[-1] - traj_gd[0]).abs().max())
-    fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
+    variant = get_variant(model.config.variant)
+    fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime, model.terms.u))
+    u_out = sum(b.u_out_of_range for b in gd.budgets)
+    budget = max_or_nan([b.total for b in gd.budgets])
     return VerifyReport(
         steps=_step_errors(c, gd),
         first_divergence=cmp.first,
@@ -530,44 +556,33 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         weights_spread=cmp.spread,
         scratch_max=cmp.scratch_max,
         delta_window_count=c.counters.window if has_step else None,
-        out_of_range_count=(
-            c.counters.range if fitted or get_variant(model.config.variant).ranges is not None else None
-        ),
+        out_of_range_count=c.counters.range + u_out if fitted or variant.ranges is not None else None,
         gate_margin=c.counters.gate_margin,
         eps_grad=gd.eps,
+        grad_budget=budget,
         lipschitz_f=gd.lf,
         lipschitz_method=(
             f"max |Hessian eigenvalue| by {lipschitz_iters}-step power iteration "
             f"at {2 * (L + 1)} trajectory points (local)"
+            if gd.lf_estimated
+            else "not estimated"
         ),
-        corollary_bound=gd.bound(model.config.lr, L),
+        corollary_bound_measured=gd.bound(gd.eps, model.config.lr, L),
+        corollary_bound_budget=gd.bound(budget, model.config.lr, L),
         trajectory_error=float((traj_tf[-1] - traj_gd[-1]).norm()),
         seconds_forward=c.trace.seconds_forward,
         seconds_reference=gd.seconds,
         seconds_verify=time.perf_counter() - c.t_start,
         weights_moved=moved,
         degenerate=L > 0 and moved == 0.0,
+        window_hits_allowed=gd.declared.window_hits,
+        trajectory_checked=gd.lf_estimated,
         extra={
             "max_abs_weight": float(traj_gd.abs().max()),
             "max_abs_prediction": float(pred_gd.abs().max()),
+            "budget_parts": largest(gd.budgets),
         },
     )
-
-
-def _max_or_nan(values: list[float]) -> float:
-    """``max(values)`` (0 for none), NaN when any value is NaN (Python's max would depend on the order)."""
-    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
-
-
-def _bound(eps: float, lr: float, lf: float, steps: int) -> float:
-    """The corrected Corollary 1.1 bound after ``steps`` steps (``steps * lr * eps`` without an L_f
-    estimate). A non-finite ``eps`` (a NaN or inf reached the applied gradient; the sublayer check names
-    where) gives a non-finite bound instead of an exception, so the report is still produced."""
-    if not math.isfinite(eps):
-        return eps
-    if lf > 0 and math.isfinite(lf):
-        return corollary11_bound(eps=eps, lr=lr, lipschitz_f=lf, steps=steps)
-    return steps * lr * eps
 
 
 def forward_query(model: CompiledModel, w: Tensor, x_query: Tensor) -> Tensor:

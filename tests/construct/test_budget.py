@@ -1,0 +1,190 @@
+"""icdl.construct.budget and the PASS conditions of verify(): every step's measured gradient error is within
+the a-priori budget each variant declares (held-out random non-degenerate prompts, every variant and
+activation), and a construction that misses its declared accuracy, or leaves its ranges, FAILs with the
+condition named."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from icdl.construct import compile as compile_mod
+from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.budget import Declared, step_budget, sum_error, sums_only
+from icdl.construct.compile import SumTerms
+from icdl.construct.rows import declared as rows_declared
+from icdl.construct.softmax import VARIANT as SOFTMAX
+from icdl.construct.terms import Terms
+from icdl.construct.variants import register, unregister
+from icdl.nets import NetSpec, gradient
+
+SMOOTH = ("sigmoid", "tanh", "softplus")
+CASES = [
+    *[("paper", a) for a in ("relu", *SMOOTH)],
+    *[("compact", a) for a in ("relu", *SMOOTH)],
+    ("no-ewml", "relu"),
+    *[("rows", a) for a in ("relu", *SMOOTH)],
+    *[("softmax", a) for a in ("relu", *SMOOTH)],
+]
+SEEDS = (100, 101, 102)  # held out: no documented example or other test uses them
+
+
+def _model(variant: str, activation: str, **kw):  # type: ignore[no-untyped-def]
+    spec = NetSpec(3, 3, 2, 1, activation=activation)
+    opts = {"eps": 1e-2, "radius": 4.0} if variant == "softmax" else {"eps": 1e-3, "radius": 10.0}
+    opts.update(kw)
+    return compile_gd_transformer(spec, lr=0.2, steps=3, n=6, variant=variant, **opts)
+
+
+@pytest.mark.parametrize("variant, activation", CASES)
+def test_measured_error_is_within_the_a_priori_budget(variant, activation, assert_nondegenerate) -> None:
+    """In range, PASS and ``eps_l <= budget_l`` at every step; out of range, FAIL naming the range."""
+    model = _model(variant, activation)
+    in_range = 0
+    for seed in SEEDS:
+        x, y, xq, w0, _ = sample_task(model.spec, 6, seed=seed)
+        assert_nondegenerate(model.spec, x, y, w0)
+        rep = verify(model, x, y, xq, w0)
+        assert rep.weights_moved > 0 and rep.first_divergence is None
+        if rep.out_of_range_count:
+            assert rep.verdict == "FAIL" and rep.failures[0].startswith("(b) range"), rep.failures
+            continue
+        in_range += 1
+        assert rep.verdict == "PASS", rep.table()
+        for s in rep.steps:
+            assert 0 <= s.grad_l2 <= s.budget_l2 and math.isfinite(s.budget_l2)
+            assert s.trajectory_l2 <= s.bound_budget_l2
+        assert rep.eps_grad <= rep.grad_budget and rep.trajectory_error <= rep.corollary_bound_budget
+        if activation in SMOOTH or variant == "softmax":
+            assert rep.eps_grad > 1e-3 * rep.grad_budget  # the budget is not absurdly loose
+    assert in_range >= 2  # the loop checks something
+
+
+@pytest.mark.parametrize(
+    "variant, activation", [("paper", "relu"), ("paper", "sigmoid"), ("softmax", "relu")]
+)
+def test_float32_models_pass_within_budget(variant, activation) -> None:
+    """In float32 the sublayer tolerance (1e-4) dominates the exact constructions' budget; still a bound."""
+    model = _model(variant, activation, dtype="float32")
+    x, y, xq, w0, _ = sample_task(model.spec, 6, seed=100)
+    rep = verify(model, x, y, xq, w0)
+    assert rep.verdict == "PASS", rep.table()
+    assert all(0 < s.grad_l2 <= s.budget_l2 for s in rep.steps)
+
+
+def test_exact_variants_budget_is_the_tolerance() -> None:
+    """ReLU networks with exact products: no approximation term, only what the sublayer tolerance and
+    round-off let through."""
+    model = _model("paper", "relu")
+    x, y, _, w0, _ = sample_task(model.spec, 6, seed=100)
+    b = step_budget(model.spec, "squared", sums_only(model), w0, x, y, lr=0.2, tol=1e-9, delta=1e-9)
+    assert b.approximation == 0.0 and 0 < b.roundoff < b.tolerance < 1e-6
+    assert b.total == b.approximation + b.tolerance + b.roundoff
+
+
+def test_budget_bounds_the_surrogate_gradient_of_fitted_sums() -> None:
+    """The approximation term alone bounds ``||ḡ - ∇L_n||`` of the paper's surrogate (Lemma 1 with the
+    fitted sums, against autograd's gradient), at random weights."""
+    from icdl.construct.verify import recursion
+
+    model = _model("paper", "tanh")
+    dec = sums_only(model)
+    for seed in SEEDS:
+        x, y, xq, w0, _ = sample_task(model.spec, 6, seed=seed)
+        x_all, y_all = torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, 1, dtype=y.dtype)])
+        t = torch.cat([torch.ones(6, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
+        sur = recursion(model, w0, x_all, y_all, t, surrogate=True)
+        err = float((sur.grad - gradient(model.spec, "squared", w0, x, y)).norm())
+        b = step_budget(model.spec, "squared", dec, w0, x, y, lr=0.2, tol=0.0, delta=1e-9)
+        assert 0 < err <= b.approximation
+
+
+def test_under_declared_sums_fail_the_budget() -> None:
+    """The same model, but declaring its sums 100x more accurate than they are: (c) fails."""
+    model = _model("paper", "sigmoid")
+    x, y, xq, w0, _ = sample_task(model.spec, 6, seed=101)
+    assert verify(model, x, y, xq, w0).passed
+
+    def shrink(t: Terms) -> Terms:
+        return dataclasses.replace(t, eps=t.eps / 100, sup_error=t.sup_error / 100)
+
+    terms = model.terms
+    model.terms = SumTerms(tuple(map(shrink, terms.r)), tuple(map(shrink, terms.r_prime)), terms.u)
+    rep = verify(model, x, y, xq, w0)
+    assert rep.first_divergence is None  # the same surrogate: every sublayer still matches it
+    assert rep.verdict == "FAIL" and any(f.startswith("(c) budget") for f in rep.failures), rep.failures
+
+
+def test_a_sum_worse_than_declared_fails_the_budget(monkeypatch) -> None:
+    """A fit that misses its declared sup error (every term of r scaled by 1.05, declared eps unchanged):
+    heads and surrogate agree, so only the budget can see it."""
+    real = compile_mod.activation_terms
+
+    def scaled(name: str, *, derivative: bool, **kw) -> Terms:  # type: ignore[no-untyped-def]
+        t = real(name, derivative=derivative, **kw)
+        if derivative:
+            return t
+        return dataclasses.replace(
+            t, a=tuple(tuple(1.05 * v for v in a) for a in t.a), b=tuple(1.05 * v for v in t.b)
+        )
+
+    monkeypatch.setattr(compile_mod, "activation_terms", scaled)
+    model = _model("paper", "sigmoid")
+    x, y, xq, w0, _ = sample_task(model.spec, 6, seed=101)
+    rep = verify(model, x, y, xq, w0)
+    assert rep.first_divergence is None and rep.out_of_range_count == 0
+    assert rep.verdict == "FAIL" and any(f.startswith("(c) budget") for f in rep.failures), rep.failures
+
+
+def test_softmax_products_declared_exact_fail_the_budget() -> None:
+    """The softmax variant with its products left out of the declaration (budget of the ReLU sums only)."""
+    register(dataclasses.replace(SOFTMAX, name="softmax-undeclared", budget=sums_only))
+    try:
+        model = _model("softmax-undeclared", "relu")
+        x, y, xq, w0, _ = sample_task(model.spec, 6, seed=100)
+        rep = verify(model, x, y, xq, w0)
+    finally:
+        unregister("softmax-undeclared")
+    assert rep.first_divergence is None and rep.out_of_range_count == 0
+    assert rep.verdict == "FAIL" and any(f.startswith("(c) budget") for f in rep.failures), rep.failures
+
+
+def test_out_of_range_fails_and_names_the_range() -> None:
+    """Fitted sums used outside their range (R = 0.5 for a sigmoid net), softmax products outside theirs."""
+    for variant, kw in (("paper", {"radius": 0.5}), ("softmax", {"radius": 0.5})):
+        model = _model(variant, "sigmoid", **kw)
+        x, y, xq, w0, _ = sample_task(model.spec, 6, seed=100)
+        rep = verify(model, x, y, xq, w0)
+        assert rep.out_of_range_count and rep.verdict == "FAIL"
+        assert rep.failures[0].startswith("(b) range") and "FAIL: (b) range" in rep.describe()
+
+
+def test_docs_softplus_rows_example_fails_with_its_reasons() -> None:
+    """docs/construction.md's softplus rows example (w error 2.05 at R = 10) FAILs on range and budget; with
+    R = 60 it passes within budget."""
+    spec = NetSpec(3, 4, 3, 2, activation="softplus")
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=1)
+    verdicts = {}
+    for R in (10.0, 60.0):
+        m = compile_gd_transformer(spec, lr=0.5, steps=3, n=6, eps=1e-4, radius=R, variant="rows")
+        rep = verify(m, x, y, xq, w0)
+        verdicts[R] = rep.verdict
+        if R == 10.0:
+            assert rep.max_abs_err_weights > 1.0
+            assert [f[:10] for f in rep.failures[:2]] == ["(b) range:", "(c) budget"]
+    assert verdicts == {10.0: "FAIL", 60.0: "PASS"}
+
+
+def test_declared_errors() -> None:
+    """What the variants declare: sums' target eps plus the sampling margin, products' h^2/16."""
+    rows = _model("rows", "tanh")
+    dec = rows_declared(rows)
+    assert isinstance(dec, Declared)
+    assert dec.r[0] == pytest.approx(1e-3 * 1.01) and dec.u == 0.0 and dec.u_range == math.inf
+    assert all(0 < d <= 1e-3 for d in dec.derivative) and dec.forward == dec.transpose == dec.gradient == 0.0
+    soft = SOFTMAX.budget(_model("softmax", "relu"))
+    assert 0 < soft.forward <= 1e-2 and soft.derivative == () and soft.r == (0.0, 0.0, 0.0)
+    assert sum_error(rows.terms.r_prime[0]) >= rows.terms.r_prime[0].sup_error
