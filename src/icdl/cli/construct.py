@@ -27,7 +27,7 @@ from icdl.cli._common import (
     emit_json,
     guard,
     network_options,
-    relu_sum_options,
+    relu_sum_options_auto,
     user_error,
     yes_option,
 )
@@ -83,7 +83,7 @@ class VariantChoice(click.Choice):
     show_default=True,
     help="Floating type of the weights and the prompt (float64 to verify exactness).",
 )
-@relu_sum_options
+@relu_sum_options_auto
 @click.option(
     "--delta",
     type=POSITIVE_FLOAT,
@@ -144,7 +144,7 @@ def construct(
     seed: int,
     dtype: str,
     eps: float,
-    radius: float,
+    radius: float | str,
     delta: float | None,
     projection: str,
     box: float | None,
@@ -163,10 +163,16 @@ def construct(
     if save_dir is not None and os.path.exists(save_dir):
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
-    config = _config(spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype)
+    # --range auto: the ranges come from the prompt (the same draw _run verifies on), before the estimate.
+    prompt = _prompt(spec, examples, seed, loss, dtype, raw_task) if radius == "auto" else None
+    config = _config(
+        spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype, prompt
+    )
     # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
     check_output(save_dir, "--save", directory=True)
-    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, radius, dtype, variant)
+    # The products' weight range counts like R in the closed-form sizes.
+    widest = max(config.radius, config.weight_range or 0.0)
+    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, widest, dtype, variant)
     guard(estimate, yes, max_seconds=QUICK_SECONDS)
     run = _run(
         config,
@@ -210,6 +216,16 @@ def construct(
         sys.exit(EXIT_DEGENERATE)
 
 
+def _prompt(spec: NetSpec, examples: int, seed: int, loss: str, dtype: str, raw_task: bool) -> Any:
+    """The prompt ``(x, y, x_query, w0)`` of ``--seed`` (the task `_run` verifies on)."""
+    from icdl.construct.compile import DTYPES, sample_task_info
+
+    t = sample_task_info(
+        spec, examples, seed=seed, loss=loss, dtype=DTYPES[dtype], nondegenerate=not raw_task
+    )
+    return (t.x, t.y, t.x_query, t.w0)
+
+
 def _config(
     spec: NetSpec,
     loss: str,
@@ -217,15 +233,16 @@ def _config(
     lr: float,
     examples: int,
     eps: float,
-    radius: float,
+    radius: float | str,
     delta: float | None,
     projection: str,
     box: float | None,
     variant: str,
     dtype: str,
+    prompt: Any = None,
 ) -> Any:
     """The [`GDConfig`][icdl.construct.compile.GDConfig] of the command's options (checked there: one line,
-    exit 2)."""
+    exit 2); ``radius="auto"`` is resolved on ``prompt``."""
     from icdl.construct import GDConfig
 
     return GDConfig.create(
@@ -241,6 +258,7 @@ def _config(
         delta=delta,
         variant=variant,
         dtype=dtype,
+        prompt=prompt,
     )
 
 
@@ -340,6 +358,9 @@ def _result(
         **options,
         "task_draws": task_draws,
         "delta": config.delta,
+        "radius": config.radius,
+        "weight_range": config.weight_range,
+        "range_auto": config.auto_range,
         "projection": config.projection,
         "box": box,
         "seconds_compile": run.seconds_compile,
@@ -364,6 +385,9 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"nonzero {summary['nonzero_parameters']:,}",
         f"ReLU terms   r {summary['terms']['r']}  r' {summary['terms']['r_prime']}  "
         f"u {summary['terms']['u']}",
+        f"ranges       R={r['radius']:g}"
+        + (f", weights {r['weight_range']:g}" if r["weight_range"] is not None else "")
+        + (" (auto: a-priori bounds on this prompt's trajectory)" if r["range_auto"] else ""),
         f"time         compile {run.seconds_compile:.3f}s  forward {run.seconds_forward:.3f}s  "
         f"reference GD {report.seconds_reference:.4f}s",
         "",

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
+from icdl.construct.ranges import auto_ranges
 from icdl.construct.task import SampledTask, sample_task, sample_task_info, task_is_degenerate
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
@@ -51,6 +52,7 @@ from icdl.sublayer import SublayerInfo
 __all__ = [
     "CompiledModel",
     "GDConfig",
+    "PromptTensors",
     "SampledTask",
     "SumTerms",
     "TraceFn",
@@ -59,6 +61,7 @@ __all__ = [
     "compile_gd_transformer",
     "default_delta",
     "default_tol",
+    "resolve_auto_range",
     "sample_task",
     "sample_task_info",
     "task_is_degenerate",
@@ -121,12 +124,18 @@ class GDConfig:
         steps: L, the number of GD steps (blocks).
         n: number of in-context examples (prompts have n + 1 tokens).
         eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
-        radius: range ``[-R, R]`` of the fitted sums.
+        radius: range ``[-R, R]`` of the fitted sums and of the products' non-weight factors
+            ([`GDConfig.create`][icdl.construct.compile.GDConfig.create] with ``radius="auto"`` sets it from
+            the prompt, [`icdl.construct.ranges`][icdl.construct.ranges]).
         delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
         box: box projection bound B (None: unprojected GD).
         gate: constant C of the query gate (Lemma 4) and readout; must exceed every |u| and |p(N)|.
         variant: construction name (``icdl.construct.variants``).
         dtype: ``"float64"`` (verification) or ``"float32"``.
+        weight_range: range of the weight factor of the products (the softmax variant's ``v * p`` and
+            ``v * s``); None: the box B, or R without a box.
+        auto_range: whether ``radius`` (and ``weight_range``) were set by ``radius="auto"`` (a record: the
+            config itself holds the resolved numbers, so a saved model recompiles to the same weights).
     """
 
     spec: NetSpec
@@ -141,12 +150,19 @@ class GDConfig:
     gate: float = 1e6
     variant: str = "paper"
     dtype: str = "float64"
+    weight_range: float | None = None
+    auto_range: bool = False
 
     def __post_init__(self) -> None:
         get_loss(self.loss)
         variant = get_variant(self.variant)
         if self.dtype not in DTYPES:
             raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if isinstance(self.radius, str):
+            raise InputError(
+                f"radius must be a number > 0, got {self.radius!r} "
+                '(radius="auto" is resolved by GDConfig.create(..., prompt=(x, y, x_query, w0)))'
+            )
         ints: tuple[tuple[str, int, int], ...] = (("steps", self.steps, 0), ("n (examples)", self.n, 1))
         for name, iv, low in ints:
             if not isinstance(iv, int) or isinstance(iv, bool) or iv < low:
@@ -160,8 +176,9 @@ class GDConfig:
         for name, v in floats:
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise InputError(f"{name} must be a finite number > 0, got {v!r}")
-        if self.box is not None and (not math.isfinite(self.box) or self.box <= 0):
-            raise InputError(f"box must be a finite number > 0, got {self.box!r}")
+        for name, opt in (("box", self.box), ("weight_range", self.weight_range)):
+            if opt is not None and (not isinstance(opt, (int, float)) or not math.isfinite(opt) or opt <= 0):
+                raise InputError(f"{name} must be a finite number > 0, got {opt!r}")
         if self.delta is None:
             object.__setattr__(self, "delta", default_delta(self.dtype))
         assert self.delta is not None
@@ -179,17 +196,37 @@ class GDConfig:
 
     @classmethod
     def create(
-        cls, spec: NetSpec, *, projection: str = "none", box: float | None = None, **kw: Any
+        cls,
+        spec: NetSpec,
+        *,
+        projection: str = "none",
+        box: float | None = None,
+        radius: float | str = 10.0,
+        prompt: PromptTensors | None = None,
+        **kw: Any,
     ) -> GDConfig:
         """A config from user-facing options: ``projection`` is ``"none"`` or ``"box"`` (which needs
-        ``box``, the bound B of ``W = {|w_c| <= B}``). The one place that checks the projection options."""
+        ``box``, the bound B of ``W = {|w_c| <= B}``). The one place that checks the projection options.
+
+        ``radius="auto"`` (with ``prompt=(x, y, x_query, w0)``) sets the range R, and the softmax variant's
+        weight range, from a-priori bounds along the whole GD trajectory on that prompt
+        ([`resolve_auto_range`][icdl.construct.compile.resolve_auto_range]); the result holds the numbers
+        and ``auto_range=True``."""
         if projection not in ("none", "box"):
             raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
         if projection == "box" and box is None:
             raise InputError("projection 'box' needs a bound: pass box=B (--box B)")
         if projection == "none" and box is not None:
             raise InputError("box is only used with projection 'box' (--projection box)")
-        return cls(spec=spec, box=box, **kw)
+        if radius == "auto":
+            if prompt is None:
+                raise InputError(
+                    'radius="auto" (--range auto) needs the prompt: pass prompt=(x, y, x_query, w0)'
+                )
+            return resolve_auto_range(cls(spec=spec, box=box, **kw), prompt)
+        if isinstance(radius, str):
+            raise InputError(f'radius must be a number > 0 or "auto", got {radius!r}')
+        return cls(spec=spec, box=box, radius=radius, **kw)
 
     @property
     def projection(self) -> str:
@@ -207,6 +244,37 @@ class GDConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GDConfig:
         return cls(**{**d, "spec": NetSpec(**d["spec"])})
+
+
+#: A prompt ``(x, y, x_query, w0)``: ``(n, d_x)``, ``(n, d_y)``, ``(d_x,)``, ``(P,)``.
+PromptTensors = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
+def resolve_auto_range(config: GDConfig, prompt: PromptTensors) -> GDConfig:
+    """``config`` with ``radius`` (and the softmax variant's ``weight_range``) set from
+    [`auto_ranges`][icdl.construct.ranges.auto_ranges] on ``prompt``: bounds on every argument the
+    variant's fitted sums and products see (``Variant.range_needs``) along all ``config.steps`` GD steps,
+    allowing each approximation its eps. Raises [`InputError`][icdl.errors.InputError] when no finite bound
+    below the gate constant C exists (a long unprojected run)."""
+    x, y, x_query, w0 = prompt
+    cfg = config
+    assert cfg.delta is not None
+    auto = auto_ranges(
+        cfg.spec,
+        cfg.loss,
+        lr=cfg.lr,
+        steps=cfg.steps,
+        box=cfg.box,
+        x=x,
+        y=y,
+        x_query=x_query,
+        w0=w0,
+        eps=cfg.eps,
+        needs=get_variant(cfg.variant).range_needs,
+        delta=cfg.delta,
+        limit=cfg.gate,
+    )
+    return replace(cfg, radius=auto.radius, weight_range=auto.weight_range, auto_range=True)
 
 
 @dataclass
@@ -519,10 +587,11 @@ def compile_gd_transformer(config: GDConfig | NetSpec, **options: Any) -> Compil
 
     Pass a [`GDConfig`][icdl.construct.compile.GDConfig], or a [`NetSpec`][icdl.nets.NetSpec] and the options
     of [`GDConfig.create`][icdl.construct.compile.GDConfig.create] (``loss, lr, steps, n, eps, radius, delta,
-    projection, box, gate, variant, dtype``):
+    projection, box, gate, variant, dtype``, and ``prompt`` with ``radius="auto"``):
 
     ```python
     compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
+    compile_gd_transformer(spec, steps=5, n=16, radius="auto", prompt=(x, y, x_query, w0))
     ```
     """
     if isinstance(config, GDConfig):

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -56,11 +57,15 @@ from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Su
 from icdl.construct.layout import SCRATCH, Layout, paper_layout
 from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
 from icdl.construct.products import ProductTerms, add_product, product_terms
+from icdl.construct.ranges import PRODUCTS, RangeNeeds
 from icdl.construct.sizes import CONSTRUCT_FLOPS, CostInputs, Costs, Sizes
 from icdl.construct.terms import Terms
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 from icdl.theory import embedding_dim
+
+if TYPE_CHECKING:
+    from icdl.construct.compile import GDConfig
 
 __all__ = [
     "VARIANT",
@@ -115,9 +120,18 @@ class Products:
     gate: float
 
 
-def products(spec: NetSpec, *, eps: float, radius: float, box: float | None, gate: float) -> Products:
-    """The products for a configuration (ranges as in the module docstring)."""
-    bw = box if box is not None else radius
+def products(
+    spec: NetSpec,
+    *,
+    eps: float,
+    radius: float,
+    box: float | None,
+    gate: float,
+    weight_range: float | None = None,
+) -> Products:
+    """The products for a configuration (ranges as in the module docstring): the weight factors on
+    ``weight_range`` when given (``--range auto`` sets it from the trajectory), else on the box B, else R."""
+    bw = weight_range if weight_range is not None else box if box is not None else radius
     mask = all(spec.layer_act(j).name in MASK_ACTIVATIONS for j in range(1, spec.depth + 1))
     return Products(
         forward=product_terms(bw, radius, eps),
@@ -129,7 +143,15 @@ def products(spec: NetSpec, *, eps: float, radius: float, box: float | None, gat
 
 
 def _products(ctx: BuildContext) -> Products:
-    return products(ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate)
+    return products(
+        ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate, weight_range=ctx.weight_range
+    )
+
+
+def _config_products(spec: NetSpec, cfg: GDConfig) -> Products:
+    return products(
+        spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate, weight_range=cfg.weight_range
+    )
 
 
 def _a_index(L: Layout, j: int, k: int, l: int) -> int:
@@ -401,7 +423,7 @@ def _surrogate_of(ref: Reference, spec: NetSpec) -> Surrogate:
     sur = ref.cache.get("softmax_surrogate")
     if sur is None:
         cfg, terms = ref.model.config, ref.model.terms
-        prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+        prods = _config_products(spec, cfg)
         sur = surrogate(spec, prods, terms.r, terms.r_prime, terms.u, ref.w, ref.x_all, ref.y_all, ref.t)
         ref.cache["softmax_surrogate"] = sur
     return sur
@@ -469,7 +491,7 @@ def ranges(ref: Reference) -> int:
     their ReLU sums were fitted on at this step (ratio above 1): there the products, and so the step, are no
     longer within eps."""
     spec, cfg = ref.model.spec, ref.model.config
-    prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+    prods = _config_products(spec, cfg)
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
 
 
@@ -500,6 +522,9 @@ VARIANT = Variant(
     readout=build_readout,
     effects=effects,
     ranges=ranges,
+    # Forward products read p(0..N-1), transpose and gradient products s, derivative products (or the
+    # exact mask products, |.| <= C) the back vectors; the weights get their own range.
+    range_needs=RangeNeeds(("z", "p", "s", "back"), weights=True, products=PRODUCTS),
     sizes=softmax_sizes,
     costs=Costs(mlp=_softmax_mlp),
 )
