@@ -22,7 +22,7 @@ def row(spec_args: tuple[int, ...], act: str, eps: float, radius: float, seed: i
     import torch
 
     from icdl.construct import compile_gd_transformer, sample_task, verify
-    from icdl.construct.softmax import products, range_ratios, surrogate
+    from icdl.construct.softmax import config_products, range_ratios, surrogate
     from icdl.nets import NetSpec, reference_gd
 
     N, K, dx, dy, n, L = spec_args
@@ -38,7 +38,7 @@ def row(spec_args: tuple[int, ...], act: str, eps: float, radius: float, seed: i
     rep = verify(model, x, y, xq, w0)
     # The products' range assumption along the reference trajectory (<= 1: every product within eps).
     cfg = model.config
-    prods = products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate)
+    prods = config_products(spec, cfg, model.terms.r_prime)
     x_all, y_all = torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, dy, dtype=y.dtype)])
     t = torch.cat([torch.ones(n, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
     ratio = 0.0

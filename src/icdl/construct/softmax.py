@@ -84,6 +84,16 @@ __all__ = [
 DERIVATIVE_RANGE = 1.0  # |r'| <= 1 for relu, sigmoid (1/4), tanh, softplus, identity
 
 
+def derivative_range(spec: NetSpec, r_prime: tuple[Terms, ...] | None) -> float:
+    """Range of the r' factor of the ``r' * z`` products: ``max(1, L_r + e')`` over the smooth layers (``L_r
+    = max |r'|``, e' the fitted r' sum's sup error: tanh' and softplus' peak at 1, so their fitted sums
+    reach ``1 + e'``); 1 without the sums."""
+    if r_prime is None:
+        return DERIVATIVE_RANGE
+    peaks = [spec.layer_act(j).lipschitz + t.sup_error for j, t in enumerate(r_prime, start=1) if not t.exact]
+    return max([DERIVATIVE_RANGE, *peaks])
+
+
 def layout(spec: NetSpec) -> Layout:
     """The paper's slots plus ``A`` (P wide, ordered like W): each token's gradient terms s(j) p(j-1)^T."""
     base = paper_layout(spec)
@@ -128,29 +138,37 @@ def products(
     box: float | None,
     gate: float,
     weight_range: float | None = None,
+    r_prime: tuple[Terms, ...] | None = None,
 ) -> Products:
     """The products for a configuration (ranges as in the module docstring): the weight factors on
-    ``weight_range`` when given (``--range auto`` sets it from the trajectory), else on the box B, else R."""
+    ``weight_range`` when given (``--range auto`` sets it from the trajectory), else on the box B, else R;
+    the r' factors on [`derivative_range`][icdl.construct.softmax.derivative_range] of the fitted
+    ``r_prime`` sums."""
     bw = weight_range if weight_range is not None else box if box is not None else radius
     mask = all(spec.layer_act(j).name in MASK_ACTIVATIONS for j in range(1, spec.depth + 1))
     return Products(
         forward=product_terms(bw, radius, eps),
         transpose=product_terms(bw, radius, eps),
         gradient=product_terms(radius, radius, eps),
-        derivative=None if mask else product_terms(DERIVATIVE_RANGE, radius, eps),
+        derivative=None if mask else product_terms(derivative_range(spec, r_prime), radius, eps),
         gate=gate,
     )
 
 
 def _products(ctx: BuildContext) -> Products:
-    return products(
-        ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate, weight_range=ctx.weight_range
-    )
+    return config_products(ctx.spec, ctx.config, ctx.r_prime)
 
 
-def _config_products(spec: NetSpec, cfg: GDConfig) -> Products:
+def config_products(spec: NetSpec, cfg: GDConfig, r_prime: tuple[Terms, ...]) -> Products:
+    """The [`products`][icdl.construct.softmax.products] of a configuration with its fitted r' sums."""
     return products(
-        spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate, weight_range=cfg.weight_range
+        spec,
+        eps=cfg.eps,
+        radius=cfg.radius,
+        box=cfg.box,
+        gate=cfg.gate,
+        weight_range=cfg.weight_range,
+        r_prime=r_prime,
     )
 
 
@@ -423,7 +441,7 @@ def _surrogate_of(ref: Reference, spec: NetSpec) -> Surrogate:
     sur = ref.cache.get("softmax_surrogate")
     if sur is None:
         cfg, terms = ref.model.config, ref.model.terms
-        prods = _config_products(spec, cfg)
+        prods = config_products(spec, cfg, terms.r_prime)
         sur = surrogate(spec, prods, terms.r, terms.r_prime, terms.u, ref.w, ref.x_all, ref.y_all, ref.t)
         ref.cache["softmax_surrogate"] = sur
     return sur
@@ -491,7 +509,7 @@ def ranges(ref: Reference) -> int:
     their ReLU sums were fitted on at this step (ratio above 1): there the products, and so the step, are no
     longer within eps."""
     spec, cfg = ref.model.spec, ref.model.config
-    prods = _config_products(spec, cfg)
+    prods = config_products(spec, cfg, ref.model.terms.r_prime)
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
 
 
