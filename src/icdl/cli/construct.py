@@ -163,16 +163,13 @@ def construct(
     if save_dir is not None and os.path.exists(save_dir):
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
-    # --range auto: the ranges come from the prompt (the same draw _run verifies on), before the estimate.
-    prompt = _prompt(spec, examples, seed, loss, dtype, raw_task) if radius == "auto" else None
+    task = (examples, seed, raw_task)
     config = _config(
-        spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype, prompt
+        spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype, task
     )
     # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
     check_output(save_dir, "--save", directory=True)
-    # The products' weight range counts like R in the closed-form sizes.
-    widest = max(config.radius, config.weight_range or 0.0)
-    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, widest, dtype, variant)
+    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, _widest(config), dtype, variant)
     guard(estimate, yes, max_seconds=QUICK_SECONDS)
     run = _run(
         config,
@@ -193,14 +190,7 @@ def construct(
         run,
         spec,
         config,
-        network={
-            "depth": depth,
-            "width": width,
-            "in_dim": in_dim,
-            "out_dim": out_dim,
-            "activation": activation,
-            "output": output,
-        },
+        network=_network(spec),
         options={"loss": loss, "steps": steps, "lr": lr, "examples": examples, "seed": seed, "dtype": dtype},
         task_draws=run.task_draws,
         box=box,
@@ -216,14 +206,25 @@ def construct(
         sys.exit(EXIT_DEGENERATE)
 
 
-def _prompt(spec: NetSpec, examples: int, seed: int, loss: str, dtype: str, raw_task: bool) -> Any:
-    """The prompt ``(x, y, x_query, w0)`` of ``--seed`` (the task `_run` verifies on)."""
+def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str) -> Any:
+    """The prompt ``(x, y, x_query, w0)`` of ``task = (examples, seed, raw_task)``: the draw `_run` verifies
+    on."""
     from icdl.construct.compile import DTYPES, sample_task_info
 
-    t = sample_task_info(
-        spec, examples, seed=seed, loss=loss, dtype=DTYPES[dtype], nondegenerate=not raw_task
-    )
+    examples, seed, raw = task
+    t = sample_task_info(spec, examples, seed=seed, loss=loss, dtype=DTYPES[dtype], nondegenerate=not raw)
     return (t.x, t.y, t.x_query, t.w0)
+
+
+def _network(spec: NetSpec) -> dict[str, Any]:
+    """The network options of the report (``--json`` key ``network``)."""
+    keys = ("depth", "width", "in_dim", "out_dim", "activation", "output")
+    return {k: getattr(spec, k) for k in keys}
+
+
+def _widest(config: Any) -> float:
+    """The widest range of ``config`` (R, or the products' weight range): what the closed-form sizes count."""
+    return max(config.radius, config.weight_range or 0.0)
 
 
 def _config(
@@ -239,10 +240,11 @@ def _config(
     box: float | None,
     variant: str,
     dtype: str,
-    prompt: Any = None,
+    task: tuple[int, int, bool],
 ) -> Any:
     """The [`GDConfig`][icdl.construct.compile.GDConfig] of the command's options (checked there: one line,
-    exit 2); ``radius="auto"`` is resolved on ``prompt``."""
+    exit 2); ``--range auto`` is resolved on the prompt of ``task = (examples, seed, raw_task)``, before
+    the estimate."""
     from icdl.construct import GDConfig
 
     return GDConfig.create(
@@ -258,7 +260,7 @@ def _config(
         delta=delta,
         variant=variant,
         dtype=dtype,
-        prompt=prompt,
+        prompt=_prompt(spec, task, loss, dtype) if radius == "auto" else None,
     )
 
 

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
-from icdl.construct.ranges import auto_ranges
+from icdl.construct.ranges import resolve_auto_range
 from icdl.construct.task import SampledTask, sample_task, sample_task_info, task_is_degenerate
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
@@ -210,7 +210,7 @@ class GDConfig:
 
         ``radius="auto"`` (with ``prompt=(x, y, x_query, w0)``) sets the range R, and the softmax variant's
         weight range, from a-priori bounds along the whole GD trajectory on that prompt
-        ([`resolve_auto_range`][icdl.construct.compile.resolve_auto_range]); the result holds the numbers
+        ([`resolve_auto_range`][icdl.construct.ranges.resolve_auto_range]); the result holds the numbers
         and ``auto_range=True``."""
         if projection not in ("none", "box"):
             raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
@@ -223,7 +223,8 @@ class GDConfig:
                 raise InputError(
                     'radius="auto" (--range auto) needs the prompt: pass prompt=(x, y, x_query, w0)'
                 )
-            return resolve_auto_range(cls(spec=spec, box=box, **kw), prompt)
+            cfg = cls(spec=spec, box=box, **kw)
+            return resolve_auto_range(cfg, prompt, get_variant(cfg.variant).range_needs)
         if isinstance(radius, str):
             raise InputError(f'radius must be a number > 0 or "auto", got {radius!r}')
         return cls(spec=spec, box=box, radius=radius, **kw)
@@ -248,33 +249,6 @@ class GDConfig:
 
 #: A prompt ``(x, y, x_query, w0)``: ``(n, d_x)``, ``(n, d_y)``, ``(d_x,)``, ``(P,)``.
 PromptTensors = tuple[Tensor, Tensor, Tensor, Tensor]
-
-
-def resolve_auto_range(config: GDConfig, prompt: PromptTensors) -> GDConfig:
-    """``config`` with ``radius`` (and the softmax variant's ``weight_range``) set from
-    [`auto_ranges`][icdl.construct.ranges.auto_ranges] on ``prompt``: bounds on every argument the
-    variant's fitted sums and products see (``Variant.range_needs``) along all ``config.steps`` GD steps,
-    allowing each approximation its eps. Raises [`InputError`][icdl.errors.InputError] when no finite bound
-    below the gate constant C exists (a long unprojected run)."""
-    x, y, x_query, w0 = prompt
-    cfg = config
-    assert cfg.delta is not None
-    auto = auto_ranges(
-        cfg.spec,
-        cfg.loss,
-        lr=cfg.lr,
-        steps=cfg.steps,
-        box=cfg.box,
-        x=x,
-        y=y,
-        x_query=x_query,
-        w0=w0,
-        eps=cfg.eps,
-        needs=get_variant(cfg.variant).range_needs,
-        delta=cfg.delta,
-        limit=cfg.gate,
-    )
-    return replace(cfg, radius=auto.radius, weight_range=auto.weight_range, auto_range=True)
 
 
 @dataclass

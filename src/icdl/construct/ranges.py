@@ -34,14 +34,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from icdl.errors import InputError
 from icdl.nets import NetSpec, get_loss
+
+if TYPE_CHECKING:
+    # Type-only: the configuration is the compiler's, which calls resolve_auto_range.
+    from icdl.construct.compile import GDConfig
 
 __all__ = [
     "AUTO_RANGE_FLOOR",
@@ -52,6 +56,7 @@ __all__ = [
     "RangeBounds",
     "RangeNeeds",
     "auto_ranges",
+    "resolve_auto_range",
     "trajectory_bounds",
 ]
 
@@ -439,3 +444,30 @@ def auto_ranges(
         if box is None or wb > box:
             weight_range = max(AUTO_RANGE_FLOOR, _round_up(wb * (1 + _MARGIN)))
     return AutoRanges(radius, weight_range, b)
+
+
+def resolve_auto_range(
+    config: GDConfig, prompt: tuple[Tensor, Tensor, Tensor, Tensor], needs: RangeNeeds
+) -> GDConfig:
+    """``config`` with ``radius`` (and ``weight_range``) set by
+    [`auto_ranges`][icdl.construct.ranges.auto_ranges] on ``prompt = (x, y, x_query, w0)`` for a variant
+    that needs ``needs`` (``Variant.range_needs``), over all ``config.steps`` GD steps, and
+    ``auto_range=True``. The gate constant C is the limit."""
+    x, y, x_query, w0 = prompt
+    c = config
+    auto = auto_ranges(
+        c.spec,
+        c.loss,
+        lr=c.lr,
+        steps=c.steps,
+        box=c.box,
+        x=x,
+        y=y,
+        x_query=x_query,
+        w0=w0,
+        eps=c.eps,
+        needs=needs,
+        delta=c.delta or 0.0,
+        limit=c.gate,
+    )
+    return replace(c, radius=auto.radius, weight_range=auto.weight_range, auto_range=True)
