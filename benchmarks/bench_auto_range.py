@@ -7,6 +7,12 @@ wall seconds, ``out_of_range_count``, ``max_abs_err_weights`` and the verdict. `
 JSON objects (the lines the table is made of).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_auto_range.py --out docs/results/auto_range.json
+
+``--timing``: seconds of the bound pass against reference GD at three sizes. ``--sweep``: instead, where
+the automatic range resolves without a box as L grows (no compilation: only
+[`icdl.construct.ranges.auto_ranges`][icdl.construct.ranges.auto_ranges] on the prompts of seeds 0-4 of the
+CLI's default network N=3, K=8, d_x=4, n=32, lr 0.1, eps 1e-3), for the paper's and the softmax variant's
+needs: how many of the 5 prompts get a range, and the largest R.
 """
 
 from __future__ import annotations
@@ -69,11 +75,71 @@ def run(args: list[str]) -> dict[str, object]:
     return row
 
 
+def sweep() -> None:
+    from icdl.construct.compile import sample_task_info
+    from icdl.construct.variants import get_variant
+    from icdl.errors import InputError
+    from icdl.nets import NetSpec
+
+    print("| activation | variant | " + " | ".join(f"L={L}" for L in (5, 10, 20, 50)) + " |")
+    print("|---|---|---|---|---|---|")
+    from icdl.construct.ranges import auto_ranges
+
+    for act in ("relu", "sigmoid", "tanh", "softplus"):
+        for variant in ("paper", "softmax"):
+            needs = get_variant(variant).range_needs
+            cells = []
+            for L in (5, 10, 20, 50):
+                radii = []
+                for seed in range(5):
+                    spec = NetSpec(3, 8, 4, 1, activation=act)
+                    tk = sample_task_info(spec, 32, seed=seed)
+                    try:
+                        a = auto_ranges(
+                            spec, "squared", lr=0.1, steps=L, box=None, x=tk.x, y=tk.y, x_query=tk.x_query,
+                            w0=tk.w0, eps=1e-3, needs=needs, delta=1e-9,
+                        )  # fmt: skip
+                        radii.append(a.radius)
+                    except InputError:
+                        pass
+                cells.append(f"{len(radii)}/5, R <= {max(radii):g}" if radii else "0/5")
+            print(f"| {act} | {variant} | " + " | ".join(cells) + " |", flush=True)
+
+
+def timing() -> None:
+    """Seconds of the bound pass (auto_ranges) against reference GD on the same prompt (seed 0, lr 0.1, no
+    box, eps 1e-3, ReLU) at three sizes."""
+    from icdl.construct.compile import sample_task_info
+    from icdl.construct.ranges import auto_ranges
+    from icdl.construct.variants import get_variant
+    from icdl.nets import NetSpec, reference_gd
+
+    for N, K, dx, n, L, variant in ((3, 16, 8, 64, 10, "paper"), (6, 64, 16, 256, 50, "rows"),
+                                    (8, 256, 16, 1024, 100, "rows")):  # fmt: skip
+        spec = NetSpec(N, K, dx, 1)
+        tk = sample_task_info(spec, n, seed=0)
+        t0 = time.perf_counter()
+        a = auto_ranges(
+            spec, "squared", lr=0.1, steps=L, box=None, x=tk.x, y=tk.y, x_query=tk.x_query, w0=tk.w0,
+            eps=1e-3, needs=get_variant(variant).range_needs, delta=1e-9,
+        )  # fmt: skip
+        t1 = time.perf_counter()
+        reference_gd(spec, "squared", tk.w0, tk.x, tk.y, lr=0.1, steps=L)
+        t2 = time.perf_counter()
+        print(f"N={N} K={K} d_x={dx} n={n} L={L} {variant}: R={a.radius:g}  auto_ranges {t1 - t0:.2f} s  "
+              f"reference_gd {t2 - t1:.2f} s  (load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="write the JSON rows here")
     ap.add_argument("--only", default=None, help="run only commands whose name contains this")
+    ap.add_argument("--sweep", action="store_true", help="where auto resolves without a box as L grows")
+    ap.add_argument("--timing", action="store_true", help="seconds of the bound pass against reference GD")
     a = ap.parse_args()
+    if a.sweep or a.timing:
+        sweep() if a.sweep else timing()
+        return
     rows = []
     print(
         "| command | --range | R (weights) | stored | unique | max heads | compile s | wall s "

@@ -147,7 +147,10 @@ def _matmul(a: _Iv, b: _Iv) -> _Iv:
     ac, ar = (a.lo + a.hi) / 2, (a.hi - a.lo) / 2
     bc, br = (b.lo + b.hi) / 2, (b.hi - b.lo) / 2
     c = ac @ bc
-    r = ac.abs() @ br + ar @ bc.abs() + ar @ br
+    a_point, b_point = not bool(ar.any()), not bool(br.any())
+    if a_point and b_point:  # exact arguments (a ReLU network without approximations): one product
+        return _Iv(c, c)
+    r = (0 if b_point else ac.abs() @ br) + (0 if a_point else ar @ bc.abs() + ar @ br)
     return _Iv(c - r, c + r)
 
 
