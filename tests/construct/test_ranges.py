@@ -214,16 +214,22 @@ def test_auto_range_in_range_for_every_variant(variant, act, box, assert_nondege
         _assert_within(b.maxima, _compiled_run(model, *prompt), f"{variant}/{act}/box={box} seed {seed}")
 
 
-def test_saved_auto_config_roundtrips() -> None:
-    """The resolved config is plain numbers: to_dict/from_dict give the same config (store recompiles it)."""
+def test_saved_auto_model_reloads(tmp_path: Path) -> None:
+    """The resolved config is plain numbers (R, the weight range, auto_range=True): a saved softmax model
+    reloads (store recompiles from the saved config) and reproduces its outputs bit for bit."""
+    from icdl.construct.store import load, save
+
     spec = NetSpec(2, 3, 2, 1, activation="sigmoid")
     tk = sample_task_info(spec, 6, seed=1)
-    cfg = GDConfig.create(
-        spec, steps=2, n=6, variant="softmax", radius="auto", prompt=(tk.x, tk.y, tk.x_query, tk.w0)
-    )
-    d = json.loads(json.dumps(cfg.to_dict()))
-    assert GDConfig.from_dict(d) == cfg
+    prompt = (tk.x, tk.y, tk.x_query, tk.w0)
+    cfg = GDConfig.create(spec, steps=2, n=6, eps=1e-2, variant="softmax", radius="auto", prompt=prompt)
+    assert GDConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     assert cfg.weight_range is not None and cfg.auto_range
+    model = compile_gd_transformer(cfg)
+    H = model.build_prompt(*prompt)
+    back = load(save(model, tmp_path / "auto"))
+    assert back.config == cfg
+    assert torch.equal(back(H), model(H))
 
 
 def test_auto_needs_a_prompt() -> None:
