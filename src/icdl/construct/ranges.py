@@ -78,10 +78,10 @@ class RangeNeeds:
     """What a construction variant fits on ranges (``Variant.range_needs``).
 
     Attributes:
-        quantities: the [`QUANTITIES`][icdl.construct.ranges.QUANTITIES] that must lie in ``[-R, R]``
+        quantities: the ``QUANTITIES`` that must lie in ``[-R, R]``
             (a fitted loss derivative adds ``t`` and ``y`` by itself).
         weights: whether the products' weight factors get their own range (``GDConfig.weight_range``).
-        products: the kinds of approximate product it uses ([`PRODUCTS`][icdl.construct.ranges.PRODUCTS]);
+        products: the kinds of approximate product it uses (``PRODUCTS``);
             each adds its error eps to the bounds.
     """
 
@@ -194,7 +194,7 @@ class RangeBounds:
     """A-priori bounds along the whole trajectory (steps ``0..L``, every token, every layer).
 
     Attributes:
-        maxima: for each of [`QUANTITIES`][icdl.construct.ranges.QUANTITIES], a bound on its largest
+        maxima: for each of ``QUANTITIES``, a bound on its largest
             ``|value|``.
         weights: a bound on ``max_c |w_c^(l)|`` for each step ``l = 0..L``.
     """
@@ -204,7 +204,7 @@ class RangeBounds:
 
     def bound(self, quantities: Sequence[str]) -> float:
         """The largest bound among ``quantities``
-        ([`QUANTITIES`][icdl.construct.ranges.QUANTITIES])."""
+        (``QUANTITIES``)."""
         return max((self.maxima[q] for q in quantities), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -331,7 +331,7 @@ def trajectory_bounds(
     products: Sequence[str] = (),
     delta: float = 0.0,
 ) -> RangeBounds:
-    """Bounds on every quantity of [`QUANTITIES`][icdl.construct.ranges.QUANTITIES] along ``steps``
+    """Bounds on every quantity of ``QUANTITIES`` along ``steps``
     projected-GD steps (eq. (2.3)) from ``w0`` on the prompt, for the construction's trajectory: each
     fitted sum within ``(1 + 1%) eps`` (the margin [`icdl.relu_sums`][icdl.relu_sums] leaves unmeasured),
     each approximate product of a kind in ``products`` within ``eps``, the relu' step ``clamp(z/delta, 0,
@@ -410,7 +410,7 @@ def auto_ranges(
     [`trajectory_bounds`][icdl.construct.ranges.trajectory_bounds]: the largest bound among
     ``needs.quantities`` (the variant's), plus ``t`` and ``y`` for a fitted loss derivative (its two-argument
     sum is fitted on ``[-R, R]^2``), rounded up to 3 significant digits and at least
-    [`AUTO_RANGE_FLOOR`][icdl.construct.ranges.AUTO_RANGE_FLOOR].
+    ``AUTO_RANGE_FLOOR``.
 
     Raises [`InputError`][icdl.errors.InputError] (one line) when a needed bound, or one of ``|p(N)|``,
     ``|u|``, ``|back|`` (which the gate constant C must exceed), is not finite or above ``limit`` (pass C):
