@@ -296,3 +296,37 @@ def test_no_bound_is_one_line_exit_2() -> None:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--range auto" in lines[0] and "--projection box" in lines[0], out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_estimate_gets_the_resolved_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`icdl construct --range auto` sizes its estimate (which decides refusals) with the resolved ranges:
+    the wider of R and the softmax weight range, never the default 10 nor the string "auto"."""
+    import icdl.construct.estimate as estimate
+    from icdl.cli import main
+
+    seen: dict[str, float] = {}
+
+    def record(spec, **kw):  # type: ignore[no-untyped-def]
+        seen["radius"] = kw["radius"]
+        raise InputError("stop here")
+
+    monkeypatch.setattr(estimate, "construction_estimate", record)
+    with pytest.raises(SystemExit) as exc:
+        main(["construct", *FINDING_2, "--range", "auto"])
+    assert exc.value.code == 2
+    spec = NetSpec(2, 3, 2, 1)
+    tk = sample_task_info(spec, 24, seed=109)
+    prompt = (tk.x, tk.y, tk.x_query, tk.w0)
+    cfg = GDConfig.create(
+        spec,
+        projection="box",
+        box=0.7,
+        lr=0.3,
+        steps=2,
+        n=24,
+        variant="softmax",
+        radius="auto",
+        prompt=prompt,
+    )
+    assert cfg.weight_range is not None
+    assert seen["radius"] == max(cfg.radius, cfg.weight_range) != 10.0
