@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
 from icdl.construct.layers import ReLUMLP, SoftmaxAttention
-from icdl.construct.softmax import products, range_ratios, sublayers_per_step, surrogate
+from icdl.construct.softmax import config_products, range_ratios, sublayers_per_step, surrogate
 from icdl.nets import NetSpec, forward, reference_gd
 
 RADIUS = 4.0  # the products' range assumption |p|, |s|, |w| <= R holds on these prompts
@@ -43,7 +43,7 @@ def _errors(spec, n, L, eps, box=None, seed=0) -> tuple[float, float, float]:
     ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=L, box=box)
     assert float((ref[-1] - ref[0]).abs().max()) > 1e-3  # GD moves: the comparison is not trivial
     # the products' range assumption holds along the trajectory (the bound below assumes it)
-    prods = products(spec, eps=eps, radius=RADIUS, box=box, gate=model.config.gate)
+    prods = config_products(spec, model.config, model.terms.r_prime)
     x_all, y_all = torch.cat([x, xq[None]]), torch.cat([y, torch.zeros(1, spec.out_dim, dtype=y.dtype)])
     t = torch.cat([torch.ones(n, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
     for w in ref:

@@ -40,6 +40,24 @@ class PositiveFloat(click.ParamType):
 POSITIVE_FLOAT = PositiveFloat()
 
 
+class RangeOrAuto(PositiveFloat):
+    """``--range``: a finite float > 0, or ``auto`` (bounds from the prompt,
+    [`icdl.construct.ranges`][icdl.construct.ranges])."""
+
+    name = "positive float or auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        return super().convert(value, param, ctx)
+
+
+RANGE_OR_AUTO = RangeOrAuto()
+
+#: ``icdl construct --range`` default (docs/construction.md, "Ranges": the cost of auto against R = 10).
+RANGE_DEFAULT: float | str = 10.0
+
+
 # Any integer of sane size; the library (e.g. EvalOptions) checks the lower bounds.
 BOUNDED_INT = click.IntRange(min=-MAX_COUNT, max=MAX_COUNT)
 
@@ -141,23 +159,35 @@ def network_options(f: F) -> F:
 def relu_sum_options(f: F) -> F:
     """``--eps`` and ``--range``: the target sup error and the interval of the fitted ReLU sums
     ([`icdl.relu_sums`][icdl.relu_sums]) of a smooth activation or a non-squared loss."""
+    return _apply(f, _relu_sum_options(POSITIVE_FLOAT, 10.0, "Range [-R, R] of the fitted ReLU sums."))
+
+
+def relu_sum_options_auto(f: F) -> F:
+    """``--eps`` and ``--range R|auto`` (``auto``: R from a-priori bounds on the prompt's GD trajectory,
+    [`icdl.construct.ranges`][icdl.construct.ranges]), for commands that have a prompt."""
     return _apply(
         f,
-        [
-            click.option(
-                "--eps",
-                type=POSITIVE_FLOAT,
-                default=1e-3,
-                show_default=True,
-                help="Target sup error of each fitted ReLU sum (smooth activations, non-squared losses).",
-            ),
-            click.option(
-                "--range",
-                "radius",
-                type=POSITIVE_FLOAT,
-                default=10.0,
-                show_default=True,
-                help="Range [-R, R] of the fitted ReLU sums.",
-            ),
-        ],
+        _relu_sum_options(
+            RANGE_OR_AUTO,
+            RANGE_DEFAULT,
+            "Range [-R, R] of the fitted ReLU sums and products, or 'auto': bounds on every argument along "
+            "the whole GD trajectory of the prompt (docs/construction.md, 'Ranges').",
+        ),
     )
+
+
+def _relu_sum_options(
+    range_type: click.ParamType, default: Any, help_range: str
+) -> list[Callable[[Any], Any]]:
+    return [
+        click.option(
+            "--eps",
+            type=POSITIVE_FLOAT,
+            default=1e-3,
+            show_default=True,
+            help="Target sup error of each fitted ReLU sum (smooth activations, non-squared losses).",
+        ),
+        click.option(
+            "--range", "radius", type=range_type, default=default, show_default=True, help=help_range
+        ),
+    ]

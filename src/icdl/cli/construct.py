@@ -29,7 +29,7 @@ from icdl.cli._common import (
     emit_json,
     guard,
     network_options,
-    relu_sum_options,
+    relu_sum_options_auto,
     user_error,
     yes_option,
 )
@@ -87,7 +87,7 @@ class VariantChoice(click.Choice):
     show_default=True,
     help="Floating type of the weights and the prompt (float64 to verify exactness).",
 )
-@relu_sum_options
+@relu_sum_options_auto
 @click.option(
     "--delta",
     type=POSITIVE_FLOAT,
@@ -148,7 +148,7 @@ def construct(
     seed: int,
     dtype: str,
     eps: float,
-    radius: float,
+    radius: float | str,
     delta: float | None,
     projection: str,
     box: float | None,
@@ -167,10 +167,13 @@ def construct(
     if save_dir is not None and os.path.exists(save_dir):
         raise user_error(f"--save: {save_dir} already exists; choose a new directory")
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
-    config = _config(spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype)
+    task = (examples, seed, raw_task)
+    config = _config(
+        spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype, task
+    )
     # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
     check_output(save_dir, "--save", directory=True)
-    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, radius, dtype, variant)
+    estimate = _estimate(spec, config.projection, loss, steps, examples, eps, _widest(config), dtype, variant)
     guard(estimate, yes, max_seconds=QUICK_SECONDS)
     run = _run(
         config,
@@ -191,14 +194,7 @@ def construct(
         run,
         spec,
         config,
-        network={
-            "depth": depth,
-            "width": width,
-            "in_dim": in_dim,
-            "out_dim": out_dim,
-            "activation": activation,
-            "output": output,
-        },
+        network=_network(spec),
         options={"loss": loss, "steps": steps, "lr": lr, "examples": examples, "seed": seed, "dtype": dtype},
         task_draws=run.task_draws,
         box=box,
@@ -215,6 +211,27 @@ def construct(
         sys.exit(code)
 
 
+def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str) -> Any:
+    """The prompt ``(x, y, x_query, w0)`` of ``task = (examples, seed, raw_task)``: the draw `_run` verifies
+    on."""
+    from icdl.construct.compile import DTYPES, sample_task_info
+
+    examples, seed, raw = task
+    t = sample_task_info(spec, examples, seed=seed, loss=loss, dtype=DTYPES[dtype], nondegenerate=not raw)
+    return (t.x, t.y, t.x_query, t.w0)
+
+
+def _network(spec: NetSpec) -> dict[str, Any]:
+    """The network options of the report (``--json`` key ``network``)."""
+    keys = ("depth", "width", "in_dim", "out_dim", "activation", "output")
+    return {k: getattr(spec, k) for k in keys}
+
+
+def _widest(config: Any) -> float:
+    """The widest range of ``config`` (R, or the products' weight range): what the closed-form sizes count."""
+    return max(config.radius, config.weight_range or 0.0)
+
+
 def _config(
     spec: NetSpec,
     loss: str,
@@ -222,15 +239,17 @@ def _config(
     lr: float,
     examples: int,
     eps: float,
-    radius: float,
+    radius: float | str,
     delta: float | None,
     projection: str,
     box: float | None,
     variant: str,
     dtype: str,
+    task: tuple[int, int, bool],
 ) -> Any:
     """The [`GDConfig`][icdl.construct.compile.GDConfig] of the command's options (checked there: one line,
-    exit 2)."""
+    exit 2); ``--range auto`` is resolved on the prompt of ``task = (examples, seed, raw_task)``, before
+    the estimate."""
     from icdl.construct import GDConfig
 
     return GDConfig.create(
@@ -246,6 +265,7 @@ def _config(
         delta=delta,
         variant=variant,
         dtype=dtype,
+        prompt=_prompt(spec, task, loss, dtype) if radius == "auto" else None,
     )
 
 
@@ -345,6 +365,9 @@ def _result(
         **options,
         "task_draws": task_draws,
         "delta": config.delta,
+        "radius": config.radius,
+        "weight_range": config.weight_range,
+        "range_auto": config.auto_range,
         "projection": config.projection,
         "box": box,
         "seconds_compile": run.seconds_compile,
@@ -369,6 +392,9 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"nonzero {summary['nonzero_parameters']:,}",
         f"ReLU terms   r {summary['terms']['r']}  r' {summary['terms']['r_prime']}  "
         f"u {summary['terms']['u']}",
+        f"ranges       R={r['radius']:g}"
+        + (f", weights {r['weight_range']:g}" if r["weight_range"] is not None else "")
+        + (" (auto: a-priori bounds on this prompt's trajectory)" if r["range_auto"] else ""),
         f"time         compile {run.seconds_compile:.3f}s  forward {run.seconds_forward:.3f}s  "
         f"reference GD {report.seconds_reference:.4f}s",
         "",

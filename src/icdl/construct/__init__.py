@@ -18,6 +18,8 @@ the import layers that ``lint-imports`` checks).
 * [`paper`][icdl.construct.paper], [`compact`][icdl.construct.compact], [`no_ewml`][icdl.construct.no_ewml],
   [`rows`][icdl.construct.rows], [`softmax`][icdl.construct.softmax] — variants, listed in
   [`variants`][icdl.construct.variants].
+* [`ranges`][icdl.construct.ranges] — a-priori bounds on every argument of the fitted sums and products
+  along the GD trajectory of a prompt (``radius="auto"``, ``icdl construct --range auto``).
 * [`compile`][icdl.construct.compile] —
   [`compile_gd_transformer`][icdl.construct.compile.compile_gd_transformer],
   [`GDConfig`][icdl.construct.compile.GDConfig], [`CompiledModel`][icdl.construct.compile.CompiledModel],

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
+from icdl.construct.ranges import resolve_auto_range
 from icdl.construct.task import SampledTask, sample_task, sample_task_info, task_is_degenerate
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
@@ -51,6 +52,7 @@ from icdl.sublayer import SublayerInfo
 __all__ = [
     "CompiledModel",
     "GDConfig",
+    "PromptTensors",
     "SampledTask",
     "SumTerms",
     "TraceFn",
@@ -59,6 +61,7 @@ __all__ = [
     "compile_gd_transformer",
     "default_delta",
     "default_tol",
+    "resolve_auto_range",
     "sample_task",
     "sample_task_info",
     "task_is_degenerate",
@@ -121,12 +124,18 @@ class GDConfig:
         steps: L, the number of GD steps (blocks).
         n: number of in-context examples (prompts have n + 1 tokens).
         eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
-        radius: range ``[-R, R]`` of the fitted sums.
+        radius: range ``[-R, R]`` of the fitted sums and of the products' non-weight factors
+            ([`GDConfig.create`][icdl.construct.compile.GDConfig.create] with ``radius="auto"`` sets it from
+            the prompt, [`icdl.construct.ranges`][icdl.construct.ranges]).
         delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
         box: box projection bound B (None: unprojected GD).
         gate: constant C of the query gate (Lemma 4) and readout; must exceed every |u| and |p(N)|.
         variant: construction name (``icdl.construct.variants``).
         dtype: ``"float64"`` (verification) or ``"float32"``.
+        weight_range: range of the weight factor of the products (the softmax variant's ``v * p`` and
+            ``v * s``); None: the box B, or R without a box.
+        auto_range: whether ``radius`` (and ``weight_range``) were set by ``radius="auto"`` (a record: the
+            config itself holds the resolved numbers, so a saved model recompiles to the same weights).
     """
 
     spec: NetSpec
@@ -141,12 +150,19 @@ class GDConfig:
     gate: float = 1e6
     variant: str = "paper"
     dtype: str = "float64"
+    weight_range: float | None = None
+    auto_range: bool = False
 
     def __post_init__(self) -> None:
         get_loss(self.loss)
         variant = get_variant(self.variant)
         if self.dtype not in DTYPES:
             raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if isinstance(self.radius, str):
+            raise InputError(
+                f"radius must be a number > 0, got {self.radius!r} "
+                '(radius="auto" is resolved by GDConfig.create(..., prompt=(x, y, x_query, w0)))'
+            )
         ints: tuple[tuple[str, int, int], ...] = (("steps", self.steps, 0), ("n (examples)", self.n, 1))
         for name, iv, low in ints:
             if not isinstance(iv, int) or isinstance(iv, bool) or iv < low:
@@ -160,8 +176,9 @@ class GDConfig:
         for name, v in floats:
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise InputError(f"{name} must be a finite number > 0, got {v!r}")
-        if self.box is not None and (not math.isfinite(self.box) or self.box <= 0):
-            raise InputError(f"box must be a finite number > 0, got {self.box!r}")
+        for name, opt in (("box", self.box), ("weight_range", self.weight_range)):
+            if opt is not None and (not isinstance(opt, (int, float)) or not math.isfinite(opt) or opt <= 0):
+                raise InputError(f"{name} must be a finite number > 0, got {opt!r}")
         if self.delta is None:
             object.__setattr__(self, "delta", default_delta(self.dtype))
         assert self.delta is not None
@@ -179,19 +196,41 @@ class GDConfig:
 
     @classmethod
     def create(
-        cls, spec: NetSpec, *, projection: str = "none", box: float | None = None, **kw: Any
+        cls,
+        spec: NetSpec,
+        *,
+        projection: str = "none",
+        box: float | None = None,
+        radius: float | str = 10.0,
+        prompt: PromptTensors | None = None,
+        **kw: Any,
     ) -> GDConfig:
         """A config from user-facing options: ``projection`` is ``"none"`` or ``"box"`` (which needs
-        ``box``, the bound B of ``W = {|w_c| <= B}``). The one place that checks the projection options."""
+        ``box``, the bound B of ``W = {|w_c| <= B}``). The one place that checks the projection options.
+
+        ``radius="auto"`` (with ``prompt=(x, y, x_query, w0)``) sets the range R, and the softmax variant's
+        weight range, from a-priori bounds along the whole GD trajectory on that prompt
+        ([`resolve_auto_range`][icdl.construct.ranges.resolve_auto_range]); the result holds the numbers
+        and ``auto_range=True``."""
         if projection not in ("none", "box"):
             raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
         if projection == "box" and box is None:
             raise InputError("projection 'box' needs a bound: pass box=B (--box B)")
         if projection == "none" and box is not None:
             raise InputError("box is only used with projection 'box' (--projection box)")
-        known = [f.name for f in fields(cls) if f.name not in ("spec", "box")] + ["projection", "box"]
+        known = [f.name for f in fields(cls) if f.name not in ("spec", "box", "radius")]
+        known += ["projection", "box", "radius", "prompt"]
         reject_unknown_keywords({k: v for k, v in kw.items() if k not in known}, known, "GDConfig.create")
-        return cls(spec=spec, box=box, **kw)
+        if radius == "auto":
+            if prompt is None:
+                raise InputError(
+                    'radius="auto" (--range auto) needs the prompt: pass prompt=(x, y, x_query, w0)'
+                )
+            cfg = cls(spec=spec, box=box, **kw)
+            return resolve_auto_range(cfg, prompt, get_variant(cfg.variant).range_needs)
+        if isinstance(radius, str):
+            raise InputError(f'radius must be a number > 0 or "auto", got {radius!r}')
+        return cls(spec=spec, box=box, radius=radius, **kw)
 
     @property
     def projection(self) -> str:
@@ -209,6 +248,10 @@ class GDConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GDConfig:
         return cls(**{**d, "spec": NetSpec(**d["spec"])})
+
+
+#: A prompt ``(x, y, x_query, w0)``: ``(n, d_x)``, ``(n, d_y)``, ``(d_x,)``, ``(P,)``.
+PromptTensors = tuple[Tensor, Tensor, Tensor, Tensor]
 
 
 @dataclass
@@ -524,13 +567,14 @@ def compile_gd_transformer(
     steps: int = 1,
     n: int = 16,
     eps: float = 1e-3,
-    radius: float = 10.0,
+    radius: float | str = 10.0,
     delta: float | None = None,
     projection: str = "none",
     box: float | None = None,
     gate: float = 1e6,
     variant: str = "paper",
     dtype: str = "float64",
+    prompt: PromptTensors | None = None,
     **unknown: Any,
 ) -> CompiledModel:
     """Compile the transformer that runs ``steps`` projected-GD steps over n-example prompts (Theorem 1:
@@ -538,10 +582,12 @@ def compile_gd_transformer(
 
     Pass a [`GDConfig`][icdl.construct.compile.GDConfig] alone, or a [`NetSpec`][icdl.nets.NetSpec] and
     keyword options (their meaning and defaults are those of [`GDConfig`][icdl.construct.compile.GDConfig];
-    ``projection``/``box`` are checked by [`GDConfig.create`][icdl.construct.compile.GDConfig.create]):
+    ``projection``/``box`` and ``radius="auto"`` with ``prompt`` are resolved by
+    [`GDConfig.create`][icdl.construct.compile.GDConfig.create]):
 
     ```python
     compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
+    compile_gd_transformer(spec, steps=5, n=16, radius="auto", prompt=(x, y, x_query, w0))
     ```
 
     Args:
@@ -551,13 +597,15 @@ def compile_gd_transformer(
         steps: L, the number of GD steps (blocks).
         n: number of in-context examples (prompts have n + 1 tokens).
         eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
-        radius: range ``[-R, R]`` of the fitted sums.
+        radius: range ``[-R, R]`` of the fitted sums, or ``"auto"`` (needs ``prompt``): from a-priori
+            bounds along the GD trajectory on that prompt.
         delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
         projection: ``"none"`` (plain GD) or ``"box"`` (projected GD onto ``{|w_c| <= box}``).
         box: the box bound B (only with ``projection="box"``).
         gate: constant C of the query gate (Lemma 4) and readout.
         variant: construction name (``icdl variants`` lists them).
         dtype: ``"float64"`` (verification) or ``"float32"``.
+        prompt: ``(x, y, x_query, w0)``, only with ``radius="auto"``.
         **unknown: any other keyword is rejected with an
             [`InputError`][icdl.errors.InputError] naming the closest option (``step`` -> ``steps``).
 
@@ -566,11 +614,11 @@ def compile_gd_transformer(
     """
     options: dict[str, Any] = dict(
         loss=loss, lr=lr, steps=steps, n=n, eps=eps, radius=radius, delta=delta, projection=projection,
-        box=box, gate=gate, variant=variant, dtype=dtype,
+        box=box, gate=gate, variant=variant, dtype=dtype, prompt=prompt,
     )  # fmt: skip
     reject_unknown_keywords(unknown, options, "compile_gd_transformer")
     if isinstance(config, GDConfig):
-        given = [k for k, v in options.items() if v != _OPTION_DEFAULTS[k]]
+        given = [k for k, v in options.items() if v is not _OPTION_DEFAULTS[k] and v != _OPTION_DEFAULTS[k]]
         if given:
             raise InputError(
                 f"pass either a GDConfig or a NetSpec with options, not both (got {', '.join(given)})"
@@ -589,6 +637,7 @@ def compile_gd_transformer(
 _OPTION_DEFAULTS: dict[str, Any] = {
     **{f.name: f.default for f in fields(GDConfig) if f.name != "spec"},
     "projection": "none",
+    "prompt": None,
 }
 
 

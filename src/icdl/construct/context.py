@@ -96,6 +96,11 @@ class BuildContext:
         """Range ``[-R, R]`` of fitted sums."""
         return float(self.config.radius)
 
+    @property
+    def weight_range(self) -> float | None:
+        """Range of the products' weight factors (None: the box B, or R without a box)."""
+        return self.config.weight_range
+
     @cached_property
     def slot_labels(self) -> tuple[str, ...]:
         """Slot label of every coordinate (what sublayers derive their reads/writes from;

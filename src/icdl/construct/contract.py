@@ -44,6 +44,7 @@ from icdl.construct.budget import Declared, sums_only
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
+from icdl.construct.ranges import DEFAULT_NEEDS, RangeNeeds
 from icdl.construct.sizes import DENSE_COSTS, Costs, Sizes, paper_sizes
 from icdl.nets import GradTerms, NetSpec, projected_step
 from icdl.sublayer import SublayerInfo
@@ -165,6 +166,9 @@ class Variant:
         readout: ``BuildContext -> sublayers after the last step`` (write the prediction into Y).
         effects: ``(info, layout) -> list[Expect]``: what must hold after each of its sublayers.
         paper: whether this is the paper's construction as published (up to the documented fixes).
+        range_needs: what it fits on ranges ([`RangeNeeds`][icdl.construct.ranges.RangeNeeds]): the
+            quantities ``radius="auto"`` must bound by R, whether its products take a weight range, and
+            its approximate products ([`icdl.construct.ranges`][icdl.construct.ranges]).
         check: optional ``GDConfig -> None`` raising [`InputError`][icdl.errors.InputError] for configurations
             the variant cannot build (e.g. a non-ReLU activation).
         ranges: optional ``Reference -> int``: how many arguments (or groups of them) of the variant's own
@@ -190,6 +194,7 @@ class Variant:
     readout: Callable[[BuildContext], list[Sublayer]]
     effects: EffectsFn
     paper: bool = False
+    range_needs: RangeNeeds = DEFAULT_NEEDS
     check: Callable[[GDConfig], Any] | None = None
     ranges: Callable[[Reference], int] | None = None
     sizes: Callable[[NetSpec, int], Sizes] = paper_sizes

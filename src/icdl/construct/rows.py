@@ -70,6 +70,7 @@ from icdl.construct.layers import (
 from icdl.construct.layout import ROWS_SCRATCH, Layout, RowsLayout
 from icdl.construct.products import ProductTerms, product_terms
 from icdl.construct.ranged import RowAttention, RowMLP, pack_heads
+from icdl.construct.ranges import RangeNeeds
 from icdl.construct.sizes import CostInputs, Costs, Sizes
 from icdl.construct.terms import Terms
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
@@ -550,6 +551,8 @@ VARIANT = Variant(
     readout=build_readout,
     effects=effects,
     ranges=ranges,
+    # r' ⊙ z of a smooth layer is a product fitted on |z| <= R (z: u or V^T s, the "back" vectors).
+    range_needs=RangeNeeds(("z", "back"), products=("derivative",)),
     sizes=rows_sizes,
     costs=Costs(work=_rows_work),
     budget=declared,

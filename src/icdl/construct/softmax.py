@@ -59,6 +59,7 @@ from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Su
 from icdl.construct.layout import SCRATCH, Layout, paper_layout
 from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
 from icdl.construct.products import ProductTerms, add_product, product_terms
+from icdl.construct.ranges import PRODUCTS, RangeNeeds
 from icdl.construct.sizes import CONSTRUCT_FLOPS, CostInputs, Costs, Sizes
 from icdl.construct.terms import Terms
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
@@ -66,7 +67,7 @@ from icdl.sublayer import SublayerInfo
 from icdl.theory import embedding_dim
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import CompiledModel
+    from icdl.construct.compile import CompiledModel, GDConfig
 
 __all__ = [
     "VARIANT",
@@ -140,11 +141,14 @@ def products(
     radius: float,
     box: float | None,
     gate: float,
+    weight_range: float | None = None,
     r_prime_range: float = DERIVATIVE_RANGE,
 ) -> Products:
-    """The products for a configuration (ranges as in the module docstring; ``r_prime_range``:
-    [`derivative_range`][icdl.construct.softmax.derivative_range] of the model's r' sums)."""
-    bw = box if box is not None else radius
+    """The products for a configuration (ranges as in the module docstring): the weight factors on
+    ``weight_range`` when given (``--range auto`` sets it from the trajectory), else on the box B, else R;
+    the r' factors on ``r_prime_range`` ([`derivative_range`][icdl.construct.softmax.derivative_range] of
+    the model's r' sums)."""
+    bw = weight_range if weight_range is not None else box if box is not None else radius
     mask = all(spec.layer_act(j).name in MASK_ACTIVATIONS for j in range(1, spec.depth + 1))
     return Products(
         forward=product_terms(bw, radius, eps),
@@ -156,15 +160,25 @@ def products(
 
 
 def _products(ctx: BuildContext) -> Products:
-    rng = derivative_range(ctx.spec, tuple(ctx.r_prime))
-    return products(ctx.spec, eps=ctx.eps, radius=ctx.radius, box=ctx.box, gate=ctx.gate, r_prime_range=rng)
+    return config_products(ctx.spec, ctx.config, tuple(ctx.r_prime))
+
+
+def config_products(spec: NetSpec, cfg: GDConfig, r_prime: tuple[Terms, ...]) -> Products:
+    """The [`products`][icdl.construct.softmax.products] of a configuration with its fitted r' sums."""
+    return products(
+        spec,
+        eps=cfg.eps,
+        radius=cfg.radius,
+        box=cfg.box,
+        gate=cfg.gate,
+        weight_range=cfg.weight_range,
+        r_prime_range=derivative_range(spec, r_prime),
+    )
 
 
 def model_products(model: CompiledModel) -> Products:
     """[`products`][icdl.construct.softmax.products] of a compiled model (its config and r' sums)."""
-    spec, cfg = model.spec, model.config
-    rng = derivative_range(spec, model.terms.r_prime)
-    return products(spec, eps=cfg.eps, radius=cfg.radius, box=cfg.box, gate=cfg.gate, r_prime_range=rng)
+    return config_products(model.spec, model.config, model.terms.r_prime)
 
 
 def _a_index(L: Layout, j: int, k: int, l: int) -> int:
@@ -553,6 +567,9 @@ VARIANT = Variant(
     readout=build_readout,
     effects=effects,
     ranges=ranges,
+    # Forward products read p(0..N-1), transpose and gradient products s, derivative products (or the
+    # exact mask products, |.| <= C) the back vectors; the weights get their own range.
+    range_needs=RangeNeeds(("z", "p", "s", "back"), weights=True, products=PRODUCTS),
     sizes=softmax_sizes,
     costs=Costs(mlp=_softmax_mlp),
     budget=declared,
