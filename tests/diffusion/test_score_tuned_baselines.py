@@ -168,8 +168,9 @@ def test_cli_tuning_is_the_same_for_other_test_prompts(
     def evaluate(seed: int) -> dict:  # type: ignore[type-arg]
         with pytest.raises(SystemExit) as exc:
             main(
-                ["score", "evaluate", "--baselines-only", "score-small", "--prompts", "4", "--seed", str(seed), "--tune-prompts", "6",
-                 "--mlp-ks", "3", "--no-mlp", "--gd-steps", "0", "--resamples", "10", "--json"]
+                ["score", "evaluate", "--baselines-only", "score-small", "--prompts", "4",
+                 "--seed", str(seed), "--tune-prompts", "6", "--mlp-ks", "3", "--no-mlp", "--gd-steps", "0",
+                 "--resamples", "10", "--json"]
             )  # fmt: skip
         out, err = capsys.readouterr()
         assert exc.value.code in (0, None), err
