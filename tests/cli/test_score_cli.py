@@ -59,23 +59,32 @@ def test_evaluate_and_sample_json(tiny_run: Path, tmp_path: Path, capsys: pytest
     out = tmp_path / "curves.json"
     code, stdout, err = run(
         ["score", "evaluate", str(tiny_run), "--prompts", "8", "--mlp-ks", "3", "--mlp-epochs", "5",
-         "--resamples", "20", "--json", "--out", str(out), "--plot", str(tmp_path / "c.png")],
+         "--resamples", "20", "--tune-prompts", "6", "--json", "--out", str(out),
+         "--plot", str(tmp_path / "c.png")],
         capsys,
     )  # fmt: skip
     assert code == 0, err
     r = json.loads(stdout)
-    assert set(r["score_error"]) == {"icl", "mlp3x64", "gd3x16_L10", "prior", "gaussian_fit", "empirical"}
+    assert set(r["score_error"]) == {
+        "icl", "mlp3x64", "gd3x16_L10", "prior", "population", "gaussian_fit", "empirical", "gd_prior", "kde",
+        "mixture_fit",
+    }  # fmt: skip
     assert len(r["score_error"]["icl"]["mse"]) == 7 and r["dsm_loss"]["exact"][0] > 0
     assert json.loads(out.read_text())["prompts"] == 8 and (tmp_path / "c.png").stat().st_size > 0
     code, stdout, err = run(
         ["score", "sample", str(tiny_run), "--ks", "2,6", "--prompts", "1", "--samples", "20", "--steps", "3",
-         "--mlp-epochs", "2", "--json", "--plot", str(tmp_path / "d.png"),
+         "--mlp-epochs", "2", "--tune-prompts", "6", "--json", "--plot", str(tmp_path / "d.png"),
          "--samples-plot", str(tmp_path / "s.png")],
         capsys,
     )  # fmt: skip
     assert code == 0, err
     r = json.loads(stdout)
     assert r["ks"] == [2, 6] and len(r["sw"]["icl"]) == 2 and r["floor"]["exact_sw"] >= 0
+    assert len(r["sw_bands"]["minus_icl"]["kde"]) == 2 and set(r["tuning"]) == {
+        "gd_prior",
+        "kde",
+        "mixture_fit",
+    }
     assert (tmp_path / "s.png").stat().st_size > 0
 
 

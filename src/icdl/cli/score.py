@@ -88,6 +88,36 @@ def _with_mlp_options(fn: Any) -> Any:
     return fn
 
 
+def _with_tuned_options(fn: Any) -> Any:
+    """``--baselines`` / ``--tune-prompts`` / ``--tune-seed``: the baselines of icdl.diffusion.tuning."""
+    for opt in (
+        click.option(
+            "--tune-seed", type=click.IntRange(0), default=999, show_default=True,
+            help="Seed of the held-out tuning prompts (must differ from --seed).",
+        ),
+        click.option(
+            "--tune-prompts", type=click.IntRange(2, 100_000), default=256, show_default=True,
+            help="Held-out prompts the tuned baselines are chosen on.",
+        ),
+        click.option(
+            "--baselines", "baselines_text", default="gd_prior,kde,mixture_fit", show_default=True,
+            help="Tuned baselines (comma-separated; 'none' for none).",
+        ),
+    ):  # fmt: skip
+        fn = opt(fn)
+    return fn
+
+
+def _baseline_names(text: str) -> list[str]:
+    from icdl.diffusion.tuning import BASELINES
+
+    names = [] if text.strip() == "none" else [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise InputError(f"unknown --baselines {', '.join(unknown)}; known: {', '.join(BASELINES)} or none")
+    return names
+
+
 def _run_or_preset(fn: Any) -> Any:
     """``RUN`` (a trained score run) or ``--baselines-only PRESET`` (the baselines on a preset's task)."""
     fn = click.option(
@@ -222,6 +252,7 @@ def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple
     show_default=True,
     help="Bootstrap resamples.",
 )
+@_with_tuned_options
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the result JSON here.")
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write the curves to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
@@ -230,17 +261,23 @@ def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
     mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, gd_steps: int, gd_lr: float, gd_width: int,
     resamples: int, out: Path | None, plot: Path | None, as_json: bool, yes: bool = False,
-    allow_unfinished: bool = False,
+    allow_unfinished: bool = False, baselines_text: str = "none", tune_prompts: int = 256,
+    tune_seed: int = 999,
 ) -> None:  # fmt: skip
     """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
 
     Estimators: the ICL model, a context-trained MLP, plain GD on the bias-free ReLU score network (what
-    `icdl score construct` compiles), the prior -x, a Gaussian fit and the empirical score.
+    `icdl score construct` compiles), the prior -x, the task's population score, a Gaussian fit, the
+    empirical score, and the --baselines tuned on held-out prompts (--tune-seed): GD from the start that
+    outputs -x (at --mlp-ks), a KDE and a mixture fit.
     """
     _check_png(plot)
     check_output(out, "--out")
     check_output(plot, "--plot")
     ks = _ks(mlp_ks)
+    names = _baseline_names(baselines_text)
+    if names and tune_seed == seed:
+        raise InputError(f"--tune-seed must differ from --seed (the test prompts), both are {seed}")
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr, ks)
     from icdl.diffusion.baselines import GDScore
     from icdl.diffusion.budget import score_curves_estimate
@@ -249,12 +286,17 @@ def evaluate_cmd(
     model, cfg = _load(run, preset, allow_unfinished)
     est = score_curves_estimate(
         cfg, prompts=prompts, mlp_ks=0 if no_mlp else len(ks), mlp_epochs=mlp_epochs, mlp_depth=mlp_depth,
-        mlp_width=mlp_width, gd_steps=gd_steps, gd_width=gd_width, resamples=resamples,
+        mlp_width=mlp_width, gd_steps=gd_steps, gd_width=gd_width, resamples=resamples, tuned=names,
+        tune_prompts=tune_prompts,
     )  # fmt: skip
     guard(est, yes)
     from icdl.diffusion.evaluate import score_curves
+    from icdl.diffusion.tuning import tuned_baselines
 
-    res = score_curves(model, cfg, prompts=prompts, seed=seed, mlp=mlp, gd=gd, resamples=resamples)
+    tuned = tuned_baselines(cfg, names, prompts=tune_prompts, seed=tune_seed, test_seed=seed, gd_ks=ks)
+    res = score_curves(
+        model, cfg, prompts=prompts, seed=seed, mlp=mlp, gd=gd, tuned=tuned, resamples=resamples
+    )
     res["run"] = None if run is None else str(run)
     if out is not None:
         _write_json(out, res)
@@ -276,7 +318,7 @@ def evaluate_cmd(
 @click.option(
     "--ks", "ks_text", default="5,10,20,40", show_default=True, help="Context sizes k (comma-separated)."
 )
-@click.option("--prompts", type=click.IntRange(1, 1000), default=4, show_default=True, help="Test mixtures.")
+@click.option("--prompts", type=click.IntRange(1, 1000), default=16, show_default=True, help="Test mixtures.")
 @click.option(
     "--samples", type=click.IntRange(2, 100_000), default=500, show_default=True, help="Samples per run."
 )
@@ -292,6 +334,7 @@ def evaluate_cmd(
     "--seed", type=click.IntRange(0), default=777, show_default=True, help="Seed of mixtures and sampler."
 )
 @_with_mlp_options
+@_with_tuned_options
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the result JSON here.")
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Distance-per-k plot (PNG).")
 @click.option(
@@ -306,28 +349,37 @@ def sample_cmd(
     run: Path | None, preset: str | None, ks_text: str, prompts: int, samples: int, steps: int, method: str,
     seed: int, mlp_depth: int, mlp_width: int, mlp_epochs: int, mlp_lr: float, no_mlp: bool, out: Path | None,
     plot: Path | None, samples_plot: Path | None, as_json: bool, yes: bool = False,
-    allow_unfinished: bool = False,
+    allow_unfinished: bool = False, baselines_text: str = "none", tune_prompts: int = 256,
+    tune_seed: int = 999,
 ) -> None:  # fmt: skip
-    """Sample with the in-context score and measure sliced W2 / MMD to the true distribution per k."""
+    """Sample with the in-context score and measure sliced W2 / MMD to the true distribution per k.
+
+    90 % bootstrap bands over the --prompts mixtures, and paired bands of each baseline minus ICL.
+    """
     _check_png(plot)
     _check_png(samples_plot)
     for path, option in ((out, "--out"), (plot, "--plot"), (samples_plot, "--samples-plot")):
         check_output(path, option)
     ks = _ks(ks_text)
+    names = _baseline_names(baselines_text)
+    if names and tune_seed == seed:
+        raise InputError(f"--tune-seed must differ from --seed (the test mixtures), both are {seed}")
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr)
     model, cfg = _load(run, preset, allow_unfinished)
     from icdl.diffusion.budget import sampling_estimate
 
     est = sampling_estimate(
         cfg, ks=ks, prompts=prompts, samples=samples, steps=steps, mlp_epochs=0 if no_mlp else mlp_epochs,
-        mlp_depth=mlp_depth, mlp_width=mlp_width,
+        mlp_depth=mlp_depth, mlp_width=mlp_width, tuned=names, tune_prompts=tune_prompts,
     )  # fmt: skip
     guard(est, yes)
     from icdl.diffusion.evaluate import sampling_distances
+    from icdl.diffusion.tuning import tuned_baselines
 
+    tuned = tuned_baselines(cfg, names, prompts=tune_prompts, seed=tune_seed, test_seed=seed, gd_ks=ks)
     res = sampling_distances(
         model, cfg, ks=ks, prompts=prompts, samples=samples, steps=steps, method=method,  # type: ignore[arg-type]
-        seed=seed, mlp=mlp, keep_samples=samples_plot is not None,
+        seed=seed, mlp=mlp, tuned=tuned, keep_samples=samples_plot is not None,
     )  # fmt: skip
     kept = res.pop("samples_first_prompt", None)
     res["run"] = None if run is None else str(run)

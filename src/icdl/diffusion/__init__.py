@@ -5,7 +5,9 @@
 * [`task`][icdl.diffusion.task] — per-prompt Gaussian mixtures on random subspaces, the OU forward process,
   DSM targets, the exact mixture score.
 * [`baselines`][icdl.diffusion.baselines] — prior ``-x``, Gaussian fit, empirical score, context-trained
-  network.
+  network, GD on the bias-free score network (from random weights or from the start that outputs ``-x``).
+* [`density`][icdl.diffusion.density] — KDE and mixture-fit scores, the task's population score.
+* [`tuning`][icdl.diffusion.tuning] — baselines tuned on held-out prompts per (k, t) cell.
 * [`train`][icdl.diffusion.train] — pretraining the ICL transformer on the h-weighted DSM loss.
 * [`sampler`][icdl.diffusion.sampler] — probability-flow ODE and reverse SDE.
 * [`metrics`][icdl.diffusion.metrics] / [`evaluate`][icdl.diffusion.evaluate] /

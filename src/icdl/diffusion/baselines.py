@@ -19,7 +19,9 @@ The context reveals its clean points: ``alpha_i x_0,i = x_t,i + h_i y_i``
 * [`GDScore`][icdl.diffusion.baselines.GDScore] — the algorithm the compiled construction runs
   ([`icdl.diffusion.construct`][icdl.diffusion.construct]): L steps of plain GD on the (unweighted) DSM loss
   of the paper's bias-free ReLU score network with a linear output, from one seeded He-random ``w0``, then the
-  query prediction ``f(w^(L), [x, t])``.
+  query prediction ``f(w^(L), [x, t])``. With ``init="prior"`` it starts instead from
+  [`prior_start_weights`][icdl.diffusion.baselines.prior_start_weights], whose network outputs the prior
+  score ``-x`` exactly.
 * [`ContextMLP`][icdl.diffusion.baselines.ContextMLP] — an N-layer ReLU score network ``[x_t, t] -> R^d``
   (biases, linear output) trained on the k context pairs by full-batch Adam on the h-weighted DSM loss, one
   per prompt and k (all prompts in parallel, as
@@ -35,6 +37,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -43,7 +46,7 @@ from torch import Tensor
 from icdl.diffusion.task import ou_alpha, ou_h
 from icdl.errors import InputError
 from icdl.icl.baselines import check_prompts
-from icdl.nets import NetSpec, forward, init_weights, reference_gd
+from icdl.nets import NetSpec, flatten, forward, init_weights, reference_gd, unflatten
 
 __all__ = [
     "ContextMLP",
@@ -53,6 +56,7 @@ __all__ = [
     "PriorScore",
     "ScoreFn",
     "context_x0",
+    "prior_start_weights",
     "score_fn",
 ]
 
@@ -135,14 +139,54 @@ class EmpiricalScore:
         return torch.where((mask.any(-1))[None, :, None], score, -x)
 
 
+def prior_start_weights(
+    spec: NetSpec, *, generator: torch.Generator | None = None, scale: float = 1.0
+) -> Tensor:
+    """Weights ``(P,)`` of a bias-free ReLU score network ``[x, t] -> R^d`` whose output is exactly ``-x``.
+
+    ``spec``: depth N >= 2, width K >= 2d, input ``d + 1``, output d, linear output layer. A bias-free ReLU
+    network is positively homogeneous, and so is ``-x = relu(-x) - relu(x)``: hidden units ``0..2d-1``
+    carry ``relu(x_i)`` and ``relu(-x_i)`` (identity between hidden layers), the output layer reads
+    ``-relu(x_i) + relu(-x_i)``. The other ``K - 2d`` units are He-random (times ``scale``) within their own
+    block and have zero output weights, so they leave the output at ``-x`` but give GD on the DSM loss
+    features of ``(x, t)`` to move.
+    """
+    d = spec.out_dim
+    if spec.in_dim != d + 1 or spec.depth < 2 or spec.width < 2 * d or spec.output != "linear":
+        raise InputError(
+            f"the prior start needs depth >= 2, width >= 2d = {2 * d}, input d + 1 and a linear output, "
+            f"got depth {spec.depth}, width {spec.width}, input {spec.in_dim}, output {spec.output!r}"
+        )
+    mats = [torch.zeros(V.shape, dtype=torch.float64) for V in unflatten(spec, torch.zeros(spec.num_params))]
+    rand = [
+        V.to(torch.float64) * scale
+        for V in unflatten(
+            spec, init_weights(spec, generator=generator, fan_in_scaling=True, dtype=torch.float64)
+        )
+    ]
+    eye = torch.eye(d, dtype=torch.float64)
+    free = slice(2 * d, None)
+    mats[0][: 2 * d, :d] = torch.cat([eye, -eye])
+    mats[0][free] = rand[0][free]
+    for V, R in zip(mats[1:-1], rand[1:-1], strict=True):
+        V[: 2 * d, : 2 * d] = torch.eye(2 * d, dtype=torch.float64)
+        V[free, free] = R[free, free]
+    mats[-1][:, : 2 * d] = torch.cat([-eye, eye], 1)
+    return flatten(spec, mats)
+
+
 @dataclass
 class GDScore:
     """L steps of GD on the DSM (squared) loss of a bias-free ReLU score network, per prompt and k.
 
-    Network ``NetSpec(depth, width, d + 1, d, "relu", output="linear")`` from one He-scaled ``w0``
-    (seeded, shared by all prompts); risk ``(1/(2k)) Σ_i ||f(w, [x_i, t_i]) - y_i||^2`` (eq. 2.2) over
-    the k context pairs, GD by [`icdl.nets.reference_gd`][icdl.nets.reference_gd] (batched over prompts). This
-    is what the compiled transformer computes in its forward pass for a prompt of k examples (tested).
+    Network ``NetSpec(depth, width, d + 1, d, "relu", output="linear")`` from one seeded ``w0`` shared by
+    all prompts: He-scaled normal (``init="random"``), or
+    [`prior_start_weights`][icdl.diffusion.baselines.prior_start_weights] (``init="prior"``: the network
+    starts at the prior score ``-x``, with ``init_scale`` on its free units). Risk
+    ``(1/(2k)) Σ_i ||f(w, [x_i, t_i]) - y_i||^2`` (eq. 2.2) over the k context pairs, GD by
+    [`icdl.nets.reference_gd`][icdl.nets.reference_gd] (batched over prompts). This is what the compiled
+    transformer computes in its forward pass for a prompt of k examples (tested). A step that leaves the
+    finite numbers gives NaN predictions (a diverged setting loses the held-out selection).
     """
 
     depth: int = 3
@@ -151,18 +195,33 @@ class GDScore:
     steps: int = 10
     seed: int = 0
     ks: Sequence[int] | None = None
+    init: Literal["random", "prior"] = "random"
+    init_scale: float = 1.0
 
     @property
     def name(self) -> str:
-        return f"gd{self.depth}x{self.width}_L{self.steps}"
+        tag = "" if self.init == "random" else "p"
+        return f"gd{tag}{self.depth}x{self.width}_L{self.steps}"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"init": self.init, "lr": self.lr, "steps": self.steps, "init_scale": self.init_scale}
 
     def spec(self, d: int) -> NetSpec:
         return NetSpec(self.depth, self.width, d + 1, d, activation="relu", output="linear")
 
     def w0(self, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
-        """The initial weights ``(P,)`` (He-scaled normal from ``seed``)."""
+        """The initial weights ``(P,)`` (seeded)."""
         g = torch.Generator().manual_seed(self.seed)
+        if self.init == "prior":
+            return prior_start_weights(self.spec(d), generator=g, scale=self.init_scale).to(dtype)
         return init_weights(self.spec(d), generator=g, fan_in_scaling=True, dtype=torch.float64).to(dtype)
+
+    def fit(self, xs: Tensor, ys: Tensor) -> Tensor:
+        """``w^(L)`` ``(B, P)`` after GD on each prompt's pairs ``xs (B, k, d+1)``, ``ys (B, k, d)``."""
+        spec, w0 = self.spec(ys.shape[-1]), self.w0(ys.shape[-1], xs.dtype).expand(xs.shape[0], -1)
+        with torch.no_grad():
+            return reference_gd(spec, "squared", w0, xs, ys, lr=self.lr, steps=self.steps)[-1]
 
     def __call__(self, xs: Tensor, ys: Tensor) -> Tensor:
         check_prompts(xs, ys)
@@ -172,9 +231,18 @@ class GDScore:
         preds = torch.full_like(ys, math.nan)
         preds[:, 0] = forward(spec, w0, xs[:, :1])[:, 0]
         for k in ks:
-            w = reference_gd(spec, "squared", w0, xs[:, :k], ys[:, :k], lr=self.lr, steps=self.steps)[-1]
-            preds[:, k] = forward(spec, w, xs[:, k : k + 1])[:, 0]
+            preds[:, k] = forward(spec, self.fit(xs[:, :k], ys[:, :k]), xs[:, k : k + 1])[:, 0]
         return preds
+
+    def score_fn(self, ctx_xs: Tensor, ctx_ys: Tensor) -> ScoreFn:
+        """GD once on one context (``(k, d+1)``, ``(k, d)``) and return the network's score function."""
+        spec, w = self.spec(ctx_ys.shape[-1]), self.fit(ctx_xs[None], ctx_ys[None])
+
+        def fn(x: Tensor, t: float) -> Tensor:
+            inp = torch.cat([x, torch.full_like(x[:, :1], t)], -1)
+            return forward(spec, w.to(x.dtype), inp[None])[0]
+
+        return fn
 
 
 def _derived_seed(*parts: int) -> int:

@@ -9,12 +9,19 @@ is refused in a second with the estimate, not to predict run times closely.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import ModelConfig
 from icdl.diffusion.config import ScoreConfig
 
-__all__ = ["sampling_estimate", "score_construct_estimate", "score_curves_estimate", "score_train_estimate"]
+__all__ = [
+    "sampling_estimate",
+    "score_construct_estimate",
+    "score_curves_estimate",
+    "score_train_estimate",
+    "tuning_seconds",
+]
 
 _STEP_OVERHEAD = 5e-4  # seconds per small Python-driven step (one sampler step, one Adam step)
 _BASE_BYTES = 400 * 2**20  # torch itself, the model, the prompt
@@ -46,9 +53,30 @@ def score_train_estimate(cfg: ScoreConfig) -> Estimate:
     )
 
 
+_ELEMENT_SECONDS = 1e-7  # per element of a (prompts, n, n, m, d) EM / KDE tensor per pass (loaded CPU)
+
+
+def tuning_seconds(cfg: ScoreConfig, names: Sequence[str], *, prompts: int, gd_ks: int) -> float:
+    """Seconds to tune and run the baselines ``names`` of [`icdl.diffusion.tuning`][icdl.diffusion.tuning]
+    on ``prompts`` held-out plus ``prompts`` test prompts: every candidate of the grid on the held-out ones
+    (24 GD settings of 10 / 100 steps at ``gd_ks`` k, 12 KDE bandwidths, 13 mixture settings of 30 EM
+    passes). Calibrated on 64 prompts at load 9 on 2 cores (36 s measured)."""
+    task = cfg.task
+    n, d = task.points, task.dim
+    gd = _mlp_params(3, 16, d)
+    sec = 0.0
+    if "gd_prior" in names:
+        sec += 24 * gd_ks * (110 * _STEP_OVERHEAD * 4 + 6 * gd * 2 * prompts * n * 110 / CPU_FLOPS)
+    if "kde" in names:
+        sec += 12 * 2 * prompts * n * n * d * 10 * _ELEMENT_SECONDS
+    if "mixture_fit" in names:
+        sec += 13 * 2 * prompts * n * n * (task.components + 1) * d * 30 * _ELEMENT_SECONDS
+    return sec
+
+
 def score_curves_estimate(
     cfg: ScoreConfig, *, prompts: int, mlp_ks: int, mlp_epochs: int, mlp_depth: int, mlp_width: int,
-    gd_steps: int, gd_width: int, resamples: int,
+    gd_steps: int, gd_width: int, resamples: int, tuned: Sequence[str] = (), tune_prompts: int = 0,
 ) -> Estimate:  # fmt: skip
     """``icdl score evaluate``: one ICL pass over every prompt, the context-trained network trained once per
     (prompt batch, k), plain GD on the score network, and the bootstrap over prompts."""
@@ -70,14 +98,17 @@ def score_curves_estimate(
     return Estimate(
         "icdl score evaluate",
         float(nbytes),
-        5.0 + flops / CPU_FLOPS + small_steps * _STEP_OVERHEAD,
+        5.0
+        + flops / CPU_FLOPS
+        + small_steps * _STEP_OVERHEAD
+        + tuning_seconds(cfg, tuned, prompts=max(prompts, tune_prompts), gd_ks=mlp_ks),
         f"{prompts} prompts x {K + 1} k; context net {mlp_epochs} epochs at {mlp_ks} k",
     )
 
 
 def sampling_estimate(
     cfg: ScoreConfig, *, ks: list[int], prompts: int, samples: int, steps: int, mlp_epochs: int,
-    mlp_depth: int, mlp_width: int,
+    mlp_depth: int, mlp_width: int, tuned: Sequence[str] = (), tune_prompts: int = 0,
 ) -> Estimate:  # fmt: skip
     """``icdl score sample``: for every prompt, k and estimator (six at most) a sampler run of ``steps``
     steps (two score evaluations each) on ``samples`` points; the ICL score attends over ``2k`` cached
@@ -93,8 +124,12 @@ def sampling_estimate(
     return Estimate(
         "icdl score sample",
         float(nbytes),
-        5.0 + flops / CPU_FLOPS + runs * (6 * 2 * steps + mlp_epochs) * _STEP_OVERHEAD,
-        f"{prompts} prompts x {len(ks)} k x 6 estimators x {samples} samples x {steps} steps",
+        5.0
+        + flops / CPU_FLOPS
+        + runs * (6 + len(tuned)) * 2 * steps * _STEP_OVERHEAD
+        + runs * mlp_epochs * _STEP_OVERHEAD
+        + tuning_seconds(cfg, tuned, prompts=tune_prompts, gd_ks=len(ks)),
+        f"{prompts} prompts x {len(ks)} k x {6 + len(tuned)} estimators x {samples} samples x {steps} steps",
     )
 
 

@@ -32,13 +32,15 @@ from icdl.diffusion.baselines import (
     score_fn,
 )
 from icdl.diffusion.config import ScoreConfig
+from icdl.diffusion.density import PopulationScore
 from icdl.diffusion.metrics import mmd, score_error, sliced_wasserstein
 from icdl.diffusion.sampler import Method, sample
 from icdl.diffusion.task import Mixture, ou_h, sample_score_batch
+from icdl.diffusion.tuning import TunedScore
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer
 
-__all__ = ["icl_predictor", "icl_score_fn", "sampling_distances", "score_curves"]
+__all__ = ["icl_predictor", "icl_score_fn", "mean_bands", "sampling_distances", "score_curves"]
 
 Predictor = Callable[[Tensor, Tensor], Tensor]
 
@@ -115,8 +117,8 @@ def icl_score_fn(model: ICLTransformer, ctx_xs: Tensor, ctx_ys: Tensor) -> Score
     return fn
 
 
-def _closed_form() -> list[Any]:
-    return [PriorScore(), GaussianFitScore(), EmpiricalScore()]
+def _closed_form(cfg: ScoreConfig) -> list[Any]:
+    return [PriorScore(), PopulationScore.for_task(cfg.task), GaussianFitScore(), EmpiricalScore()]
 
 
 def score_curves(
@@ -127,12 +129,14 @@ def score_curves(
     seed: int = 12345,
     mlp: ContextMLP | None = None,
     gd: GDScore | None = None,
+    tuned: Sequence[TunedScore] = (),
     resamples: int = 1000,
 ) -> dict[str, Any]:
     """Score-error and DSM-loss curves ``k = 0 .. examples`` for every estimator (JSON-ready dict).
 
     ``model`` None evaluates the baselines only; ``mlp`` / ``gd`` None skip the context-trained network /
-    plain GD on the bias-free score network.
+    plain GD on the bias-free score network; ``tuned``: baselines tuned on held-out prompts
+    ([`icdl.diffusion.tuning`][icdl.diffusion.tuning]), whose choices go to ``"tuning"``.
     """
     if prompts < 2:
         raise InputError(f"need at least 2 test prompts, got {prompts}")
@@ -146,14 +150,16 @@ def score_curves(
         preds[mlp.name] = mlp(b.xs, b.ys)
     if gd is not None:
         preds[gd.name] = gd(b.xs, b.ys)
-    for est in _closed_form():
-        preds[est.name] = est(b.xs, b.ys)
+    for est in [*_closed_form(cfg), *tuned]:
+        with torch.no_grad():
+            preds[est.name] = est(b.xs, b.ys)
     out: dict[str, Any] = {
         "k": list(range(b.xs.shape[1])),
         "prompts": prompts,
         "seed": seed,
         "score_error": {},
         "dsm_loss": {"exact": (w * (exact - b.ys) ** 2).mean((0, 2)).tolist()},
+        "tuning": {est.name: est.report() for est in tuned},
     }
     for name, p in preds.items():
         out["score_error"][name] = score_error(p, exact, b.t, resamples=resamples)
@@ -171,17 +177,51 @@ def _one_prompt_score(mix: Mixture) -> ScoreFn:
 
 
 def _score_fns(
-    model: ICLTransformer | None, mlp: ContextMLP | None, cx: Tensor, cy: Tensor
+    model: ICLTransformer | None, mlp: ContextMLP | None, others: Sequence[Any], cx: Tensor, cy: Tensor
 ) -> dict[str, ScoreFn]:
-    """Every estimator's score function for one context: ICL, the context MLP, the closed forms."""
+    """Every estimator's score function for one context: ICL, the context MLP, the closed forms and the
+    tuned baselines (their own ``score_fn``: fitted once per context)."""
     fns: dict[str, ScoreFn] = {}
     if model is not None:
         fns["icl"] = icl_score_fn(model, cx, cy)
     if mlp is not None:
         fns[mlp.name] = mlp.score_fn(cx, cy)
-    for est in _closed_form():
-        fns[est.name] = score_fn(est, cx, cy)
+    for est in others:
+        fns[est.name] = est.score_fn(cx, cy) if hasattr(est, "score_fn") else score_fn(est, cx, cy)
     return fns
+
+
+def mean_bands(
+    values: Sequence[float], *, resamples: int = 1000, level: float = 0.9, seed: int = 0
+) -> dict[str, float]:
+    """``{"mean", "low", "high"}``: the mean of ``values`` (one per mixture) and its percentile-bootstrap
+    band over mixtures; NaN values (a diverged sampler) make every entry NaN."""
+    v = torch.tensor(list(values), dtype=torch.float64)
+    if v.numel() == 0 or v.isnan().any():
+        return {"mean": math.nan, "low": math.nan, "high": math.nan}
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, v.numel(), (resamples, v.numel()), generator=g)
+    means = v[idx].mean(1)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    low, high = torch.quantile(means, q).tolist()
+    return {"mean": float(v.mean()), "low": low, "high": high}
+
+
+def _distance_summary(per_prompt: dict[str, list[list[float]]], ref: str | None) -> dict[str, Any]:
+    """Means, bands over mixtures, and (with ``ref``) paired bands of ``name - ref`` per k."""
+    out: dict[str, Any] = {"mean": {}, "low": {}, "high": {}}
+    if ref is not None:
+        out["minus_" + ref] = {}
+    for name, per_k in per_prompt.items():
+        bands = [mean_bands(v) for v in per_k]
+        for key in ("mean", "low", "high"):
+            out[key][name] = [b[key] for b in bands]
+        if ref is not None and name != ref:
+            pairs = zip(per_k, per_prompt[ref], strict=True)
+            out["minus_" + ref][name] = [
+                mean_bands([a - b for a, b in zip(v, r, strict=True)]) for v, r in pairs
+            ]
+    return out
 
 
 def sampling_distances(
@@ -189,18 +229,22 @@ def sampling_distances(
     cfg: ScoreConfig,
     *,
     ks: Sequence[int] = (5, 10, 20, 40),
-    prompts: int = 4,
+    prompts: int = 16,
     samples: int = 500,
     steps: int = 50,
     method: Method = "ode",
     seed: int = 777,
     mlp: ContextMLP | None = None,
+    tuned: Sequence[TunedScore] = (),
     keep_samples: bool = False,
 ) -> dict[str, Any]:
-    """Sliced W2 and MMD between sampled and true ``p_0`` per k, averaged over ``prompts`` mixtures.
+    """Sliced W2 and MMD between sampled and true ``p_0`` per k over ``prompts`` mixtures, with bands.
 
-    Returns ``{"ks", "sw": {name: [mean per k]}, "mmd": {...}, "sw_per_prompt": {...}, "floor": {...}}``;
-    with ``keep_samples`` also ``"samples"`` (tensors of the first prompt at the largest k, not JSON).
+    Returns ``{"ks", "sw": {name: [mean per k]}, "mmd": {...}, "sw_bands" / "mmd_bands": {"mean", "low",
+    "high", "minus_icl"}, "sw_per_prompt", "mmd_per_prompt", "floor", "floor_bands"}``: 90 % percentile
+    bootstrap bands over mixtures, and with the ICL model, paired bands of ``baseline - icl`` (positive:
+    ICL is closer to ``p_0``). With ``keep_samples`` also ``"samples"`` (tensors of the first prompt at the
+    largest k, not JSON).
     """
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1 or ks[-1] > cfg.task.examples:
@@ -209,8 +253,9 @@ def sampling_distances(
         raise InputError("need samples >= 2, prompts >= 1 and steps >= 1")
     b = sample_score_batch(cfg.task, prompts, seed=seed, points=ks[-1], dtype=torch.float64)
     d, t_max, t_min = cfg.task.dim, cfg.task.t_max, cfg.task.t_min
+    others = [*_closed_form(cfg), *tuned]
     names = (["icl"] if model is not None else []) + ([mlp.name] if mlp is not None else [])
-    names += [e.name for e in _closed_form()]
+    names += [e.name for e in others]
     sw: dict[str, list[list[float]]] = {n: [[] for _ in ks] for n in names}
     mm: dict[str, list[list[float]]] = {n: [[] for _ in ks] for n in names}
     floor: dict[str, list[float]] = {"exact_sw": [], "exact_mmd": [], "true_sw": [], "true_mmd": []}
@@ -218,48 +263,40 @@ def sampling_distances(
 
     def run(fn: ScoreFn, p: int) -> Tensor:
         return sample(
-            fn,
-            samples,
-            d,
-            t_max=t_max,
-            t_min=t_min,
-            steps=steps,
-            method=method,
-            seed=seed + p,
+            fn, samples, d, t_max=t_max, t_min=t_min, steps=steps, method=method, seed=seed + p,
             dtype=torch.float64,
-        )
+        ).to(torch.float64)  # fmt: skip
 
     for p in range(prompts):
         mix = b.mixture[p]
         gen = np.random.default_rng(np.random.SeedSequence([seed, p]))
         true, true2 = mix.sample(samples, gen)[0], mix.sample(samples, gen)[0]
-        ex = run(_one_prompt_score(mix), p).to(torch.float64)
-        floor["exact_sw"].append(sliced_wasserstein(ex, true))
-        floor["exact_mmd"].append(mmd(ex, true))
-        floor["true_sw"].append(sliced_wasserstein(true2, true))
-        floor["true_mmd"].append(mmd(true2, true))
+        ex = run(_one_prompt_score(mix), p)
+        for key, val in (("exact", ex), ("true", true2)):
+            floor[key + "_sw"].append(sliced_wasserstein(val, true))
+            floor[key + "_mmd"].append(mmd(val, true))
         if keep_samples and p == 0:
             kept["true"], kept["exact"] = true, ex
         for i, k in enumerate(ks):
             cx, cy = b.xs[p, :k], b.ys[p, :k]
-            for name, fn in _score_fns(model, mlp, cx, cy).items():
-                s = run(fn, p).to(torch.float64)
-                if not torch.isfinite(s).all():
-                    sw[name][i].append(math.nan)
-                    mm[name][i].append(math.nan)
-                    continue
-                sw[name][i].append(sliced_wasserstein(s, true))
-                mm[name][i].append(mmd(s, true))
-                if keep_samples and p == 0 and k == ks[-1]:
+            for name, fn in _score_fns(model, mlp, others, cx, cy).items():
+                s = run(fn, p)
+                finite = bool(torch.isfinite(s).all())
+                sw[name][i].append(sliced_wasserstein(s, true) if finite else math.nan)
+                mm[name][i].append(mmd(s, true) if finite else math.nan)
+                if keep_samples and p == 0 and k == ks[-1] and finite:
                     kept[name] = s
             if keep_samples and p == 0 and k == ks[-1]:
                 kept["context"] = (cx[:, :-1] + ou_h(cx[:, -1:]) * cy) / torch.exp(-cx[:, -1:] / 2)
+    ref = "icl" if model is not None else None
+    sw_bands, mmd_bands = _distance_summary(sw, ref), _distance_summary(mm, ref)
     out: dict[str, Any] = {
         "ks": ks, "prompts": prompts, "samples": samples, "steps": steps, "method": method, "seed": seed,
-        "sw": {n: [float(np.mean(v)) for v in sw[n]] for n in names},
-        "mmd": {n: [float(np.mean(v)) for v in mm[n]] for n in names},
-        "sw_per_prompt": {n: sw[n] for n in names},
+        "sw": sw_bands["mean"], "mmd": mmd_bands["mean"], "sw_bands": sw_bands, "mmd_bands": mmd_bands,
+        "sw_per_prompt": sw, "mmd_per_prompt": mm,
         "floor": {key: float(np.mean(v)) for key, v in floor.items()},
+        "floor_bands": {key: mean_bands(v) for key, v in floor.items()},
+        "tuning": {est.name: est.report() for est in tuned},
     }  # fmt: skip
     if keep_samples:
         out["samples_first_prompt"] = kept

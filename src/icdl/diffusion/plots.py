@@ -9,7 +9,10 @@ from torch import Tensor
 
 __all__ = ["plot_distances", "plot_samples", "plot_score_curves"]
 
-COLORS = {"icl": "C3", "exact": "k", "prior": "C7", "gaussian_fit": "C2", "empirical": "C4"}
+COLORS = {
+    "icl": "C3", "exact": "k", "prior": "C7", "gaussian_fit": "C2", "empirical": "C4", "population": "C8",
+    "kde": "C0", "mixture_fit": "C9", "gd_prior": "C6",
+}  # fmt: skip
 
 
 def _color(name: str) -> str:
@@ -87,10 +90,16 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
 
 
 def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
-    """Sliced W2 to the true distribution per k, with the exact-score and two-sample floors."""
+    """Sliced W2 to the true distribution per k (90 % bands over mixtures when the result has them), with
+    the exact-score and two-sample floors."""
     fig, ax = _subplots(figsize=(5, 3.6))
+    bands = result.get("sw_bands")
     for name, vals in result["sw"].items():
         ax.plot(result["ks"], vals, "o-", color=_color(name), label=name, ms=4)
+        if bands is not None:
+            ax.fill_between(
+                result["ks"], bands["low"][name], bands["high"][name], color=_color(name), alpha=0.15
+            )
     ax.axhline(result["floor"]["exact_sw"], color="k", ls="--", label="exact score")
     ax.axhline(result["floor"]["true_sw"], color="k", ls=":", label="two true samples")
     ax.set_xlabel("in-context examples k")
