@@ -27,7 +27,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -42,6 +42,7 @@ __all__ = [
     "InputConfig",
     "ModelConfig",
     "RampConfig",
+    "RunConfig",
     "StrictConfig",
     "TaskConfig",
     "TrainConfig",
@@ -67,6 +68,17 @@ class StrictConfig(BaseModel):
 
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+class RunConfig(Protocol):
+    """What the shared run machinery (checkpoints, resume, logging:
+    [`icdl.icl.checkpoint`][icdl.icl.checkpoint]) needs of a run's config: a
+    [`Config`][icdl.config.Config] or a score run's [`ScoreConfig`][icdl.diffusion.config.ScoreConfig]."""
+
+    @property
+    def train(self) -> TrainConfig: ...
+
+    def model_dump(self, *, mode: str = "python") -> dict[str, Any]: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -524,7 +536,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
-def config_diff(a: Config, b: Config) -> dict[str, tuple[Any, Any]]:
+def config_diff(a: RunConfig, b: RunConfig) -> dict[str, tuple[Any, Any]]:
     """Dotted keys whose values differ between two configs: ``{key: (a_value, b_value)}``."""
     fa, fb = _flatten(a.model_dump(mode="json")), _flatten(b.model_dump(mode="json"))
     return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}

@@ -1,11 +1,11 @@
 """One writer per run directory: an advisory ``fcntl.flock`` on ``RUN/.lock``.
 
-``icdl train`` holds the lock for the whole run, so a second ``icdl train`` on the same directory (which
-would interleave checkpoints, metrics and rotation with the first) stops at once with exit 2, "run
-directory in use by PID N". The lock belongs to the open file, so the operating system releases it when
-the holder exits in any way, SIGKILL included: a killed run never leaves a stale lock behind. The file
-itself stays (removing it would let two processes lock two different files); it holds the PID of the
-last holder, for the message.
+``icdl train`` (and ``icdl score train``) holds the lock for the whole run, so a second one on the same
+directory (which would interleave checkpoints, metrics and rotation with the first) stops at once with
+exit 2, "run directory in use by PID N". The lock belongs to the open file, so the operating system
+releases it when the holder exits in any way, SIGKILL included: a killed run never leaves a stale lock
+behind. The file itself stays (removing it would let two processes lock two different files); it holds
+the PID of the last holder, for the message.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class RunLock:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             raise InputError(
-                f"run directory {str(self.path.parent)!r} in use by PID {holder} (another icdl train); "
-                "wait for it or use another --out"
+                f"run directory {str(self.path.parent)!r} in use by PID {holder} (another icdl train or "
+                "icdl score train); wait for it or use another --out"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -51,8 +51,8 @@ def test_train_writes_a_loadable_run(tiny_run: Path) -> None:
     ys2 = b.ys.clone()
     ys2[:, -1] += 5
     assert torch.equal(icl_predictor(model)(b.xs, ys2), p)
-    with pytest.raises(InputError, match="not an empty directory"):
-        train_score(load_score_config("score-small", TINY), tiny_run)
+    with pytest.raises(InputError, match="does not match the run being resumed"):
+        train_score(load_score_config("score-small", [*TINY, "task.examples=5"]), tiny_run)
 
 
 def test_evaluate_and_sample_json(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -194,7 +194,7 @@ def test_finished_run_accepted(tmp_path: Path) -> None:
 
 
 def test_score_run_files_share_one_mode(tmp_path: Path) -> None:
-    """A score run's weights go through the shared atomic writer: the same file mode as their siblings."""
+    """A score run's checkpoint goes through the shared atomic writers: the same file mode as its siblings."""
     import stat
 
     from icdl.diffusion.config import load_score_config
@@ -203,6 +203,7 @@ def test_score_run_files_share_one_mode(tmp_path: Path) -> None:
 
     run = tmp_path / "run"
     train_score(load_score_config("score-small", [*TINY_SCORE, "train.steps=1"]), run)
-    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in run.iterdir() if f.is_file()}
+    files = [*run.iterdir(), *(run / "checkpoints" / "step_0000001").iterdir()]
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in files if f.is_file()}
     assert "model.safetensors" in modes
     assert set(modes.values()) == {file_mode()}, modes

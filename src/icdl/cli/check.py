@@ -1,9 +1,10 @@
 """``icdl check PATH`` — verify an artefact's integrity on demand (docs/reliability.md).
 
-PATH is a run directory (``icdl train --out``) or a saved construction (``icdl construct --save``). For a
-run: its config, its ``checkpoints/latest`` pointer, every checkpoint against its ``manifest.json``
-(SHA-256 per file) and every evaluation cache ``eval/*.json`` against its own content hash. For a saved
-construction: ``model.json`` and ``weights.safetensors`` against ``content_sha256``. One line per item
+PATH is a run directory (``icdl train --out`` or ``icdl score train --out``, one format) or a saved
+construction (``icdl construct --save``). For a run: its config, its ``checkpoints/latest`` pointer, every
+checkpoint against its ``manifest.json`` (SHA-256 per file) and every evaluation cache ``eval/*.json``
+against its own content hash (a score run of the previous format, weights at the top, is ``legacy``). For a
+saved construction: ``model.json`` and ``weights.safetensors`` against ``content_sha256``. One line per item
 (``ok``, ``legacy`` = written before manifests, not verifiable; ``stale`` = a sound cache of an older
 checkpoint, recomputed on next use; ``FAIL`` = damaged). Exit codes: 0 when nothing failed, 2 otherwise
 (also for a PATH that is neither kind of artefact).
@@ -57,10 +58,18 @@ def _check_cache(path: Path, run: Path) -> Item:
 
 
 def check_run(run: Path) -> list[Item]:
-    """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory."""
-    from icdl.icl.train import find_checkpoint, read_run_config
+    """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory (of
+    ``icdl train`` or ``icdl score train``)."""
+    from icdl.icl.checkpoint import find_checkpoint, is_score_run, read_run_config
+
+    score = is_score_run(run)
 
     def config() -> Item:
+        if score:
+            from icdl.diffusion.train import read_score_config
+
+            read_score_config(run)
+            return "ok", str(run / "config.yaml"), "valid score config"
         read_run_config(run)
         return "ok", str(run / "config.yaml"), "valid config"
 
@@ -69,6 +78,9 @@ def check_run(run: Path) -> list[Item]:
         return "ok", str(run / "checkpoints" / "latest"), f"names {ck.name if ck else 'no checkpoint yet'}"
 
     items = [_guarded(run / "config.yaml", config), _guarded(run / "checkpoints" / "latest", pointer)]
+    if score and (run / "model.safetensors").is_file():
+        legacy = "score weights of the previous format (no checkpoints, no manifest); not verified"
+        items.append(("legacy", str(run / "model.safetensors"), legacy))
     for ck in sorted((run / "checkpoints").glob("step_*")):
         items.append(_guarded(ck, lambda ck=ck: _check_checkpoint(ck)))  # type: ignore[misc]
     for cache in sorted((run / "eval").glob("*.json")):

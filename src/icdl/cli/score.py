@@ -148,7 +148,10 @@ def score() -> None:
 @click.argument("config")
 @overrides_option
 @click.option(
-    "--out", type=click.Path(path_type=Path), default=None, help="New run directory [runs/<preset>]."
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run directory [runs/<preset>]; a run already in it is resumed from its newest checkpoint.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
@@ -163,9 +166,11 @@ def train_cmd(
     print_config: bool,
     yes: bool = False,
 ) -> None:
-    """Pretrain the ICL score model. CONFIG: a score preset (score-small) or a YAML path.
+    """Pretrain (or resume) the ICL score model. CONFIG: a score preset (score-small) or a YAML path.
 
-    Exit codes as for ``icdl train``: 2 bad input, 3 a non-finite loss (the run stops).
+    The run directory has the layout of ``icdl train`` (checkpoints, manifests, metrics.jsonl, a lock);
+    exit codes as for ``icdl train``: 2 bad input, 3 a non-finite loss (the run stops), 130 interrupted
+    (resumable).
     """
     from icdl.diffusion.budget import score_train_estimate
     from icdl.diffusion.config import dump_score_config, load_score_config
@@ -187,6 +192,7 @@ def train_cmd(
     summary = {
         "run_dir": str(result.run_dir),
         "steps": result.steps,
+        "resumed_from": result.start_step,
         "loss": result.loss,
         "seconds": result.seconds,
         "parameters": result.num_params,
@@ -194,8 +200,10 @@ def train_cmd(
     if as_json:
         emit_json(summary)
     elif not quiet:
+        resumed = f" (resumed from step {result.start_step})" if result.start_step else ""
+        loss = "n/a (nothing left to train)" if result.loss is None else f"{result.loss:.4g}"
         click.echo(
-            f"trained {result.steps} steps in {result.seconds:.1f} s; loss {result.loss:.4g}; "
+            f"trained {result.steps} steps{resumed} in {result.seconds:.1f} s; loss {loss}; "
             f"{result.num_params} parameters; run dir {result.run_dir}",
             err=True,
         )

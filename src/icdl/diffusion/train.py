@@ -1,4 +1,4 @@
-"""Pretrain the ICL transformer on in-context score estimation (a small loop, nanoGPT-style).
+"""Pretrain the ICL transformer on in-context score estimation (a small loop, nanoGPT-style), resumably.
 
 Every step draws a fresh batch of prompts from ``(train.seed, step)``
 ([`icdl.diffusion.task.sample_score_batch`][icdl.diffusion.task.sample_score_batch]) and minimises the
@@ -8,33 +8,59 @@ AdamW, linear warm-up, constant or cosine schedule and clipping follow ``train``
 ([`icdl.config.TrainConfig`][icdl.config.TrainConfig]); the model is
 [`icdl.icl.models.ICLTransformer`][icdl.icl.models.ICLTransformer] with ``d_x = d + 1``, ``d_y = d``.
 
-Run directory: ``config.yaml`` (the resolved [`ScoreConfig`][icdl.diffusion.config.ScoreConfig]),
-``metrics.jsonl`` (one line per ``log_every`` steps), ``model.safetensors`` (written atomically at every
-``checkpoint_every`` and at the end; its metadata ``step`` is the number of steps the weights have seen, so a
-run killed or stopped early is told from a finished one by
-[`check_finished`][icdl.diffusion.train.check_finished]). Unlike ``icdl train`` there is no resume: an
-existing run directory is refused.
+One run format with ``icdl train`` ([`icdl.icl.train`][icdl.icl.train]), built from the same pieces
+([`icdl.icl.checkpoint`][icdl.icl.checkpoint], [`icdl.icl.interval`][icdl.icl.interval],
+[`icdl.runlock`][icdl.runlock]):
+
+```text
+RUN/config.yaml                                  the resolved ScoreConfig
+RUN/metrics.jsonl                                one JSON object per log_every steps
+RUN/checkpoints/step_0000250/model.safetensors   weights (metadata: step, config)
+RUN/checkpoints/step_0000250/state.pt            optimizer, step, RNG states
+RUN/checkpoints/step_0000250/manifest.json       SHA-256 of each file, checked on every read
+RUN/checkpoints/latest                           name of the newest complete checkpoint
+RUN/.lock                                        flock held while training
+```
+
+Training into a directory that holds a run resumes it from its newest checkpoint (the saved config must
+match, as for ``icdl train``); since the data of a step is a pure function of ``(seed, step)`` and the
+checkpoint holds the optimizer and RNG states, a run killed at any instant and resumed ends with the same
+weights, bit for bit, as one never interrupted (same thread count). A run whose newest checkpoint has not
+seen ``train.steps`` steps is *unfinished*: [`check_finished`][icdl.diffusion.train.check_finished] refuses
+it for evaluation and sampling. A run of the previous format (``RUN/model.safetensors``, no checkpoints) still
+loads, unverified, with a one-line note (legacy); it cannot be resumed.
 """
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 import torch
 import yaml
 from safetensors import safe_open
-from safetensors.torch import load_file, save
+from safetensors.torch import load_file
 
 from icdl.diffusion.config import ScoreConfig, dump_score_config, validate_score_config
 from icdl.diffusion.task import ou_h, sample_score_batch
 from icdl.errors import InputError
+from icdl.icl.checkpoint import (
+    clean_stale_temporaries,
+    find_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    restore_checkpoint,
+    save_checkpoint,
+    truncate_metrics,
+    verify_checkpoint,
+)
+from icdl.icl.interval import Interval, Log
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.train import lr_at  # the same warm-up + cosine schedule as icdl train
-from icdl.io import atomic_write
+from icdl.io import atomic_write_text, one_line, read_text
+from icdl.runlock import RunLock
 
 __all__ = [
     "ScoreTrainResult",
@@ -42,9 +68,13 @@ __all__ = [
     "check_finished",
     "load_score_run",
     "lr_at",
+    "read_score_config",
+    "score_checkpoint",
     "score_run_step",
     "train_score",
 ]
+
+LEGACY_WEIGHTS = "model.safetensors"  # the previous format: the weights at the top of the run directory
 
 
 class ScoreTrainingDiverged(RuntimeError):
@@ -57,55 +87,81 @@ class ScoreTrainResult:
 
     run_dir: Path
     steps: int
-    loss: float | None  # mean weighted loss over the last logging interval
+    loss: float | None  # mean weighted loss over the last logging interval (None if no step ran)
     seconds: float
     num_params: int
+    start_step: int = 0  # step the call resumed from (0 for a fresh run)
 
 
-def _save(model: torch.nn.Module, run_dir: Path, step: int) -> None:
-    # Through the shared atomic writer: fsynced, renamed, and with the artefact's one file mode.
-    data = save({k: v.contiguous() for k, v in model.state_dict().items()}, {"step": str(step)})
+def read_score_config(run_dir: Path) -> ScoreConfig:
+    """The validated ``config.yaml`` of a score run (one InputError line when missing, damaged or not a
+    score run's)."""
+    try:
+        data = yaml.safe_load(read_text(run_dir / "config.yaml", what="run config"))
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot read {run_dir / 'config.yaml'}: {one_line(exc)}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("task"), dict):
+        raise InputError(f"{run_dir / 'config.yaml'} is not a config mapping")
+    if data["task"].get("kind") != "score":
+        raise InputError(f"{str(run_dir)!r} is not a score run (task.kind is not 'score'): use icdl evaluate")
+    return validate_score_config(data)
 
-    def write(fh: IO[Any]) -> None:
-        fh.write(data)
 
-    atomic_write(run_dir / "model.safetensors", write, binary=True)
+def _prepare(run_dir: Path, cfg: ScoreConfig) -> tuple[Path | None, int]:
+    """Validate ``run_dir`` without writing: ``(checkpoint to resume or None, start step)``."""
+    if (run_dir / LEGACY_WEIGHTS).is_file():
+        raise InputError(
+            f"{str(run_dir)!r} holds a score run of the previous format (no checkpoints), which cannot be "
+            "resumed; train into a new --out"
+        )
+    return prepare_run_dir(run_dir, cfg, read_score_config)
 
 
 def train_score(cfg: ScoreConfig, run_dir: str | Path, *, quiet: bool = True) -> ScoreTrainResult:
-    """Train the ICL score model of ``cfg`` into the new directory ``run_dir`` (CPU, float32).
+    """Train (or resume) the ICL score model of ``cfg`` in ``run_dir`` (CPU, float32).
 
-    Raises [`InputError`][icdl.errors.InputError] (before writing anything) when ``run_dir`` exists and is not
-    empty.
+    Resumes from the newest checkpoint when ``run_dir`` holds one (the saved config must match, except
+    bookkeeping keys). Raises [`InputError`][icdl.errors.InputError] for bad input before touching the disk
+    (a changed config, a damaged checkpoint, a directory in use by another process), and
+    [`ScoreTrainingDiverged`][icdl.diffusion.train.ScoreTrainingDiverged] on a non-finite loss.
     """
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise InputError(f"--out {str(run_dir)!r} exists and is not an empty directory")
+    _prepare(run_dir, cfg)
+    with RunLock(run_dir):  # one writer per run directory (icdl.runlock)
+        ckpt, start_step = _prepare(run_dir, cfg)  # again under the lock: another run may have written
+        return _train_loop(cfg, run_dir, ckpt, start_step, quiet, t0)
+
+
+def _train_loop(
+    cfg: ScoreConfig, run_dir: Path, ckpt: Path | None, start_step: int, quiet: bool, t0: float
+) -> ScoreTrainResult:
     t = cfg.train
     if t.threads is not None:
         torch.set_num_threads(t.threads)
-    torch.manual_seed(t.seed)
+    torch.manual_seed(t.seed)  # model init
     model = build_model(cfg.model, cfg.task.d_x, cfg.task.d_y)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-        lr=t.lr,
-        betas=(t.beta1, t.beta2),
-    )
+    opt = make_optimizer(model, cfg)
+    if ckpt is not None:
+        restore_checkpoint(model, opt, ckpt)
+    n_params = sum(p.numel() for p in model.parameters())
+    if start_step >= t.steps:  # nothing to do, and nothing is rewritten
+        return ScoreTrainResult(run_dir, start_step, None, time.perf_counter() - t0, n_params, start_step)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_score_config(cfg))
-    loss_sum, count, last = 0.0, 0, None
+    clean_stale_temporaries(run_dir)
+    atomic_write_text(run_dir / "config.yaml", dump_score_config(cfg))
+    truncate_metrics(run_dir / "metrics.jsonl", start_step)
+    log = Log.open(cfg, run_dir, True, quiet, start_step)
+    iv = Interval.zeros(t.steps, torch.device("cpu"))
     model.train()
-    with open(run_dir / "metrics.jsonl", "w") as log:
-        for step in range(t.steps):
+    try:
+        for step in range(start_step, t.steps):
             b = sample_score_batch(cfg.task, t.batch_size, seed=t.seed, step=step)
             for group in opt.param_groups:
                 group["lr"] = lr_at(cfg, step)
             pred = model(b.xs, b.ys)
             loss = (ou_h(b.t)[..., None] * (pred - b.ys) ** 2).mean()
-            if not torch.isfinite(loss):
+            if not torch.isfinite(loss):  # before the update: the last checkpoint stays the last good one
                 raise ScoreTrainingDiverged(
                     f"non-finite loss at step {step + 1}; stopped (run dir {run_dir})"
                 )
@@ -114,61 +170,72 @@ def train_score(cfg: ScoreConfig, run_dir: str | Path, *, quiet: bool = True) ->
             if t.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             opt.step()
-            loss_sum, count = loss_sum + loss.item(), count + 1
+            iv.add(loss, b.ys, step)
+            iv.steps += 1
             done = step + 1
             if done % t.log_every == 0 or done == t.steps:
-                last = loss_sum / count
-                rec = {
-                    "step": done,
-                    "loss": last,
-                    "lr": lr_at(cfg, step),
-                    "elapsed_s": time.perf_counter() - t0,
-                }
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-                if not quiet:
-                    print(f"step {done}/{t.steps} loss {last:.4f} ({rec['elapsed_s']:.0f} s)", flush=True)
-                loss_sum, count = 0.0, 0
+                record = {"step": done, "lr": lr_at(cfg, step), "elapsed_s": time.perf_counter() - t0}
+                log.write(iv.reduced(False)[0], iv, record, 1, t.batch_size)
+                iv.reset()
             if done % t.checkpoint_every == 0 or done == t.steps:
-                _save(model, run_dir, done)
-    n_params = sum(p.numel() for p in model.parameters())
-    return ScoreTrainResult(run_dir, t.steps, last, time.perf_counter() - t0, n_params)
+                save_checkpoint(run_dir, model, opt, done, cfg)
+    finally:
+        log.close()
+    return ScoreTrainResult(run_dir, t.steps, log.loss, time.perf_counter() - t0, n_params, start_step)
+
+
+def score_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint directory of a score run, verified against its manifest (a mismatch is an
+    InputError naming the file); None for a run of the previous format (weights at the top, legacy, with a
+    one-line note on stderr). A run with neither is an InputError."""
+    run_dir = Path(run_dir)
+    ckpt = find_checkpoint(run_dir)
+    if ckpt is not None:
+        verify_checkpoint(ckpt)
+        return ckpt
+    if (run_dir / LEGACY_WEIGHTS).is_file():
+        note = (
+            f"icdl: note: score run {str(run_dir)!r} is of the previous format (no checkpoints); not verified"
+        )
+        print(note, file=sys.stderr)
+        return None
+    raise InputError(f"score run {str(run_dir)!r} has no checkpoint yet")
+
+
+def _weights_file(run_dir: Path, ckpt: Path | None) -> Path:
+    return (ckpt if ckpt is not None else run_dir) / "model.safetensors"
 
 
 def load_score_run(run_dir: str | Path) -> tuple[ICLTransformer, ScoreConfig]:
-    """Load a trained score run: ``(model in eval mode, config)``; a non-run directory is an InputError."""
+    """Load a trained score run from its newest checkpoint (verified): ``(model in eval mode, config)``; a
+    non-run directory is an InputError."""
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file() or not (run_dir / "model.safetensors").is_file():
-        raise InputError(f"{str(run_dir)!r} is not a score run directory (config.yaml + model.safetensors)")
-    try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"cannot read {run_dir / 'config.yaml'}: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict) or data.get("task", {}).get("kind") != "score":
-        raise InputError(f"{str(run_dir)!r} is not a score run (task.kind is not 'score')")
-    cfg = validate_score_config(data)
+    if not (run_dir / "config.yaml").is_file():
+        raise InputError(f"{str(run_dir)!r} is not a score run directory (no config.yaml)")
+    cfg = read_score_config(run_dir)
+    file = _weights_file(run_dir, score_checkpoint(run_dir))
     model = build_model(cfg.model, cfg.task.d_x, cfg.task.d_y)
     try:
-        model.load_state_dict(load_file(str(run_dir / "model.safetensors")))
+        model.load_state_dict(load_file(str(file)))
     except Exception as exc:  # a corrupt or foreign file is a user problem, not a bug
-        raise InputError(
-            f"cannot load {run_dir / 'model.safetensors'}: {' '.join(str(exc).split())[:200]}"
-        ) from None
+        raise InputError(f"cannot load {file}: {one_line(exc)[:200]}") from None
     model.eval()
     return model, cfg
 
 
 def score_run_step(run_dir: str | Path) -> int | None:
-    """The training step the run's ``model.safetensors`` was written at (its ``step`` metadata, written by
-    [`train_score`][icdl.diffusion.train.train_score] at every checkpoint and at the end), or None when the
-    file records none."""
+    """The training step of the run's newest weights (the ``step`` metadata
+    [`train_score`][icdl.diffusion.train.train_score] writes into every checkpoint), or None when the file
+    records none."""
+    run_dir = Path(run_dir)
+    file = _weights_file(run_dir, find_checkpoint(run_dir))
+    if not file.is_file():
+        raise InputError(f"score run {str(run_dir)!r} has no checkpoint yet")
     try:
-        with safe_open(str(Path(run_dir) / "model.safetensors"), framework="pt") as f:
+        with safe_open(str(file), framework="pt") as f:
             meta = f.metadata() or {}
     except Exception as exc:  # a corrupt or foreign file is a user problem, not a bug
-        raise InputError(
-            f"cannot read {Path(run_dir) / 'model.safetensors'}: {' '.join(str(exc).split())[:200]}"
-        ) from None
+        raise InputError(f"cannot read {file}: {one_line(exc)[:200]}") from None
     try:
         return int(meta["step"])
     except (KeyError, ValueError):

@@ -5,13 +5,17 @@
 [`icdl.manifest`][icdl.manifest]); ``RUN/checkpoints/latest`` names the newest. A checkpoint is written by
 [`icdl.io.atomic_dir`][icdl.io.atomic_dir], so a run killed at any instant leaves the old or the new one,
 never half of one; every read checks the manifest first (docs/reliability.md). Used by
-[`icdl.icl.train`][icdl.icl.train], which re-exports these names.
+[`icdl.icl.train`][icdl.icl.train], which re-exports these names, and by the score trainer
+[`icdl.diffusion.train`][icdl.diffusion.train]: both run formats share this layout, the resume checks
+([`prepare_run_dir`][icdl.icl.checkpoint.prepare_run_dir]) and the restore of a checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +25,27 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
-from icdl.config import Config, dump_config, validate
+from icdl.config import RESUMABLE_KEYS, Config, RunConfig, config_diff, validate
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.io import atomic_dir, atomic_write_text, one_line, read_text
 from icdl.manifest import verify_manifest, write_manifest
+from icdl.runlock import LOCK_NAME
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "check_resume",
     "clean_stale_temporaries",
     "find_checkpoint",
+    "is_score_run",
     "load_run",
+    "make_optimizer",
+    "prepare_run_dir",
     "read_run_config",
     "refuse_score_run",
+    "restore_checkpoint",
     "save_checkpoint",
+    "truncate_metrics",
     "verify_checkpoint",
 ]
 
@@ -94,7 +105,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: Config
+    run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: RunConfig
 ) -> Path:
     """Write the checkpoint of ``step`` atomically (temp dir, rename, then the ``latest`` pointer) and
     delete checkpoints beyond ``train.keep_checkpoints``. Returns its directory."""
@@ -104,7 +115,8 @@ def save_checkpoint(
     final = ck / name
     if not final.exists():
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        meta = {"format": CHECKPOINT_FORMAT, "step": str(step), "config": dump_config(cfg)}
+        config = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)  # as dump_config writes it
+        meta = {"format": CHECKPOINT_FORMAT, "step": str(step), "config": config}
         state = {
             "format": CHECKPOINT_FORMAT,
             "step": step,
@@ -203,13 +215,21 @@ def _refuse_score_config(run_dir: Path, data: Any) -> None:
         )
 
 
-def refuse_score_run(run_dir: Path) -> None:
-    """InputError if ``run_dir`` holds a score run (``task.kind: score``); silent otherwise."""
+def is_score_run(run_dir: Path) -> bool:
+    """Whether ``run_dir/config.yaml`` is a score run's (``task.kind: score``); False when unreadable (the
+    caller's own checks report that)."""
     try:
         data = yaml.safe_load((run_dir / "config.yaml").read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return  # not readable here: the caller's own checks report it
-    _refuse_score_config(run_dir, data)
+        return False
+    task = data.get("task") if isinstance(data, dict) else None
+    return isinstance(task, dict) and task.get("kind") == "score"
+
+
+def refuse_score_run(run_dir: Path) -> None:
+    """InputError if ``run_dir`` holds a score run (``task.kind: score``); silent otherwise."""
+    if is_score_run(run_dir):
+        _refuse_score_config(run_dir, {"task": {"kind": "score"}})
 
 
 def load_run(
@@ -233,3 +253,85 @@ def load_run(
     _restore(model, weights, path / "model.safetensors")
     model.eval()
     return model, cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# Resume: shared by icdl train and icdl score train
+# --------------------------------------------------------------------------------------------------
+
+
+def check_resume(saved: RunConfig, cfg: RunConfig) -> None:
+    """Reject a resume whose config changes the trajectory (one line, InputError); bookkeeping keys
+    (``RESUMABLE_KEYS``), ``name`` and, under a constant schedule, ``train.steps`` may change."""
+    diff = {k: v for k, v in config_diff(saved, cfg).items() if k not in RESUMABLE_KEYS and k != "name"}
+    if "train.steps" in diff and cfg.train.schedule == "constant":
+        diff.pop("train.steps")
+    if diff:
+        shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:4])
+        more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
+        raise InputError(
+            f"config does not match the run being resumed ({shown}{more}); "
+            "use another --out or the saved config"
+        )
+
+
+def prepare_run_dir(
+    run_dir: Path, cfg: RunConfig, read_config: Callable[[Path], RunConfig] = read_run_config
+) -> tuple[Path | None, int]:
+    """Validate ``run_dir`` for this config without writing anything: the saved config (read by
+    ``read_config``) must match, ``metrics.jsonl`` must be readable, the newest checkpoint must match its
+    manifest and load. Returns ``(checkpoint_dir or None, start_step)``."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(f"--out {str(run_dir)!r} exists and is not a directory")
+    if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
+        check_resume(read_config(run_dir), cfg)
+        if (run_dir / "metrics.jsonl").is_file():  # unreadable: stop before config.yaml is rewritten
+            read_text(run_dir / "metrics.jsonl", what="metrics log")
+        ckpt = find_checkpoint(run_dir)
+        if ckpt is None:
+            return None, 0
+        verify_checkpoint(ckpt)  # a damaged checkpoint stops here, before anything is written or rotated
+        _load_weights(ckpt)
+        return ckpt, int(_load_state(ckpt)["step"])
+    if run_dir.is_dir() and any(p for p in run_dir.iterdir() if p.name != LOCK_NAME):
+        raise InputError(f"--out {str(run_dir)!r} is a non-empty directory without a run in it")
+    return None, 0
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines logged after ``step`` (a killed run may have logged past its last checkpoint)."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in read_text(path, what="metrics log").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+    atomic_write_text(path, "".join(s + "\n" for s in keep))
+
+
+def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    """AdamW of ``cfg.train``: weight decay on the matrices only (not on biases and norms)."""
+    t = cfg.train
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2))
+
+
+def restore_checkpoint(
+    model: nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path, device: torch.device | str = "cpu"
+) -> None:
+    """Load weights, optimizer state and RNG states of checkpoint ``ckpt`` (verified by the caller)."""
+    weights, _ = _load_weights(ckpt, device)
+    _restore(model, weights, ckpt / "model.safetensors")
+    state = _load_state(ckpt, device)
+    _restore(optimizer, state.get("optimizer") or {}, ckpt / "state.pt")
+    _set_rng_state(
+        {
+            k: (v.cpu() if isinstance(v, torch.Tensor) else [x.cpu() for x in v])
+            for k, v in state["rng"].items()
+        }
+    )

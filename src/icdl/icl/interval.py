@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from icdl.config import Config
+from icdl.config import RunConfig
 from icdl.io import AppendLog
 
 __all__ = ["Interval", "Log"]
@@ -105,7 +105,7 @@ class Log:
     rate: float | None = None
 
     @classmethod
-    def open(cls, cfg: Config, run_dir: Path, is_main: bool, quiet: bool, start_step: int) -> Log:
+    def open(cls, cfg: RunConfig, run_dir: Path, is_main: bool, quiet: bool, start_step: int) -> Log:
         """Open the outputs of rank 0 (other ranks log nothing) and the progress bar."""
         tqdm = auto_tqdm()
         tb = _open_tensorboard(run_dir) if (cfg.train.tensorboard and is_main) else None

@@ -38,7 +38,6 @@ model, cfg = load_run("runs/tiny")
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -52,29 +51,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from icdl.budget import CPU_FLOPS, GPU_FLOPS, Estimate
-from icdl.config import RESUMABLE_KEYS, Config, TrainConfig, config_diff, dump_config
+from icdl.config import Config, TrainConfig, dump_config
 from icdl.errors import InputError
 from icdl.icl.checkpoint import (
     CHECKPOINT_FORMAT,
-    _load_state,
-    _load_weights,
-    _restore,
-    _set_rng_state,
     clean_stale_temporaries,
     find_checkpoint,
     load_run,
+    make_optimizer,
+    prepare_run_dir,
     read_run_config,
     refuse_score_run,
+    restore_checkpoint,
     save_checkpoint,
+    truncate_metrics,
     verify_checkpoint,
 )
 from icdl.icl.fast import StaticStep, graph_seed
 from icdl.icl.interval import Interval, Log
 from icdl.icl.models import build_model
 from icdl.icl.tasks import sample_batch, stream_generator
-from icdl.io import atomic_write_text, read_text
+from icdl.io import atomic_write_text
 from icdl.nets import NetSpec
-from icdl.runlock import LOCK_NAME, RunLock
+from icdl.runlock import RunLock
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -225,61 +224,6 @@ def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = Non
 
 
 # --------------------------------------------------------------------------------------------------
-# Run directory preparation (validation first, files second)
-# --------------------------------------------------------------------------------------------------
-
-
-def _check_resume(saved: Config, cfg: Config) -> None:
-    """Reject a resume whose config changes the trajectory (one line, InputError)."""
-    diff = {k: v for k, v in config_diff(saved, cfg).items() if k not in RESUMABLE_KEYS and k != "name"}
-    if "train.steps" in diff and cfg.train.schedule == "constant":
-        diff.pop("train.steps")
-    if diff:
-        shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:4])
-        more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
-        raise InputError(
-            f"config does not match the run being resumed ({shown}{more}); "
-            "use another --out or the saved config"
-        )
-
-
-def _prepare_run_dir(run_dir: Path, cfg: Config) -> tuple[Path | None, int]:
-    """Validate ``run_dir`` for this config without writing anything.
-
-    Returns ``(checkpoint_dir or None, start_step)``.
-    """
-    if run_dir.exists() and not run_dir.is_dir():
-        raise InputError(f"--out {str(run_dir)!r} exists and is not a directory")
-    if run_dir.is_dir() and (run_dir / "config.yaml").is_file():
-        _check_resume(read_run_config(run_dir), cfg)
-        if (run_dir / "metrics.jsonl").is_file():  # unreadable: stop before config.yaml is rewritten
-            read_text(run_dir / "metrics.jsonl", what="metrics log")
-        ckpt = find_checkpoint(run_dir)
-        if ckpt is None:
-            return None, 0
-        verify_checkpoint(ckpt)  # a damaged checkpoint stops here, before anything is written or rotated
-        _load_weights(ckpt)
-        return ckpt, int(_load_state(ckpt)["step"])
-    if run_dir.is_dir() and any(p for p in run_dir.iterdir() if p.name != LOCK_NAME):
-        raise InputError(f"--out {str(run_dir)!r} is a non-empty directory without a run in it")
-    return None, 0
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines logged after ``step`` (a killed run may have logged past its last checkpoint)."""
-    if not path.is_file():
-        return
-    keep = []
-    for line in read_text(path, what="metrics log").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill
-    atomic_write_text(path, "".join(s + "\n" for s in keep))
-
-
-# --------------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------------
 
@@ -293,14 +237,6 @@ def _resolve_device(cfg: Config, dist: DistInfo) -> torch.device:
             raise InputError("train.device is cuda but no CUDA device is available")
         return torch.device("cuda", dist.local_rank % torch.cuda.device_count())
     return torch.device("cpu")
-
-
-def _make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
-    t = cfg.train
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2))
 
 
 def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResult:
@@ -322,12 +258,12 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
             f"train.batch_size ({t.batch_size}) must be divisible by the {dist.world_size} processes"
         )
     device = _resolve_device(cfg, dist)
-    ckpt, start_step = _prepare_run_dir(run_dir, cfg)
+    ckpt, start_step = prepare_run_dir(run_dir, cfg)
     # One writer per run directory: a second `icdl train` on it stops here (exit 2), see icdl.runlock.
     lock = RunLock(run_dir).acquire() if dist.is_main else None
     try:
         if lock is not None:  # validated again under the lock: another run may have written meanwhile
-            ckpt, start_step = _prepare_run_dir(run_dir, cfg)
+            ckpt, start_step = prepare_run_dir(run_dir, cfg)
         return _train_distributed(cfg, run_dir, device, dist, ckpt, start_step, quiet, t0)
     finally:
         if lock is not None:
@@ -374,20 +310,6 @@ def _train_distributed(
 
             if tdist.is_initialized():
                 tdist.destroy_process_group()
-
-
-def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, ckpt: Path, device: torch.device) -> None:
-    """Load weights, optimizer state and RNG states of checkpoint ``ckpt``."""
-    weights, _ = _load_weights(ckpt, device)
-    _restore(model, weights, ckpt / "model.safetensors")
-    state = _load_state(ckpt, device)
-    _restore(optimizer, state.get("optimizer") or {}, ckpt / "state.pt")
-    _set_rng_state(
-        {
-            k: (v.cpu() if isinstance(v, torch.Tensor) else [x.cpu() for x in v])
-            for k, v in state["rng"].items()
-        }
-    )
 
 
 def _forward(cfg: Config, model: nn.Module, device: torch.device, dist: DistInfo) -> tuple[Any, Any]:
@@ -444,9 +366,9 @@ def _train_loop(
     t = cfg.train
     torch.manual_seed(t.seed)  # model init: identical on every rank
     model = build_model(cfg.model, cfg.task.dim, cfg.task.out_dim).to(device)
-    optimizer = _make_optimizer(model, cfg)
+    optimizer = make_optimizer(model, cfg)
     if ckpt is not None:
-        _resume(model, optimizer, ckpt, device)
+        restore_checkpoint(model, optimizer, ckpt, device)
     if start_step >= t.steps:  # nothing to do, and nothing is rewritten
         return TrainResult(
             run_dir, start_step, start_step, None, time.perf_counter() - t0, None, _nparams(model)
@@ -455,7 +377,7 @@ def _train_loop(
         run_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(run_dir)
         atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
-        _truncate_metrics(run_dir / "metrics.jsonl", start_step)
+        truncate_metrics(run_dir / "metrics.jsonl", start_step)
     fwd, autocast = _forward(cfg, model, device, dist)
     log = Log.open(cfg, run_dir, dist.is_main, quiet, start_step)
     iv = Interval.zeros(t.steps, device)
