@@ -16,8 +16,10 @@ from icdl.nets import NetSpec
 SPEC = NetSpec(2, 2, 2, 1)
 OPTIONS = [
     *("loss", "lr", "steps", "n", "eps", "radius", "delta"),
-    *("projection", "box", "gate", "variant", "dtype"),
+    *("projection", "box", "gate", "variant", "dtype", "prompt"),
 ]
+# GDConfig fields that radius="auto" fills in (not options of their own)
+DERIVED = ("weight_range", "auto_range")
 
 
 def test_signature_lists_every_option_with_gdconfig_defaults() -> None:
@@ -25,9 +27,10 @@ def test_signature_lists_every_option_with_gdconfig_defaults() -> None:
     keyword_only = [p for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
     assert [p.name for p in keyword_only] == OPTIONS
     assert all(p.annotation is not inspect.Parameter.empty for p in keyword_only)
-    defaults = {f.name: f.default for f in dataclasses.fields(GDConfig) if f.name != "spec"}
-    assert {p.name: p.default for p in keyword_only if p.name != "projection"} == defaults
-    assert params["projection"].default == "none"
+    fields = dataclasses.fields(GDConfig)
+    defaults = {f.name: f.default for f in fields if f.name not in ("spec", *DERIVED)}
+    assert {p.name: p.default for p in keyword_only if p.name not in ("projection", "prompt")} == defaults
+    assert params["projection"].default == "none" and params["prompt"].default is None
     assert icdl.compile_gd_transformer is compile_gd_transformer
 
 
