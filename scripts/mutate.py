@@ -5,7 +5,7 @@ mutants the tests kill and by which test.
 
 Run from the repository root, on a copy of the checkout (docs/testing.md records the result)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD/src python scripts/mutate.py [--group G | --only NAME ...] [--json out.json]
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD/src python scripts/mutate.py [--group G | --only NAME ...] [--json F]
     python scripts/mutate.py --check      # which mutants no longer match their source (exit 1 if any)
 
 Groups: ``project`` (the original list), ``audit21`` (issue 21's sites), ``audit21+repaired`` (those plus
@@ -284,11 +284,19 @@ MUTANTS = [
     ),
     Mutant(
         "sums-2arg-sign",
-        RST,  # ReluSum2.__call__ moved to relu_sum_type.py
+        RST,  # ReluSum.__call__ moved to relu_sum_type.py; its no-grad path is the one evaluations take
+        "view.addcmul_(flats[i][start:stop, None], A[:, i])",
+        "view.addcmul_(flats[i][start:stop, None], A[:, i], value=-1.0)",
+        ST,
+        "",
+    ),
+    Mutant(
+        "sums-2arg-sign-grad",
+        RST,
         "pre = pre + chunk[i][:, None] * A[:, i]",
         "pre = pre - chunk[i][:, None] * A[:, i]",
         ST,
-        "",
+        "two-argument sums subtract the second argument (differentiable path)",
     ),
     Mutant(
         "sums-identity",
@@ -445,6 +453,7 @@ AUDIT21_REPAIRED = (
     "sums-2arg-sign",
     "sums-coef-mass",
     "train-skip-rng-restore",
+    "sums-2arg-sign-grad",  # new: the old snippet of sums-2arg-sign, now only on the autograd path
 )
 
 
@@ -525,6 +534,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="run only these mutants (names)")
     ap.add_argument("--group", choices=sorted(GROUPS), help="run only this group of mutants")
     ap.add_argument("--check", action="store_true", help="only say which mutants still apply (no tests)")
+    ap.add_argument("--baseline", action="store_true", help="first run each test set on the real code")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
@@ -535,6 +545,13 @@ def main() -> None:
     todo = [
         m for m in MUTANTS if (not args.only or m.name in args.only) and (names is None or m.name in names)
     ]
+    if args.baseline:  # a test that fails on the real code would count every mutant it guards as killed
+        for tests in dict.fromkeys(m.tests for m in todo):
+            status, sec, by = run(Mutant("baseline", todo[0].path, "", "", tests, ""), args.timeout)
+            verdict = "pass" if status == "survived" else f"FAIL {by}"
+            print(f"baseline {verdict:<40} {sec:6.1f}s  {' '.join(tests)}", flush=True)
+            if status != "survived":
+                sys.exit(f"tests fail on the unmodified code: {' '.join(tests)}")
     if args.check:
         stale = [m for m in todo if not applies(m)]
         for m in stale:
