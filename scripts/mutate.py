@@ -1,13 +1,18 @@
 """A small mutation run: plant one realistic single-token bug at a time in the construction, the verifier
-and the ReLU-sum fitter (plus the four planted bugs of the trust checks), run the tests that guard that
-code, and report which mutants the tests kill.
+and the ReLU-sum fitter (plus the four planted bugs of the trust checks, and the sites of issue 21's audit:
+integrity, caches, estimates, documented behaviour), run the tests that guard that code, and report which
+mutants the tests kill and by which test.
 
-Run from the repository root (docs/testing.md records the result)::
+Run from the repository root, on a copy of the checkout (docs/testing.md records the result)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD/src python scripts/mutate.py [--only NAME ...] [--json out.json]
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD/src python scripts/mutate.py [--group G | --only NAME ...] [--json F]
+    python scripts/mutate.py --check      # which mutants no longer match their source (exit 1 if any)
 
-Each mutant is an exact text replacement in one file (applied to a single occurrence, which must exist);
-the file is restored afterwards whatever happens. A mutant is *killed* when the test command fails.
+Groups: ``project`` (the original list), ``audit21`` (issue 21's sites), ``audit21+repaired`` (those plus
+the project mutants whose snippets were updated), ``all``. Each mutant is an exact text replacement in one
+file (applied to a single occurrence); the file is restored afterwards whatever happens. A mutant is
+*killed* when the test command fails; one whose snippet is no longer in its file is reported STALE and
+not counted.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ C, V, S, B, T = (
     "src/icdl/construct/terms.py",
 )
 LAY, LYT = "src/icdl/construct/layers.py", "src/icdl/construct/layout.py"
+RST, IO = "src/icdl/relu_sum_type.py", "src/icdl/io.py"
 CT, ST = tuple(CONSTRUCT_TESTS), tuple(SUMS_TESTS)
 
 MUTANTS = [
@@ -84,8 +90,8 @@ MUTANTS = [
     Mutant(
         "train-skip-rng-restore",
         "src/icdl/icl/train.py",
-        "        _set_rng_state(\n",
-        "        (lambda _state: None)(\n",
+        "    _set_rng_state(\n",
+        "    (lambda _state: None)(\n",
         ("tests/icl/test_train_resume_dropout.py",),
         "resume does not restore the global RNG",
     ),
@@ -158,7 +164,12 @@ MUTANTS = [
     ),
     Mutant("condition-off", T, "lam = abs(ci)", "lam = 1.0", CT, "terms not rescaled to |c| = 1"),
     Mutant(
-        "prompt-query-t", C, 'H[:, :n, layout.index("T")] = 1.0', 'H[:, :, layout.index("T")] = 1.0', CT, ""
+        "prompt-query-t",
+        C,
+        'H[:, a : a + n, layout.index("T")] = 1.0',
+        'H[:, a:, layout.index("T")] = 1.0',
+        CT,
+        "",
     ),
     Mutant(
         "w-column-major",
@@ -233,10 +244,10 @@ MUTANTS = [
     Mutant(
         "verify-query-rows",
         V,
-        'rows = slice(None) if e.tokens == "all" else slice(-1, None)',
-        "rows = slice(None)",
+        '"query": slice(self.T_all - 1, None),',
+        '"query": slice(a, None),',
         CT,
-        "query-only effects applied to all tokens",
+        "query-only effects applied to all data tokens",
     ),
     Mutant(
         "verify-prediction-layer",
@@ -273,11 +284,19 @@ MUTANTS = [
     ),
     Mutant(
         "sums-2arg-sign",
-        S,
+        RST,  # ReluSum.__call__ moved to relu_sum_type.py; its no-grad path is the one evaluations take
+        "view.addcmul_(flats[i][start:stop, None], A[:, i])",
+        "view.addcmul_(flats[i][start:stop, None], A[:, i], value=-1.0)",
+        ST,
+        "",
+    ),
+    Mutant(
+        "sums-2arg-sign-grad",
+        RST,
         "pre = pre + chunk[i][:, None] * A[:, i]",
         "pre = pre - chunk[i][:, None] * A[:, i]",
         ST,
-        "",
+        "two-argument sums subtract the second argument (differentiable path)",
     ),
     Mutant(
         "sums-identity",
@@ -295,8 +314,147 @@ MUTANTS = [
         ST,
         "",
     ),
-    Mutant("sums-coef-mass", S, "return float(self.c.abs().sum())", "return float(self.c.sum())", ST, ""),
+    Mutant("sums-coef-mass", RST, "return float(self.c.abs().sum())", "return float(self.c.sum())", ST, ""),
 ]
+
+# -- issue 21 item 8: sites of the second audit (blind spots it found, and documented behaviour) ---------
+STORE_T = "tests/reliability/test_store_consistency.py"
+MANIFEST_T = "tests/reliability/test_manifest.py"
+AUDIT21 = [
+    Mutant(
+        "store-hash-no-weights",
+        "src/icdl/construct/store.py",
+        "h.update(weights)",
+        'h.update(b"")',
+        ("tests/construct/test_construct_store.py", STORE_T),
+        "saved construction's content hash no longer covers weights.safetensors",
+    ),
+    Mutant(
+        "verify-own-w-at-gd",
+        V,
+        "pred_own = forward_query(model, traj_tf[-1], c.prompt.x_query)",
+        "pred_own = forward_query(model, traj_gd[-1], c.prompt.x_query)",
+        ("tests/construct/test_verify.py",),
+        "max_abs_err_prediction_own_w computed at GD's weights, not the transformer's",
+    ),
+    Mutant(
+        "softmax-products-on-radius",
+        "src/icdl/construct/softmax.py",
+        "bw = box if box is not None else radius",
+        "bw = radius",
+        ("tests/construct/test_products.py", "tests/construct/test_variant_softmax.py"),
+        "weight products fitted on the radius R instead of the box B",
+    ),
+    Mutant(
+        "cache-mtime-flipped",
+        "src/icdl/icl/evaluate.py",
+        'ck["mtime"] > old.get("mtime", -1)',
+        'ck["mtime"] < old.get("mtime", -1)',
+        ("tests/icl/test_evaluate.py::test_cache_reuse_and_staleness", MANIFEST_T),
+        "eval cache stale when the checkpoint is older, not newer",
+    ),
+    Mutant(
+        "cache-digest-flipped",
+        "src/icdl/icl/cache.py",
+        'seal_.get("checkpoint_manifest_sha256") == checkpoint_digest(run_dir)',
+        'seal_.get("checkpoint_manifest_sha256") != checkpoint_digest(run_dir)',
+        ("tests/icl/test_evaluate.py::test_cache_reuse_and_staleness", MANIFEST_T),
+        "eval cache trusted only when the checkpoint hash differs",
+    ),
+    Mutant(
+        "train-mem-acts-floats",
+        "src/icdl/icl/train.py",
+        "float(host if cuda else host + 4 * acts)",
+        "float(host if cuda else host + acts)",
+        ("tests/cli/test_hardening.py", "tests/icl/test_train_estimate.py"),
+        "CPU activations counted in floats, not bytes (4x low)",
+    ),
+    Mutant(
+        "train-mem-quarter",
+        "src/icdl/icl/train.py",
+        "float(host if cuda else host + 4 * acts)",
+        "float(host if cuda else (host + 4 * acts) / 4)",
+        ("tests/cli/test_hardening.py", "tests/icl/test_train_estimate.py"),
+        "CPU training-memory estimate 4x low",
+    ),
+    Mutant(
+        "dense-guard-heads",
+        "src/icdl/construct/tables.py",
+        "return self.num_heads * (2 * self.head_dim * self.dim + self.dim * self.dim)",
+        "return 2 * self.head_dim * self.dim + self.dim * self.dim",
+        ("tests/inspect/test_head_pattern_variants.py", "tests/inspect/test_inspect.py"),
+        "dense_sublayer's size guard ignores the head count",
+    ),
+    Mutant(
+        "mmd-biased-denominator",
+        "src/icdl/diffusion/metrics.py",
+        "/ (m * (m - 1))",
+        "/ (m * m)",
+        ("tests/diffusion/test_score_task.py::test_sample_distances", "tests/diffusion/test_metrics.py"),
+        "MMD^2 within-sample term divided by m^2 (biased) instead of m(m-1)",
+    ),
+    Mutant(
+        "atomic-write-0600",
+        IO,
+        "os.chmod(tmp, file_mode())  # mkstemp creates 0600; give the usual mode",
+        "pass",
+        (
+            "tests/reliability/test_atomic_dir.py",
+            "tests/construct/test_construct_store.py",
+            "tests/test_io.py",
+        ),
+        "atomic_write leaves mkstemp's 0600",
+    ),
+    Mutant(
+        "file-mode-no-umask",
+        IO,
+        "return 0o666 & ~umask",
+        "return 0o666",
+        (
+            "tests/reliability/test_atomic_dir.py",
+            "tests/construct/test_construct_store.py",
+            "tests/test_io.py",
+        ),
+        "file mode ignores the umask (world-writable files)",
+    ),
+    Mutant(
+        "layout-index-bounds",
+        LYT,
+        "if not 0 <= k < s.size:",
+        "if not 0 <= k <= s.size:",
+        ("tests/construct/test_layers.py", "tests/construct/test_layout.py"),
+        "Layout.index accepts one past the slot's end",
+    ),
+    Mutant(
+        "expect-tokens-unchecked",
+        "src/icdl/construct/contract.py",
+        'if self.tokens not in ("all", "query", "data", "prefix"):',
+        "if False:",
+        ("tests/construct/test_contract.py",),
+        "Expect accepts any token selection",
+    ),
+    Mutant(
+        "read-json-kind-flipped",
+        IO,
+        'kind = "truncated" if ended else "corrupt"',
+        'kind = "corrupt" if ended else "truncated"',
+        (
+            "tests/construct/test_construct_store.py",
+            "tests/reliability/test_check_cli.py",
+            "tests/test_io.py",
+        ),
+        '"truncated" and "corrupt" swapped in JSON read errors',
+    ),
+]
+# Project mutants whose snippets had gone stale (code moved or rewritten), updated for the same bug.
+AUDIT21_REPAIRED = (
+    "prompt-query-t",
+    "verify-query-rows",
+    "sums-2arg-sign",
+    "sums-coef-mass",
+    "train-skip-rng-restore",
+    "sums-2arg-sign-grad",  # new: the old snippet of sums-2arg-sign, now only on the autograd path
+)
 
 
 WHY = {
@@ -321,50 +479,108 @@ WHY = {
     "sums-huber": "Huber derivative's constant term halved",
     "sums-coef-mass": "coef_mass sums signed coefficients",
 }
-MUTANTS = [
+PROJECT = [
     m if m.why else Mutant(m.name, m.path, m.old, m.new, m.tests, WHY.get(m.name, "")) for m in MUTANTS
 ]
+MUTANTS = PROJECT + AUDIT21
+GROUPS = {
+    "all": [m.name for m in MUTANTS],
+    "project": [m.name for m in PROJECT],
+    "audit21": [m.name for m in AUDIT21],
+    "audit21+repaired": [*AUDIT21_REPAIRED, *(m.name for m in AUDIT21)],
+}
+STALE = "stale (snippet not in file)"
 
 
-def run(m: Mutant, timeout: float) -> tuple[str, float]:
+def applies(m: Mutant) -> bool:
+    """Whether the mutant's snippet still occurs in its file (a refactoring can make a mutant stale)."""
     path = ROOT / m.path
+    return path.is_file() and m.old in path.read_text()
+
+
+def _first_failure(output: str) -> str:
+    """The first ``FAILED``/``ERROR`` test id in pytest's summary (``-ra``), or ``""``."""
+    for line in output.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line.split()[1]
+    return ""
+
+
+def run(m: Mutant, timeout: float) -> tuple[str, float, str]:
+    path = ROOT / m.path
+    if not applies(m):
+        return STALE, 0.0, ""
     original = path.read_text()
-    if original.count(m.old) < 1:
-        return "missing", 0.0
     path.write_text(original.replace(m.old, m.new, 1))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *m.tests]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:xdist", "-p", "no:cacheprovider"]
     t0 = time.perf_counter()
+    by = ""
     try:
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [*cmd, *m.tests], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
         status = "survived" if r.returncode == 0 else "killed"
+        by = _first_failure(r.stdout) if r.returncode else ""
     except subprocess.TimeoutExpired:
         status = "killed (timeout)"
     finally:
         path.write_text(original)
-    return status, time.perf_counter() - t0
+    return status, time.perf_counter() - t0, by
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", help="run only these mutants")
+    ap.add_argument("--only", nargs="*", help="run only these mutants (names)")
+    ap.add_argument("--group", choices=sorted(GROUPS), help="run only this group of mutants")
+    ap.add_argument("--check", action="store_true", help="only say which mutants still apply (no tests)")
+    ap.add_argument("--baseline", action="store_true", help="first run each test set on the real code")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
-    todo = [m for m in MUTANTS if not args.only or m.name in args.only]
+    names = set(GROUPS[args.group]) if args.group else None
+    unknown = sorted(set(args.only or ()) - set(GROUPS["all"]))
+    if unknown:
+        ap.error(f"unknown mutants: {', '.join(unknown)}")
+    todo = [
+        m for m in MUTANTS if (not args.only or m.name in args.only) and (names is None or m.name in names)
+    ]
+    if args.baseline:  # a test that fails on the real code would count every mutant it guards as killed
+        for tests in dict.fromkeys(m.tests for m in todo):
+            status, sec, by = run(Mutant("baseline", todo[0].path, "", "", tests, ""), args.timeout)
+            verdict = "pass" if status == "survived" else f"FAIL {by}"
+            print(f"baseline {verdict:<40} {sec:6.1f}s  {' '.join(tests)}", flush=True)
+            if status != "survived":
+                sys.exit(f"tests fail on the unmodified code: {' '.join(tests)}")
+    if args.check:
+        stale = [m for m in todo if not applies(m)]
+        for m in stale:
+            print(f"STALE: {m.name} ({m.path}): snippet {m.old!r} not found; update it to the current code")
+        print(f"{len(todo) - len(stale)} of {len(todo)} mutants apply")
+        sys.exit(1 if stale else 0)
     results = []
     for m in todo:
-        status, sec = run(m, args.timeout)
+        status, sec, by = run(m, args.timeout)
         results.append(
-            {"name": m.name, "file": m.path, "status": status, "seconds": round(sec, 1), "why": m.why}
+            {
+                "name": m.name,
+                "file": m.path,
+                "status": status,
+                "killed_by": by,
+                "seconds": round(sec, 1),
+                "why": m.why,
+            }
         )
-        print(f"{m.name:<28} {status:<10} {sec:6.1f}s  {m.path}", flush=True)
+        print(f"{m.name:<28} {status:<10} {sec:6.1f}s  {m.path}  {by}", flush=True)
     killed = sum(r["status"].startswith("killed") for r in results)
-    valid = sum(r["status"] != "missing" for r in results)
+    valid = sum(r["status"] != STALE for r in results)
     print(f"killed {killed} / {valid} ({100 * killed / max(1, valid):.0f}%)")
     for r in results:
-        if r["status"] in ("survived", "missing"):
-            print(f"  {r['status']}: {r['name']} ({r['why'] or r['file']})")
+        if r["status"] == "survived":
+            print(f"  survived: {r['name']} ({r['why'] or r['file']})")
+    for r in results:
+        if r["status"] == STALE:
+            print(f"  STALE, not run (update its snippet to the current code): {r['name']} ({r['file']})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

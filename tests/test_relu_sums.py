@@ -225,6 +225,25 @@ def test_logistic_meets_eps() -> None:
     assert json.loads(json.dumps(s.to_dict()))["num_terms"] == s.num_terms
 
 
+@pytest.mark.parametrize("loss", ["squared", "huber"])
+def test_two_argument_sum_under_autograd(loss: str) -> None:
+    """With arguments that require grad, ``__call__`` takes its differentiable path: same values as the
+    no-grad path and as the exact derivative, and the gradient of the loss derivative (by autograd through
+    the exact formula) in both arguments."""
+    s = loss_derivative_sum(loss, radius=10.0)
+    t0, y0 = _square_points(10.0, n=500)
+    t, y = t0.clone().requires_grad_(True), y0.clone().requires_grad_(True)
+    out = s(t, y)
+    torch.testing.assert_close(out.detach(), s(t0, y0), atol=1e-12, rtol=0)
+    torch.testing.assert_close(out.detach(), LOSSES[loss].deriv(t0, y0), atol=1e-12, rtol=0)
+    out.sum().backward()
+    te, ye = t0.clone().requires_grad_(True), y0.clone().requires_grad_(True)
+    LOSSES[loss].deriv(te, ye).sum().backward()
+    assert te.grad is not None and ye.grad is not None and float(ye.grad.abs().max()) > 0
+    torch.testing.assert_close(t.grad, te.grad, atol=1e-9, rtol=0)
+    torch.testing.assert_close(y.grad, ye.grad, atol=1e-9, rtol=0)
+
+
 def test_two_argument_errors() -> None:
     with pytest.raises(InputError, match="no two-argument ReLU sum"):
         loss_derivative_sum("logistic", eps=1e-3, radius=10.0)

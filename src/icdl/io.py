@@ -266,7 +266,9 @@ def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        kind = "truncated" if exc.pos >= len(text.rstrip()) else "corrupt"
+        # Cut off: the parser ran out of text, or a string runs to the end (json reports where it starts).
+        ended = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        kind = "truncated" if ended else "corrupt"
         raise InputError(
             f"{what} {str(path)!r} is {kind} (invalid JSON at line {exc.lineno} column {exc.colno})"
         ) from None

@@ -155,3 +155,18 @@ def test_per_step_errors_are_measured_only_where_a_slot_names_them(toy) -> None:
     rep = verify(compile_gd_transformer(spec, steps=2, n=7, variant=name), x, y, xq, w0, lipschitz_iters=0)
     assert rep.passed and all(math.isnan(e.r_prime) and e.p <= 1e-12 for e in rep.steps)
     assert "—" in rep.table().splitlines()[1]
+
+
+@pytest.mark.parametrize("tokens", ["last", "examples", "", "ALL", None])
+def test_expect_refuses_an_unknown_token_selection(tokens) -> None:
+    """Expect documents four selections; anything else is refused when the Expect is made (the verifier
+    would otherwise fail later with a KeyError far from the variant that wrote it)."""
+    with pytest.raises(ValueError, match="tokens must be"):
+        Expect("W", "w", tokens=tokens)
+    for ok in ("all", "query", "data", "prefix"):
+        assert Expect("W", "w", tokens=ok).tokens == ok
+
+
+def test_expect_refuses_an_unknown_quantity() -> None:
+    with pytest.raises(ValueError, match="unknown reference quantity"):
+        Expect("W", "weights")

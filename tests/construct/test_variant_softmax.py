@@ -169,3 +169,22 @@ def test_products_outside_their_range_are_counted() -> None:
         counts.append(verify(model, x, y, xq, w0, lipschitz_iters=0).out_of_range_count)
     assert counts[0] == 0
     assert counts[1] is not None and counts[1] > 0
+
+
+@pytest.mark.parametrize(("box", "radius"), [(0.5, 4.0), (8.0, 2.0)])
+def test_weight_products_are_fitted_on_the_box(box: float, radius: float) -> None:
+    """With a box, the products with a weight factor (forward ``v p``, transpose ``v s``) assume ``|v| <= B``
+    (module docstring), not R: declared range B, and -- measured on an independent grid of
+    ``[-B, B] x [-R, R]`` against ``x y`` -- sup error within eps (a fit on R misses it when B > R)."""
+    eps = 1e-2
+    spec = NetSpec(2, 3, 2, 1, activation="sigmoid")
+    prods = products(spec, eps=eps, radius=radius, box=box, gate=10.0)
+    xs = torch.linspace(-box, box, 301, dtype=torch.float64)
+    ys = torch.linspace(-radius, radius, 301, dtype=torch.float64)
+    X, Y = torch.meshgrid(xs, ys, indexing="ij")
+    for prod in (prods.forward, prods.transpose):
+        assert (prod.x_range, prod.y_range) == (box, radius)
+        assert float((prod(X, Y) - X * Y).abs().max()) <= eps * (1 + 1e-9)
+    assert (prods.gradient.x_range, prods.gradient.y_range) == (radius, radius)  # no weight factor
+    unboxed = products(spec, eps=eps, radius=radius, box=None, gate=10.0)
+    assert unboxed.forward.x_range == radius  # without a box, weights are assumed within R

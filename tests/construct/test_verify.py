@@ -12,7 +12,7 @@ import torch
 from icdl.construct import compile_gd_transformer, sample_task, verify
 from icdl.construct.compile import sample_task_info
 from icdl.construct.verify import estimate_lipschitz, recursion
-from icdl.nets import NetSpec, gradient, lemma1_terms, reference_gd
+from icdl.nets import NetSpec, forward, gradient, lemma1_terms, reference_gd
 
 
 def _setup(activation: str = "relu", eps: float = 1e-3, steps: int = 3, n: int = 8, seed: int = 0, **kw):
@@ -207,3 +207,21 @@ def test_a_valid_float32_model_passes_with_default_options(variant: str) -> None
     assert rep.tol == default_tol("float32") == 1e-4 and default_tol("float64") == 1e-9
     assert 1e-9 < rep.max_sublayer_err <= 1e-4  # would FAIL at the float64 tolerance
     assert verify(m32, x, y, xq, w0, tol=1e-9, lipschitz_iters=0).verdict == "FAIL"
+
+
+def test_prediction_error_at_own_weights_uses_the_transformers_weights() -> None:
+    """``max_abs_err_prediction_own_w`` is the readout's error alone: the prediction against the exact
+    network at the weights the transformer itself reached (not at reference GD's). An approximate variant
+    (softmax products, tanh) ends at weights measurably off GD's, so the two errors differ."""
+    spec = NetSpec(2, 3, 2, 1, activation="tanh")
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=0)
+    model = compile_gd_transformer(spec, steps=3, n=6, eps=1e-1, lr=0.2, radius=4.0, variant="softmax")
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    out = model(model.build_prompt(x, y, xq, w0))
+    pred, w_tf = model.read_prediction(out)[0], model.read_weights(out)[0]
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.2, steps=3)
+    f_own, f_gd = forward(spec, w_tf, xq[None])[0], forward(spec, ref[-1], xq[None])[0]
+    assert float((ref[-1] - ref[0]).abs().max()) > 1e-3  # GD moves
+    assert float((f_own - f_gd).abs().max()) > 1e-3  # own and GD weights predict measurably differently
+    assert rep.max_abs_err_prediction_own_w == pytest.approx(float((pred - f_own).abs().max()), rel=1e-9)
+    assert rep.max_abs_err_prediction == pytest.approx(float((pred - f_gd).abs().max()), rel=1e-9)

@@ -96,6 +96,21 @@ def test_dense_export_size_check(compiled):
         dense_sublayer(model, "nope")
 
 
+def test_dense_size_guard_counts_every_head(compiled):
+    """The guard's count is the size of what dense_sublayer returns, heads included: a limit one entry short
+    of that is refused, for multi-head attention sublayers as for MLPs."""
+    _, model, _, _ = compiled
+    multi_head = 0
+    for name in sublayer_names(model):
+        size = sum(t.numel() for t in dense_sublayer(model, name, limit=10**9).values())
+        dense_sublayer(model, name, limit=size)  # exactly at the limit: allowed
+        with pytest.raises(InputError, match=f"{size:,} entries"):
+            dense_sublayer(model, name, limit=size - 1)
+        d = dense_sublayer(model, name, limit=size)
+        multi_head += "Q" in d and d["Q"].shape[0] > 1
+    assert multi_head >= 2  # the head count matters somewhere in this model
+
+
 def test_compiled_plots(compiled, tmp_path):
     spec, model, (x, y, _, w0), H = compiled
     _, cache = run_with_cache(model, H)

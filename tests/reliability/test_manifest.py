@@ -112,6 +112,21 @@ def test_cache_of_rewritten_checkpoint_recomputed(run_copy: Path) -> None:
     assert again["from_cache"] is False
 
 
+def test_cache_of_a_newer_legacy_checkpoint_is_stale(run_copy: Path) -> None:
+    """Without a manifest the checkpoint hash cannot tell a rewrite; the documented fallback is the time
+    stamp: a checkpoint newer than the one the cache recorded makes the cache stale (same name and step)."""
+    for ck in (run_copy / "checkpoints").glob("step_*"):
+        (ck / MANIFEST).unlink()
+    evaluate_run(run_copy, "mixture", prompts=16, options=CHEAP, progress=False)
+    assert result_status(run_copy, "mixture") == "ok"
+    weights = latest(run_copy) / "model.safetensors"
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten one second later
+    assert result_status(run_copy, "mixture") == "stale"
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # older than the cache's: not newer
+    assert result_status(run_copy, "mixture") == "ok"
+
+
 def test_report_refuses_damaged_checkpoint(run_copy: Path, tmp_path: Path) -> None:
     evaluate_run(run_copy, "in-distribution", prompts=16, options=CHEAP, progress=False)
     f = latest(run_copy) / "state.pt"
