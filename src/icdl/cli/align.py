@@ -50,12 +50,12 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     and R² vs the labels; the GD grid shows only its best points; then the compiled model's check."""
     per = res["predictors"]
     ranges = [f"{a}-{b}" for a, b in res["ranges"]]
-    gd = sorted(
-        (n for n, e in per.items() if e["kind"] == "gd"),
-        key=lambda n: (
-            -(per[n]["ranges"][ranges[0]]["r2"] if math.isfinite(per[n]["ranges"][ranges[0]]["r2"]) else -9)
-        ),
-    )
+
+    def score(n: str) -> float:
+        v = per[n]["ranges"][ranges[0]]["r2"]
+        return -v if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
+
+    gd = sorted((n for n, e in per.items() if e["kind"] == "gd"), key=score)
     shown = [n for n, e in per.items() if e["kind"] != "gd"] + gd[:rows]
     head = "".join(f"{'R²~ICL ' + r:>14}{'cos_y':>8}{'cos_x':>8}{'R²~y':>8}" for r in ranges)
     lines = [f"{'predictor (mean over ks in range)':<34}{head}"]

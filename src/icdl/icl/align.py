@@ -550,7 +550,9 @@ def align_estimate(cfg: Config, options: AlignOptions | None = None) -> Estimate
         flops += 3 * 2 * icl_params * P * 2 * (k + 1) + 6 * len(opts.baselines) * P * (k + 1) ** 3
         flops += grid * 6 * P * k * W
     flops += 2 * len(DEFAULT_LAMBDAS) * opts.tuned_prompts * (m.max_points**3 + m.max_points**2 * task.dim)
-    mem = 8.0 * opts.batch * max(ks) * (task.width * task.depth * 20 + W) * max(opts.gd_steps, default=1) * 2
+    # The GD graph kept for the backward passes: per step the weights and the Lemma 1 intermediates.
+    steps_kept = max(opts.gd_steps, default=1)
+    mem = 8.0 * opts.batch * steps_kept * (2 * W + 8 * max(ks) * task.width * task.depth)
     secs = flops / CPU_FLOPS * 10 + 5.0  # the GD grid's many small tensor ops run far below peak
     for k in _compiled_ks(opts, task.examples, max_k) if opts.gd_lrs else []:
         est = construction_estimate(
