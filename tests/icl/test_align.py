@@ -121,7 +121,7 @@ def test_self_alignment_is_one() -> None:
     xs, ys = _prompts(B=16)
     s = _autograd(sens.last_point(KernelBaseline(depth=3, lam=0.1)), xs, ys)
     cmp = align._compare(s, s)
-    assert cmp["r2"] == pytest.approx(1.0, abs=1e-12)
+    assert cmp["r2"] == pytest.approx(1.0, abs=1e-12) and cmp["corr"] == pytest.approx(1.0, abs=1e-12)
     assert cmp["cos_y"] == pytest.approx(1.0, abs=1e-12) and cmp["cos_x"] == pytest.approx(1.0, abs=1e-12)
     assert cmp["n_y"] == 16 and cmp["n_x"] == 16
     other = _autograd(sens.last_point(RidgeTunedBaseline(lam=0.1)), xs, ys)
@@ -133,6 +133,10 @@ def test_metric_values() -> None:
     assert align.agreement_r2(t, t.mean() * torch.ones_like(t)) == pytest.approx(0.0)
     assert align.agreement_r2(t, t + 1) == pytest.approx(1 - 4 / 14)
     assert math.isnan(align.agreement_r2(torch.ones(3, 1), torch.ones(3, 1)))
+    # Correlation ignores scale and offset, and R² does not.
+    assert align.correlation(t, 3 * t - 2) == pytest.approx(1.0)
+    assert align.correlation(t, -t) == pytest.approx(-1.0)
+    assert align.agreement_r2(t, 3 * t - 2) < 0
     a = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
     b = torch.tensor([[0.0, 3.0], [-2.0, -2.0], [1.0, 0.0], [5.0, 0.0]], dtype=torch.float64)
     cos, n = align.mean_cosine(a, b)
