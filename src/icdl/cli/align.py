@@ -46,8 +46,9 @@ def _fmt(v: Any) -> str:
 
 
 def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
-    """The table printed by ``icdl align``: per predictor the range means of R² (vs ICL), cos_y, cos_x
-    and R² vs the labels; the GD grid shows only its best points; then the compiled model's check."""
+    """The table printed by ``icdl align``: per predictor the range means of R² (vs ICL), the correlation,
+    cos_y, cos_x and R² vs the labels; the GD grid shows only its best points; then the compiled model's
+    check."""
     per = res["predictors"]
     ranges = [f"{a}-{b}" for a, b in res["ranges"]]
 
@@ -57,11 +58,12 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 
     gd = sorted((n for n, e in per.items() if e["kind"] == "gd"), key=score)
     shown = [n for n, e in per.items() if e["kind"] != "gd"] + gd[:rows]
-    head = "".join(f"{'R²~ICL ' + r:>14}{'cos_y':>8}{'cos_x':>8}{'R²~y':>8}" for r in ranges)
+    head = "".join(f"{'R²~ICL ' + r:>14}{'corr':>8}{'cos_y':>8}{'cos_x':>8}{'R²~y':>8}" for r in ranges)
     lines = [f"{'predictor (mean over ks in range)':<34}{head}"]
     for n in shown:
         cells = "".join(
-            f"{_fmt(per[n]['ranges'][r]['r2']):>14}{_fmt(per[n]['ranges'][r]['cos_y']):>8}"
+            f"{_fmt(per[n]['ranges'][r]['r2']):>14}{_fmt(per[n]['ranges'][r].get('corr')):>8}"
+            f"{_fmt(per[n]['ranges'][r]['cos_y']):>8}"
             f"{_fmt(per[n]['ranges'][r]['cos_x']):>8}{_fmt(per[n]['ranges'][r]['r2_truth']):>8}"
             for r in ranges
         )

@@ -8,6 +8,8 @@ of each other predictor ``ŷ_P`` on the same prompts:
 * ``r2``: R² of ``ŷ_P`` as a prediction of ``ŷ_ICL`` (ICL is the target), ``1 - Σ (ŷ_ICL - ŷ_P)² / Σ (ŷ_ICL -
   mean ŷ_ICL)²`` over prompts — 1 when the predictions coincide, 0 when ``ŷ_P`` explains none of ICL's
   variation across prompts;
+* ``corr``: the Pearson correlation of the two predictions across prompts (``r2`` without the charge for
+  a different scale or offset);
 * ``cos_y`` / ``cos_x``: the cosine between the two predictors' sensitivities ``d ŷ / d y_i`` (the k context
   labels) and ``d ŷ / d x_query``, per prompt by autograd ([`icdl.icl.sensitivity`][icdl.icl.sensitivity]),
   averaged over prompts (prompts where either gradient is zero are left out; their count is kept). The two
@@ -58,6 +60,7 @@ __all__ = [
     "agreement_r2",
     "align_estimate",
     "align_run",
+    "correlation",
     "default_ks",
     "gd_name",
     "mean_cosine",
@@ -201,10 +204,24 @@ def mean_cosine(a: Tensor, b: Tensor) -> tuple[float, int]:
     return float(cos.mean()), int(ok.sum())
 
 
+def correlation(a: Tensor, b: Tensor) -> float:
+    """Pearson correlation of two predictions ``(B, d_y)`` across prompts (pooled over outputs): the
+    scale-free part of the agreement (``r2`` also charges a different scale or offset). NaN when either is
+    constant or not finite."""
+    a, b = a.double() - a.double().mean(0), b.double() - b.double().mean(0)
+    if not (bool(a.isfinite().all()) and bool(b.isfinite().all())):
+        return math.nan
+    den = float(a.norm() * b.norm())
+    return float((a * b).sum()) / den if den > 0 else math.nan
+
+
 def _compare(icl: sens.Sensitivity, other: sens.Sensitivity) -> dict[str, Any]:
     cy, ny = mean_cosine(icl.d_y, other.d_y)
     cx, nx = mean_cosine(icl.d_x, other.d_x)
-    return {"r2": agreement_r2(icl.pred, other.pred), "cos_y": cy, "cos_x": cx, "n_y": ny, "n_x": nx}
+    return {
+        "r2": agreement_r2(icl.pred, other.pred), "corr": correlation(icl.pred, other.pred),
+        "cos_y": cy, "cos_x": cx, "n_y": ny, "n_x": nx,
+    }  # fmt: skip
 
 
 def _r2_truth(pred: Tensor, y: Tensor) -> float:
@@ -369,7 +386,7 @@ def _summaries(per: dict[str, Any], ks: list[int], ranges: list[tuple[int, int]]
         for lo, hi in ranges:
             idx = [i for i, k in enumerate(ks) if lo <= k <= hi]
             out[f"{lo}-{hi}"] = {}
-            for metric in ("r2", "cos_y", "cos_x", "r2_truth"):
+            for metric in ("r2", "corr", "cos_y", "cos_x", "r2_truth"):
                 vals = [entry[metric][i] for i in idx if math.isfinite(entry[metric][i])]
                 out[f"{lo}-{hi}"][metric] = sum(vals) / len(vals) if vals else math.nan
         entry["ranges"] = out
@@ -395,7 +412,7 @@ def _predictors(
             for L in opts.gd_steps:
                 per[gd_name(lr, L, init)] = {"kind": "gd", "params": {"lr": lr, "steps": L, "init": init}}
     for entry in per.values():
-        entry.update({m: [] for m in ("r2", "cos_y", "cos_x", "n_y", "n_x", "r2_truth")})
+        entry.update({m: [] for m in ("r2", "corr", "cos_y", "cos_x", "n_y", "n_x", "r2_truth")})
     return per
 
 
@@ -432,8 +449,8 @@ def align_run(
 ) -> dict[str, Any]:
     """Measure the run's newest checkpoint against every predictor (module docstring) and write
     ``RUN_DIR/align/align.json``. Returns the result: ``ks``, ``predictors.<name>`` (``kind``, ``params``
-    and per k ``r2``, ``cos_y``, ``cos_x``, the prompt counts ``n_y``/``n_x`` behind the cosines, ``r2_truth``
-    — R² against the true labels — and ``ranges``: means over the ks in 1..E and E+1..K), ``gd_best``
+    and per k ``r2``, ``corr``, ``cos_y``, ``cos_x``, the prompt counts ``n_y``/``n_x`` behind the cosines,
+    ``r2_truth`` — R² against the true labels — and ``ranges``: means over the ks in 1..E and E+1..K), ``gd_best``
     (the best grid point overall, and per k the best R² and its point), ``compiled`` (per compiled k:
     ``vs_gd``, ``vs_icl``, ``gd_vs_icl``, ``max_abs_pred_diff``) and provenance."""
     from icdl.icl.evaluate import EvalOptions, checkpoint_info
