@@ -450,8 +450,9 @@ def align_run(
     """Measure the run's newest checkpoint against every predictor (module docstring) and write
     ``RUN_DIR/align/align.json``. Returns the result: ``ks``, ``predictors.<name>`` (``kind``, ``params``
     and per k ``r2``, ``corr``, ``cos_y``, ``cos_x``, the prompt counts ``n_y``/``n_x`` behind the cosines,
-    ``r2_truth`` — R² against the true labels — and ``ranges``: means over the ks in 1..E and E+1..K), ``gd_best``
-    (the best grid point overall, and per k the best R² and its point), ``compiled`` (per compiled k:
+    ``r2_truth`` — R² against the true labels — and ``ranges``: means over the ks in 1..E and E+1..K),
+    ``gd_best`` (the best grid point overall, and per k the best R² and its point), ``compiled`` (per
+    compiled k:
     ``vs_gd``, ``vs_icl``, ``gd_vs_icl``, ``max_abs_pred_diff``) and provenance."""
     from icdl.icl.evaluate import EvalOptions, checkpoint_info
     from icdl.icl.train import load_run
