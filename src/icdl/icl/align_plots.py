@@ -75,7 +75,11 @@ def plot_metrics(res: dict[str, Any], path: str | Path) -> Path:
     fig.set_layout_engine("constrained")
     for ax, (metric, title) in zip(axes.flat, _PANELS, strict=True):
         _panel(ax, res, metric, title)
-    axes.flat[0].legend(fontsize=7, loc="lower right")
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=5, fontsize=8)
     run = res["run"]
     fig.suptitle(f"Which algorithm does the ICL model run? {run['name']} (seed {run['train_seed']}, "
                  f"step {res['checkpoint']['step']}), {res['test']['prompts']} test prompts",
@@ -96,8 +100,11 @@ def plot_gd_grid(res: dict[str, Any], path: str | Path) -> Path:
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
                 dark = not math.isfinite(v) or v < 0.4
-                text = "–" if not math.isfinite(v) else f"{v:.2f}"
-                ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+                text = "–" if not math.isfinite(v) else ("<-1" if v < -1 else f"{v:.2f}")
+                ax.text(
+                    j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black",
+                    clip_on=True,
+                )  # fmt: skip
         ax.set_xticks(range(len(lrs)), [f"{v:g}" for v in lrs])
         ax.set_yticks(range(len(steps)), [str(v) for v in steps])
         ax.set_xlabel("GD step size")
