@@ -577,7 +577,7 @@ def align_estimate(cfg: Config, options: AlignOptions | None = None) -> Estimate
             spec, steps=opts.compiled_max_steps, examples=k, variant=opts.compiled_variant
         )
         secs += (est.seconds or 0.0) * opts.compiled_prompts
-        mem = max(mem, est.bytes * 4)
+        mem = max(mem, est.bytes * 2)  # dense D x D compile temporaries, autograd states of 4 prompts
     return Estimate(
         "icdl align",
         float(mem + 400 * 2**20),
