@@ -26,7 +26,7 @@ def score_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-@pytest.mark.parametrize("command", [["evaluate"], ["report", "--evaluate", "none"]])
+@pytest.mark.parametrize("command", [["evaluate"], ["report", "--evaluate", "none"], ["align"]])
 def test_cli_names_the_score_run(
     command: list[str], score_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

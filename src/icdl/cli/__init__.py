@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "construct": ("icdl.cli.construct", "construct", "Compile the GD transformer and verify it against GD."),
     "train": ("icdl.cli.train", "train", "Pretrain an ICL transformer (resumable; torchrun for DDP)."),
     "evaluate": ("icdl.cli.evaluate", "evaluate", "R² curves of a run against baselines on a suite."),
+    "align": (
+        "icdl.cli.align",
+        "align",
+        "Which algorithm the trained model runs: vs baselines, GD, compiled.",
+    ),
     "report": ("icdl.cli.report", "report", "Render plots and a markdown report for a run."),
     "check": ("icdl.cli.check", "check", "Verify a run directory or saved construction (file hashes)."),
     "score": ("icdl.cli.score", "score", "In-context score estimation for diffusion models (docs/score.md)."),

@@ -30,7 +30,7 @@ from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
 if TYPE_CHECKING:
     from icdl.icl.evaluate import EvalOptions
 
-__all__ = ["k_ranges", "label_diagnostics", "paired_difference"]
+__all__ = ["k_ranges", "label_diagnostics", "paired_difference", "simple_baselines", "tuned_baseline"]
 
 TUNED: tuple[str, ...] = ("ridge_tuned", "kernel")
 
@@ -232,13 +232,7 @@ def _run_baselines(
     """Every requested baseline on the condition's prompts (costly ones on a prefix of the prompts)."""
     xs64, ys64 = pb.xs.double(), pb.ys.double()
     out: list[_Pred] = []
-    simple: dict[str, Any] = {
-        "zero": ZeroBaseline(),
-        "averaging": AveragingBaseline(),
-        "least-squares": LeastSquaresBaseline(),
-        "ridge": LeastSquaresBaseline(ridge=opts.ridge),
-        "knn": KNNBaseline(k_nn=opts.knn),
-    }
+    simple = simple_baselines(opts)
     for key in names:
         tick(key)
         t0 = time.perf_counter()
@@ -256,6 +250,32 @@ def _run_baselines(
         elif key == "gd_target":
             out.append(_run_gd_target(cond, pb, cfg, suite, opts))
     return out
+
+
+def simple_baselines(opts: EvalOptions) -> dict[str, Any]:
+    """The closed-form baselines that need no tuning, by name: ``zero``, ``averaging``, ``least-squares``,
+    ``ridge`` (λ = ``opts.ridge``, intercept) and ``knn`` (``opts.knn`` neighbours)."""
+    return {
+        "zero": ZeroBaseline(),
+        "averaging": AveragingBaseline(),
+        "least-squares": LeastSquaresBaseline(),
+        "ridge": LeastSquaresBaseline(ridge=opts.ridge),
+        "knn": KNNBaseline(k_nn=opts.knn),
+    }
+
+
+def tuned_baseline(
+    key: str, cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions
+) -> kernels.TunedKernelRidge:
+    """``ridge_tuned`` or ``kernel`` with λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
+    condition (seed ``suite.seed + 1``, never the test prompts)."""
+    base: kernels.TunedKernelRidge = (
+        kernels.RidgeTunedBaseline() if key == "ridge_tuned" else kernels.KernelBaseline.for_task(cfg.task)
+    )
+    tune = _prompts(cond, opts.tuned_prompts, suite.seed + 1)
+    with torch.no_grad():
+        base.tune(tune.xs.double(), tune.ys.double())
+    return base
 
 
 def _run_mlp(pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> list[_Pred]:
@@ -350,12 +370,8 @@ def _run_tuned(
     """``ridge_tuned`` or ``kernel``: λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
     condition (seed ``suite.seed + 1``, never the test prompts), then predicted on all test prompts."""
     t0 = time.perf_counter()
-    base: kernels.TunedKernelRidge = (
-        kernels.RidgeTunedBaseline() if key == "ridge_tuned" else kernels.KernelBaseline.for_task(cfg.task)
-    )
-    tune = _prompts(cond, opts.tuned_prompts, suite.seed + 1)
+    base = tuned_baseline(key, cond, cfg, suite, opts)
     with torch.no_grad():
-        base.tune(tune.xs.double(), tune.ys.double())
         p = base(pb.xs.double(), pb.ys.double())
     meta = {
         "prompts": int(p.shape[0]),

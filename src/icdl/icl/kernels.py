@@ -70,7 +70,11 @@ def relu_expectation(cov: Tensor) -> Tensor:
     diag = cov.diagonal(dim1=-2, dim2=-1).clamp(min=0)
     norm = torch.sqrt(diag[..., :, None] * diag[..., None, :])
     rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
-    theta = torch.arccos(rho)
+    # arccos' is infinite at |ρ| = 1 (the diagonal), where autograd would give inf · 0 = NaN. The value
+    # is the same with θ detached there, and so is the derivative: d/dρ [sin θ + (π - θ) ρ] = π - θ, which
+    # the ρ factor alone carries once θ is constant (icdl.icl.sensitivity differentiates the kernel).
+    inner = rho.abs() < 1.0
+    theta = torch.where(inner, torch.arccos(torch.where(inner, rho, 0.0)), torch.arccos(rho).detach())
     return norm / (2 * math.pi) * (torch.sin(theta) + (math.pi - theta) * rho)
 
 
@@ -87,7 +91,9 @@ def gauss_hermite_expectation(cov: Tensor, fn: Any, points: int = _QUAD_POINTS) 
     sd = cov.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt()  # (B, T)
     norm = sd[..., :, None] * sd[..., None, :]
     rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
-    s = torch.sqrt((1 - rho**2).clamp(min=0))
+    one_minus = 1 - rho**2
+    # sqrt' is infinite at 0 (|ρ| = 1, the diagonal): keep autograd finite there (the value is 0 either way).
+    s = torch.where(one_minus > 0, torch.sqrt(torch.where(one_minus > 0, one_minus, 1.0)), 0.0)
     fu = fn(sd[..., :, None] * z)  # (B, T, Q): fn(u) at node p for point i
     out = torch.empty_like(cov)
     T = cov.shape[-1]

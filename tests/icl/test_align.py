@@ -1,0 +1,202 @@
+"""Sensitivities and alignment metrics (icdl.icl.sensitivity, icdl.icl.align).
+
+References: per-prompt central finite differences (independent of the batched autograd), the ridge
+smoother's closed form (d ŷ/d y = x_qᵀ (XᵀX + λI)⁻¹ Xᵀ, d ŷ/d x_q = the fitted weights), GDBaseline (the
+per-k loop of plain GD) and the compiled GD transformer against the GD point it compiles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from icdl import nets
+from icdl.config import ModelConfig
+from icdl.errors import InputError
+from icdl.icl import align
+from icdl.icl import sensitivity as sens
+from icdl.icl.baselines import AveragingBaseline, GDBaseline
+from icdl.icl.kernels import KernelBaseline, RidgeTunedBaseline, relu_expectation
+from icdl.icl.models import build_model
+
+D_X, K = 3, 5
+
+
+def _prompts(B: int = 4, k: int = K, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    xs = torch.randn(B, k + 1, D_X, generator=g, dtype=torch.float64)
+    ys = torch.randn(B, k + 1, 1, generator=g, dtype=torch.float64)
+    return xs, ys
+
+
+def _finite_differences(fn, xs, ys, h: float = 1e-6):  # type: ignore[no-untyped-def]
+    """Per prompt, one coordinate at a time: (d ŷ/d y_i for i < k, d ŷ/d x_query)."""
+    k = xs.shape[1] - 1
+    gy = torch.zeros(xs.shape[0], k)
+    gx = torch.zeros(xs.shape[0], xs.shape[2])
+    for b in range(xs.shape[0]):
+        x, y = xs[b : b + 1], ys[b : b + 1]
+        for i in range(k):
+            yp, ym = y.clone(), y.clone()
+            yp[0, i, 0] += h
+            ym[0, i, 0] -= h
+            gy[b, i] = float((fn(x, yp) - fn(x, ym))[0, 0]) / (2 * h)
+        for j in range(xs.shape[2]):
+            xp, xm = x.clone(), x.clone()
+            xp[0, k, j] += h
+            xm[0, k, j] -= h
+            gx[b, j] = float((fn(xp, y) - fn(xm, y))[0, 0]) / (2 * h)
+    return gy.double(), gx.double()
+
+
+def _autograd(fn, xs, ys):  # type: ignore[no-untyped-def]
+    x, y = sens.leaves(xs, ys)
+    return sens.sensitivities([fn(x, y)], x, y)[0]
+
+
+def _icl_model() -> torch.nn.Module:
+    cfg = ModelConfig(attention="softmax", layers=2, heads=2, d_model=16, d_mlp=32, max_points=8)
+    torch.manual_seed(0)
+    return build_model(cfg, D_X, 1).double().eval()
+
+
+def _gd_fn(spec: nets.NetSpec, w0: torch.Tensor, lr: float, L: int):  # type: ignore[no-untyped-def]
+    return lambda x, y: sens.gd_predictions(spec, w0, x, y, lrs=[lr], steps=[L])[(lr, L)]
+
+
+SPEC = nets.NetSpec(3, 8, D_X, 1)
+W0 = GDBaseline(SPEC, seed=1, init_std=0.5).initial_weights()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["icl", "gd", "kernel", "ridge_tuned", "averaging"],
+)
+def test_sensitivities_match_finite_differences(name: str) -> None:
+    xs, ys = _prompts()
+    fn = {
+        "icl": sens.last_point(_icl_model()),
+        "gd": _gd_fn(SPEC, W0, 0.3, 3),
+        "kernel": sens.last_point(KernelBaseline(depth=3, lam=0.1)),
+        "ridge_tuned": sens.last_point(RidgeTunedBaseline(lam=0.3)),
+        "averaging": sens.last_point(AveragingBaseline()),
+    }[name]
+    s = _autograd(fn, xs, ys)
+    with torch.no_grad():
+        gy, gx = _finite_differences(fn, xs, ys)
+    assert s.d_y.shape == (4, K) and s.d_x.shape == (4, D_X)
+    assert bool(s.d_y.abs().max() > 1e-4), "vacuous: zero label sensitivity"
+    torch.testing.assert_close(s.d_y, gy, atol=1e-8, rtol=1e-5)
+    torch.testing.assert_close(s.d_x, gx, atol=1e-8, rtol=1e-5)
+    if name != "averaging":
+        assert bool(s.d_x.abs().max() > 1e-3), "vacuous: zero query sensitivity"
+
+
+def test_ridge_sensitivity_is_the_smoother_row() -> None:
+    lam = 0.7
+    xs, ys = _prompts()
+    s = _autograd(sens.last_point(RidgeTunedBaseline(lam=lam)), xs, ys)
+    X, Y, xq = xs[:, :K], ys[:, :K], xs[:, K]
+    A = X.transpose(1, 2) @ X + lam * torch.eye(D_X, dtype=torch.float64)
+    smoother = (xq[:, None, :] @ torch.linalg.solve(A, X.transpose(1, 2)))[:, 0]  # (B, K)
+    weights = torch.linalg.solve(A, X.transpose(1, 2) @ Y)[..., 0]  # (B, D_X)
+    torch.testing.assert_close(s.d_y, smoother)
+    torch.testing.assert_close(s.d_x, weights)
+    torch.testing.assert_close(s.pred[:, 0], (xq * weights).sum(1))
+
+
+def test_gd_predictions_equal_gd_baseline() -> None:
+    xs, ys = _prompts(k=6)
+    for lr, L in ((0.3, 1), (0.1, 4)):
+        ref = GDBaseline(SPEC, steps=L, lr=lr, seed=1, init_std=0.5)(xs, ys)
+        for k in (1, 3, 6):
+            got = sens.gd_predictions(SPEC, W0, xs[:, : k + 1], ys[:, : k + 1], lrs=[lr], steps=[L, 7])
+            torch.testing.assert_close(got[(lr, L)], ref[:, k], atol=1e-12, rtol=0)
+    assert bool((ref[:, 1:] - ref[:, :1]).abs().max() > 1e-3), "vacuous: GD predicts a constant"
+
+
+def test_self_alignment_is_one() -> None:
+    xs, ys = _prompts(B=16)
+    s = _autograd(sens.last_point(KernelBaseline(depth=3, lam=0.1)), xs, ys)
+    cmp = align._compare(s, s)
+    assert cmp["r2"] == pytest.approx(1.0, abs=1e-12) and cmp["corr"] == pytest.approx(1.0, abs=1e-12)
+    assert cmp["cos_y"] == pytest.approx(1.0, abs=1e-12) and cmp["cos_x"] == pytest.approx(1.0, abs=1e-12)
+    assert cmp["n_y"] == 16 and cmp["n_x"] == 16
+    other = _autograd(sens.last_point(RidgeTunedBaseline(lam=0.1)), xs, ys)
+    assert align._compare(s, other)["r2"] < 0.99 and align._compare(s, other)["cos_x"] < 0.99
+
+
+def test_metric_values() -> None:
+    t = torch.tensor([[1.0], [2.0], [3.0], [6.0]], dtype=torch.float64)
+    assert align.agreement_r2(t, t.mean() * torch.ones_like(t)) == pytest.approx(0.0)
+    assert align.agreement_r2(t, t + 1) == pytest.approx(1 - 4 / 14)
+    assert math.isnan(align.agreement_r2(torch.ones(3, 1), torch.ones(3, 1)))
+    # Correlation ignores scale and offset, and R² does not.
+    assert align.correlation(t, 3 * t - 2) == pytest.approx(1.0)
+    assert align.correlation(t, -t) == pytest.approx(-1.0)
+    assert align.agreement_r2(t, 3 * t - 2) < 0
+    a = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
+    b = torch.tensor([[0.0, 3.0], [-2.0, -2.0], [1.0, 0.0], [5.0, 0.0]], dtype=torch.float64)
+    cos, n = align.mean_cosine(a, b)
+    assert n == 3 and cos == pytest.approx((0.0 - 1.0 + 1.0) / 3)
+
+
+def test_compiled_model_aligns_with_its_gd_point() -> None:
+    from icdl.construct import compile_gd_transformer
+
+    spec = nets.NetSpec(3, 6, D_X, 1)
+    w0 = GDBaseline(spec, seed=2, init_std=0.5).initial_weights()
+    lr, L = 0.3, 2
+    cm = compile_gd_transformer(spec, lr=lr, steps=L, n=K, variant="compact")
+    xs, ys = _prompts(B=6)
+    c = _autograd(lambda x, y: sens.compiled_prediction(cm, w0, x, y), xs, ys)
+    g = _autograd(_gd_fn(spec, w0, lr, L), xs, ys)
+    cmp = align._compare(g, c)
+    assert cmp["r2"] > 1 - 1e-9 and cmp["cos_y"] > 1 - 1e-9 and cmp["cos_x"] > 1 - 1e-9
+    torch.testing.assert_close(c.d_y, g.d_y, atol=1e-8, rtol=1e-6)
+    other = _autograd(_gd_fn(spec, w0, lr, L + 3), xs, ys)
+    assert align._compare(other, c)["r2"] < 0.999, "vacuous: L and L + 3 steps agree"
+
+
+def test_truncated_prompt_equals_full_prompt_for_the_icl_model() -> None:
+    model = _icl_model()
+    xs, ys = _prompts(k=7)
+    with torch.no_grad():
+        full = model(xs, ys)
+        for k in (1, 4, 7):
+            torch.testing.assert_close(sens.last_point(model)(xs[:, : k + 1], ys[:, : k + 1]), full[:, k])
+
+
+def test_a_predictor_reading_the_query_label_is_refused() -> None:
+    xs, ys = _prompts()
+    x, y = sens.leaves(xs, ys)
+    with pytest.raises(InputError, match="not causal"):
+        sens.sensitivities([y[:, -1] * 2 + x[:, -1, :1]], x, y)
+
+
+def test_relu_kernel_gradient_is_finite_and_value_unchanged() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 4, dtype=torch.float64, generator=g)
+    cov = (x @ x.transpose(1, 2)).requires_grad_(True)
+    out = relu_expectation(cov)
+    diag = cov.diagonal(dim1=-2, dim2=-1)
+    norm = torch.sqrt(diag[..., :, None] * diag[..., None, :])
+    rho = (cov / norm).clamp(-1, 1)
+    th = torch.arccos(rho)
+    ref = norm / (2 * math.pi) * (torch.sin(th) + (math.pi - th) * rho)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    (grad,) = torch.autograd.grad(out.sum(), cov)
+    assert bool(grad.isfinite().all())
+
+
+def test_default_ks_and_options() -> None:
+    assert align.default_ks(30, 45) == (1, 2, 3, 5, 10, 15, 20, 25, 30, 35, 40, 45)
+    assert align.default_ks(10, 15) == (1, 2, 3, 5, 10, 15)
+    with pytest.raises(InputError, match="unknown baseline"):
+        align.AlignOptions(baselines=("nope",))
+    with pytest.raises(InputError, match="gd-lrs"):
+        align.AlignOptions(gd_lrs=(0.1, -1.0))
+    with pytest.raises(InputError, match="ks"):
+        align.AlignOptions(ks=(0, 3))
