@@ -89,7 +89,7 @@ MUTANTS = [
     ),
     Mutant(
         "train-skip-rng-restore",
-        "src/icdl/icl/train.py",
+        "src/icdl/icl/checkpoint.py",
         "    _set_rng_state(\n",
         "    (lambda _state: None)(\n",
         ("tests/icl/test_train_resume_dropout.py",),
@@ -340,7 +340,7 @@ AUDIT21 = [
     Mutant(
         "softmax-products-on-radius",
         "src/icdl/construct/softmax.py",
-        "bw = box if box is not None else radius",
+        "bw = weight_range if weight_range is not None else box if box is not None else radius",
         "bw = radius",
         ("tests/construct/test_products.py", "tests/construct/test_variant_softmax.py"),
         "weight products fitted on the radius R instead of the box B",
