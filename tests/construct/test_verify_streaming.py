@@ -202,7 +202,9 @@ def test_streaming_equals_the_traced_walk(variant, activation, opts, seed, asser
     assert new.first == old.first
     assert new.max_rel == old.max_rel and new.spread == old.spread and new.scratch_max == old.scratch_max
     assert new.grad_err == old.grad_err
-    assert len(new.w_tf) == len(old.w_tf) and all(torch.equal(a, b) for a, b in zip(new.w_tf, old.w_tf))
+    assert len(new.w_tf) == len(old.w_tf) and all(
+        torch.equal(a, b) for a, b in zip(new.w_tf, old.w_tf, strict=True)
+    )
     assert len(new.per_step) == len(old.per_step)
     for a, b in zip(new.per_step, old.per_step, strict=True):
         assert a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)

@@ -82,12 +82,18 @@ class SlotError:
 
 def slot_error(label: str, got: Tensor, want: Tensor) -> SlotError:
     """The [`SlotError`][icdl.construct.stream.SlotError] of ``got`` against ``want`` (same shape)."""
+    diff = got - want
+    if bool(
+        torch.isfinite(diff).all()
+    ):  # both finite everywhere: the general case below, without its NaN guards
+        a = diff.abs()
+        return SlotError(label, float((a / want.abs().clamp_min(1.0)).max()), float(a.max()), "finite")
     bad = ~torch.isfinite(got) & torch.isfinite(want)
     if bool(bad.any()):
         kind = "nan" if bool(torch.isnan(got[bad]).any()) else "inf"
         err = math.nan if kind == "nan" else math.inf
         return SlotError(label, err, err, kind)
-    diff = (got - want).abs().nan_to_num(nan=0.0)  # NaN where both are NaN: no new divergence
+    diff = diff.abs().nan_to_num(nan=0.0)  # NaN where both are NaN: no new divergence
     rel = diff / want.abs().nan_to_num(nan=1.0, posinf=1.0, neginf=1.0).clamp_min(1.0)
     return SlotError(label, float(rel.max()), float(diff.max()), "finite")
 
@@ -147,11 +153,13 @@ _EXACT = ("p", "r_prime", "u", "s")
 @dataclass(frozen=True)
 class _Plan:
     """One sublayer's expected effect, resolved once: the Expects, the named slots in layout order (label,
-    columns, indices of their Expects), the column ranges no Expect names, the slots' own tolerances."""
+    columns, indices of their Expects), the other slots and their columns merged into contiguous spans, the
+    slots' own tolerances, whether a slot holds the applied step."""
 
     expects: tuple[Expect, ...]
     named: tuple[tuple[str, slice, tuple[int, ...]], ...]
     keep: tuple[tuple[str, slice], ...]
+    spans: tuple[slice, ...]
     tols: dict[str, float]
     applied: bool
 
@@ -201,24 +209,32 @@ class StreamCheck:
         self.last = len(model.block_layers) - 1
 
     def _plan(self, expects: list[Expect]) -> _Plan:
-        by_slot = self.slot_by_label
         tols: dict[str, float] = {}
-        for e in expects:
+        by_slot: dict[str, list[int]] = {}
+        for i, e in enumerate(expects):
+            by_slot.setdefault(e.slot, []).append(i)
             if e.rtol is not None:
                 tols[e.slot] = e.rtol
         named, keep = [], []
         for s in self.layout.slots:
             cols = slice(s.offset, s.offset + s.size)
-            idx = tuple(i for i, e in enumerate(expects) if by_slot[e.slot] is s)
+            idx = tuple(by_slot.get(s.label, ()))
             (named if idx else keep).append((s.label, cols, idx))
         # A negative or NaN tolerance would fail an unchanged slot too: then every slot is measured.
         if not all(t >= 0 for t in (self.tol, *tols.values())):
             named, keep = [*named, *keep], []
             named.sort(key=lambda item: item[1].start)
+        spans: list[slice] = []  # the kept columns as few contiguous ranges: one torch.equal each
+        for _, cols, _ in keep:
+            if spans and spans[-1].stop == cols.start:
+                spans[-1] = slice(spans[-1].start, cols.stop)
+            else:
+                spans.append(cols)
         return _Plan(
             tuple(expects),
             tuple(named),
             tuple((lab, cols) for lab, cols, _ in keep),
+            tuple(spans),
             tols,
             any(e.applied_step or e.quantity == "w_step" for e in expects),
         )
@@ -253,7 +269,7 @@ class StreamCheck:
         raise ValueError(f"expected value for slot {e.slot} has {val.shape[0]} rows ({e.tokens} tokens)")
 
     def __call__(self, pt: TracePoint, H: Tensor) -> None:
-        """Check the state ``H`` (B, T, D) after the sublayer at ``pt``; it becomes the state before the next."""
+        """Check the state ``H`` (B, T, D) after the sublayer at ``pt``; it is the next one's input."""
         if self.cur._version != self.cur_version:
             raise RuntimeError(
                 f"{pt.describe()} changed its input in place; the streaming check needs "
@@ -301,7 +317,8 @@ class StreamCheck:
         """Compare the named slots with their expected values and the others with the state before; the
         first failing sublayer is the divergence."""
         slots = list(plan.named)
-        if not all(torch.equal(S[:, cols], self.cur[:, cols]) for _, cols in plan.keep):
+        # the kept columns compared bit for bit (NaN != NaN: a NaN is measured too)
+        if not all(torch.equal(S[:, cols], self.cur[:, cols]) for cols in plan.spans):
             slots += [(lab, cols, ()) for lab, cols in plan.keep]  # measure them too (rare: a bug or NaN)
             slots.sort(key=lambda item: item[1].start)
         errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
