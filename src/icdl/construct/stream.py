@@ -160,6 +160,8 @@ class _Plan:
     named: tuple[tuple[str, slice, tuple[int, ...]], ...]
     keep: tuple[tuple[str, slice], ...]
     spans: tuple[slice, ...]
+    rows: slice
+    free_rows: tuple[slice, ...]
     tols: dict[str, float]
     applied: bool
 
@@ -235,9 +237,22 @@ class StreamCheck:
             tuple(named),
             tuple((lab, cols) for lab, cols, _ in keep),
             tuple(spans),
+            *self._rows(expects),
             tols,
             any(e.applied_step or e.quantity == "w_step" for e in expects),
         )
+
+    def _rows(self, expects: list[Expect]) -> tuple[slice, tuple[slice, ...]]:
+        """The tokens the Expects name, as one range (all tokens when their union is not one), and the
+        other tokens as ranges: those rows must equal the state before on every column (contiguous
+        memory, compared faster than column spans)."""
+        touched = sorted({t for e in expects for t in range(self.T_all)[self.token_rows[e.tokens]]})
+        if not touched:
+            return slice(0, 0), (slice(0, self.T_all),)
+        if touched[-1] - touched[0] + 1 != len(touched):
+            return slice(0, self.T_all), ()
+        lo, hi = touched[0], touched[-1] + 1
+        return slice(lo, hi), tuple(r for r in (slice(0, lo), slice(hi, self.T_all)) if r.stop > r.start)
 
     @staticmethod
     def fresh() -> dict[str, float]:
@@ -317,8 +332,11 @@ class StreamCheck:
         """Compare the named slots with their expected values and the others with the state before; the
         first failing sublayer is the divergence."""
         slots = list(plan.named)
-        # the kept columns compared bit for bit (NaN != NaN: a NaN is measured too)
-        if not all(torch.equal(S[:, cols], self.cur[:, cols]) for cols in plan.spans):
+        # the kept columns compared bit for bit (NaN != NaN: a NaN is measured too): whole rows where no
+        # Expect names the token, the column spans on the others
+        r, cur = plan.rows, self.cur
+        same = all(torch.equal(S[f], cur[f]) for f in plan.free_rows)
+        if not (same and all(torch.equal(S[r, cols], cur[r, cols]) for cols in plan.spans)):
             slots += [(lab, cols, ()) for lab, cols in plan.keep]  # measure them too (rare: a bug or NaN)
             slots.sort(key=lambda item: item[1].start)
         errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
