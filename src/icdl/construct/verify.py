@@ -129,7 +129,8 @@ def estimate_lipschitz(
             v = v / v.norm()
         lam = 0.0
         for _ in range(iters if k == 0 or not warm else max(1, iters // 4)):
-            (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True)
+            # H v as the gradient of <grad, v> (a scalar: no grad_outputs, whose shape check imports torch.fx)
+            (hv,) = torch.autograd.grad(grad @ v, w, retain_graph=True)
             nrm = float(hv.norm())
             if nrm == 0.0 or not math.isfinite(nrm):
                 v = None  # a fresh start at the next point
