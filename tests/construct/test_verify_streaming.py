@@ -306,3 +306,35 @@ def test_the_verifier_holds_a_bounded_number_of_states(monkeypatch) -> None:
     verify(model, *task, lipschitz_iters=0)
     assert len(counts) == model.num_sublayers + model.readout_sublayers
     assert max(counts) <= 4, counts
+
+
+def _misdirect(model: CompiledModel, index: int) -> None:
+    """Make block sublayer ``index`` also add 0.5 to coordinate 0 of the query (the X slot, which no block
+    sublayer may change), leaving the slots it is expected to write as they were."""
+    module = model.block[index]
+    inner = module.forward
+
+    def forward(H: Tensor) -> Tensor:
+        out = inner(H).clone()
+        out[:, -1, 0] += 0.5
+        return out
+
+    module.forward = forward  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("variant", ["paper", "rows"])
+def test_a_write_outside_the_named_slots_is_found(variant: str) -> None:
+    """A sublayer that changes a coordinate no Expect names (the bit-for-bit check of the kept columns fails,
+    and those slots are measured): the same divergence as the whole-state comparison, in slot X."""
+    model, task = _model(variant, "relu", 2, {})
+    _misdirect(model, 1)
+    prompt = Prompt.of(model, *task)
+    tol = default_tol(model.config.dtype)
+    c_old, c_new = _Counters(), _Counters()
+    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    _, new = compare(
+        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
+    )
+    assert old.first is not None and (old.first.index, old.first.slot) == (1, "X")
+    assert new.first == old.first and _same(new.max_rel, old.max_rel)
