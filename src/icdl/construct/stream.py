@@ -217,7 +217,8 @@ class StreamCheck:
             by_slot.setdefault(e.slot, []).append(i)
             if e.rtol is not None:
                 tols[e.slot] = e.rtol
-        named, keep = [], []
+        named: list[tuple[str, slice, tuple[int, ...]]] = []
+        keep: list[tuple[str, slice, tuple[int, ...]]] = []
         for s in self.layout.slots:
             cols = slice(s.offset, s.offset + s.size)
             idx = tuple(by_slot.get(s.label, ()))
