@@ -18,7 +18,14 @@ from icdl.construct.variants import VARIANTS
 from icdl.nets import NetSpec
 from icdl.theory import EXACT_LOSS_TERMS, EXACT_TERMS, Projection, readout_sublayers
 
-__all__ = ["construction_estimate"]
+__all__ = ["LIPSCHITZ_HVPS", "STREAM_STATES", "construction_estimate"]
+
+# States of T x D the streaming check holds at once, with the sublayer's own output and temporaries
+# (measured peaks: docs/results/verify_scale.json).
+STREAM_STATES = 8
+# Hessian-vector products of the default L_f estimate: 20 at the first point, 5 at each of 7 more
+# (icdl.construct.verify.LIPSCHITZ_POINTS), plus one gradient per point.
+LIPSCHITZ_HVPS = 20 + 7 * 5 + 8
 
 
 def _fits(spec: NetSpec, loss: str, eps: float, radius: float) -> tuple[Estimate, dict[str, int]]:
@@ -57,12 +64,17 @@ def construction_estimate(
     (``icdl construct``), from closed-form sizes, before anything is built.
 
     ``variant`` picks the size and cost formulas (``Variant.sizes``, ``Variant.costs`` of the registered
-    variant; the paper's for a name not registered). Memory is
-    dominated by the verifier's trace: one ``T x D`` state per sublayer, ``per_step L + N+1`` of them, or
-    by the compiler's dense ``D x D`` temporaries, plus the stored coefficients of the unique sublayers
-    and the ReLU-sum fits. Time is the compiled forward pass's FLOPs a few times over (forward, traced
-    forward, per-sublayer checks) at about 2e9 FLOP/s, plus the fits. Term counts of smooth activations
-    come from [`icdl.relu_sums.fit_estimate`][icdl.relu_sums.fit_estimate].
+    variant; the paper's for a name not registered).
+
+    Memory: the verifier checks every sublayer as the model runs
+    ([`icdl.construct.stream`][icdl.construct.stream]), so it holds a few ``T x D`` states (the prompt,
+    the state before and after the sublayer, the sublayer's own output buffer and temporaries: counted as
+    `STREAM_STATES`), the two weight trajectories and their differences (4 ``(L+1) x P`` float64), the
+    stored coefficients of the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).
+    Time: the compiled forward's FLOPs a few times over (the untraced forward, the checked forward, the
+    per-sublayer comparisons) at about 2e9 FLOP/s, the L_f estimate's Hessian-vector products, plus the
+    fits. Term counts of smooth activations come from
+    [`icdl.relu_sums.fit_estimate`][icdl.relu_sums.fit_estimate].
     """
     check_int("steps", steps, 0)
     check_int("examples", examples, 1)
@@ -71,7 +83,7 @@ def construction_estimate(
     sizes, costs = (paper_sizes, DENSE_COSTS) if v is None else (v.sizes, v.costs)
     # Sizes through the closed forms only: no O(N) table is built for a depth that will be refused.
     lay = sizes(spec, examples)
-    N, K, D, T = spec.depth, spec.width, lay.D, lay.T
+    N, K, D, T, P = spec.depth, spec.width, lay.D, lay.T, spec.num_params
     H = max(kwargs.get("r_terms", 1), kwargs.get("r_prime_terms", 2))
     heads = max(K, spec.out_dim, spec.in_dim) * H * N + 2 * spec.num_units
     hidden = (2 * spec.num_params if projection == "box" else 0) + 2 * (3 * spec.num_units + spec.out_dim)
@@ -82,15 +94,18 @@ def construction_estimate(
     # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
     # unit a few entries; the update sublayer writes P weights.
     coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
-    trace = states * T * D * itemsize
+    held = STREAM_STATES * T * D * itemsize
+    trajectories = 4 * (steps + 1) * P * 8
     work = costs.work(w, mlp_work)
-    # Compiling holds a few dense D x D float64 temporaries (measured: peak ~ 2.7 D^2 x 8 bytes for
-    # N=3, K=32..96); counted as 3 D^2 x 8.
-    compile_bytes = 3 * D * D * 8
+    # L_f: LIPSCHITZ_HVPS Hessian-vector products (and a gradient per point), ~10 n P FLOPs each
+    lipschitz = (LIPSCHITZ_HVPS if steps > 0 else 0) * 10 * examples * P
     est = Estimate(
         "icdl construct",
-        safe_float(trace + compile_bytes + 3 * coeffs * itemsize + 8 * T * D * itemsize + 300 * 2**20),
-        1.0 + safe_float(work) * 1.2 / CONSTRUCT_FLOPS + safe_float(trace) / 1e9,
-        f"{states} traced states of {T} tokens x D={D} ({'float64' if itemsize == 8 else 'float32'})",
+        safe_float(held + trajectories + 3 * coeffs * itemsize + 300 * 2**20),
+        1.0
+        + safe_float(work + lipschitz) * 1.2 / CONSTRUCT_FLOPS
+        + safe_float(states * T * D * itemsize) / 1e9,
+        f"{states} sublayers checked as they run on {T} tokens x D={D} "
+        f"({'float64' if itemsize == 8 else 'float32'}); weight trajectories {steps + 1} x P={P}",
     )
     return est + fits

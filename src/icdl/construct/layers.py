@@ -144,16 +144,21 @@ class ReLUAttention(HeadSublayer):
         out = H.clone(memory_format=torch.contiguous_format)
         return out.index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
 
-    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and the
-        0/1 selection matrix (U, M*E) (cached; follows in-place table edits)."""
+    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and,
+        for ``accumulate="heads"`` only (the "tokens" path scatters by index), the dense 0/1 selection matrix
+        (U, M*E) (cached; follows in-place table edits). Dense: an update sublayer writing P weights would
+        hold P x 2P float64 for nothing (5.3 GiB for the paper layout at N=6, K=64)."""
         plans: dict[str, Any] = self.cached_plan(H, dict)
-        if "dst" not in plans:
+        if "dst" not in plans or (self.accumulate == "heads" and plans["dst"][2] is None):
             dst = self.v_dst.reshape(-1)
             udst, inv = torch.unique(dst, return_inverse=True)
-            select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
-            select[torch.arange(dst.numel()), inv] = 1.0
-            plans["dst"] = (udst.to(H.device), inv.to(H.device), select.to(H.device).t())
+            select = None
+            if self.accumulate == "heads":
+                select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
+                select[torch.arange(dst.numel()), inv] = 1.0
+                select = select.to(H.device).t()
+            plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
         return plans["dst"]
 
     def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
@@ -191,7 +196,7 @@ class ReLUAttention(HeadSublayer):
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        dests: tuple[Tensor, Tensor, Tensor],
+        dests: tuple[Tensor, Tensor, Tensor | None],
         prefixes: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """Sum over keys and heads: q (M, d_h, B, Tq), k (M, d_h, B, Tk), v (M, E, B, Tk) -> (U, B, Tq) for
@@ -216,6 +221,7 @@ class ReLUAttention(HeadSublayer):
             return _scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
         # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step has exactly
         # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
+        assert sel is not None  # built for accumulate="heads" (_destinations)
         acc = torch.zeros(U, B, Tq, dtype=q.dtype, device=q.device)
         per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * max(E, q.shape[1]) + U)))
         for a in range(0, Tq, per):

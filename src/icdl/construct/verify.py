@@ -41,17 +41,16 @@ import torch
 from torch import Tensor
 
 from icdl.construct.budget import Declared, StepBudget, largest, step_budget
-from icdl.construct.compile import CompiledModel, TracePoint, default_tol
-from icdl.construct.contract import Expect, Reference
+from icdl.construct.compile import CompiledModel, TraceFn, TracePoint, default_tol
+from icdl.construct.contract import Reference
+from icdl.construct.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
+from icdl.construct.stream import slot_error as _slot_error  # noqa: F401  (its old name)
 from icdl.construct.variants import get_variant
 from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport, max_or_nan
 from icdl.construct.verify_report import corollary_bound as _bound
 from icdl.nets import (
-    GradTerms,
     empirical_risk,
     forward,
-    gradient,
-    lemma1_terms,
     reference_gd,
 )
 
@@ -61,11 +60,14 @@ __all__ = [
     "Divergence",
     "Prompt",
     "Reference",
+    "SlotError",
     "StepErrors",
     "Trace",
     "VerifyReport",
     "compare",
     "estimate_lipschitz",
+    "lipschitz_method",
+    "lipschitz_points",
     "recursion",
     "report",
     "trace",
@@ -73,57 +75,71 @@ __all__ = [
 ]
 
 
-def recursion(
-    model: CompiledModel,
-    w: Tensor,
-    x_all: Tensor,
-    y_all: Tensor,
-    t: Tensor,
-    *,
-    surrogate: bool,
-) -> GradTerms:
-    """The GD-step terms for weights ``w`` (P,), tokens ``x_all`` (T, d_x), ``y_all`` (T, d_y), mask t (T,).
+# The L_f estimate's default cost: power iteration at this many points spread over both trajectories, the
+# first with the full ``iters`` steps, each later one warm-started from the previous point's vector with
+# ``iters // 4`` (the trajectories move little per step, so the top eigenvector does too). Every iterate's
+# ||Hv|| (|v| = 1) is a lower bound on the largest |eigenvalue|, so warm starts only converge faster.
+LIPSCHITZ_POINTS = 8
 
-    [`icdl.nets.lemma1_terms`][icdl.nets.lemma1_terms] with the model's conditioned ReLU sums passed in as r,
-    r', u (``surrogate=True``: what the heads compute, paper (C.6), (3.20)) or the exact ones (Lemma 1).
-    Tokens with ``t = 0`` (the query) get u = 0 and add nothing to ``grad = (1/(2n)) sum_t s_t(j)
-    p_t(j-1)^T``.
-    """
-    N = model.spec.depth
-    if not surrogate:
-        return lemma1_terms(model.spec, model.config.loss, w, x_all, y_all, mask=t)
-    terms = model.terms
-    return lemma1_terms(
-        model.spec,
-        model.config.loss,
-        w,
-        x_all,
-        y_all,
-        mask=t,
-        r=[terms.r[j] for j in range(N)],
-        r_prime=[terms.r_prime[j] for j in range(N)],
-        u=terms.u,
-    )
+
+def lipschitz_points(count: int, max_points: int | None = LIPSCHITZ_POINTS) -> list[int]:
+    """Indices of the points the L_f estimate visits among ``count``: all, or ``max_points`` evenly spread
+    (the first and the last included)."""
+    if max_points is None or count <= max_points:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (max_points - 1)) for i in range(max_points)})
+
+
+def lipschitz_method(iters: int, count: int, max_points: int | None = LIPSCHITZ_POINTS) -> str:
+    """How [`estimate_lipschitz`][icdl.construct.verify.estimate_lipschitz] estimated L_f, for the report."""
+    used = len(lipschitz_points(count, max_points))
+    if used == count:
+        how = f"{iters}-step power iteration at {count} trajectory points"
+    else:
+        how = (
+            f"power iteration at {used} of {count} trajectory points (evenly spread; {iters} steps at the "
+            f"first, {max(1, iters // 4)} warm-started at each other)"
+        )
+    return f"max |Hessian eigenvalue| by {how} (local)"
 
 
 def estimate_lipschitz(
-    model: CompiledModel, points: list[Tensor], x: Tensor, y: Tensor, iters: int = 20
+    model: CompiledModel,
+    points: list[Tensor],
+    x: Tensor,
+    y: Tensor,
+    iters: int = 20,
+    *,
+    max_points: int | None = LIPSCHITZ_POINTS,
 ) -> float:
     """Local estimate of the Lipschitz constant of ``∇L_n``: max over ``points`` of the largest |eigenvalue|
-    of the Hessian of ``L_n`` (power iteration on autograd Hessian-vector products, ``iters`` steps each)."""
+    of the Hessian of ``L_n`` (power iteration on autograd Hessian-vector products).
+
+    With at most ``max_points`` points (or ``max_points=None``) every point gets ``iters`` steps from its
+    own random start. Otherwise ``max_points`` evenly spread points are visited
+    ([`lipschitz_points`][icdl.construct.verify.lipschitz_points]): the first with ``iters`` steps, each
+    later one with ``max(1, iters // 4)`` steps warm-started from the previous vector. Either way the result
+    is a lower bound on the largest |eigenvalue| at the points visited.
+    """
     spec, loss = model.spec, model.config.loss
     best = 0.0
     g = torch.Generator().manual_seed(0)
-    for w in points:
-        w = w.detach().clone().requires_grad_(True)
+    visit = lipschitz_points(len(points), max_points)
+    warm = len(visit) < len(points)
+    v: Tensor | None = None
+    for k, i in enumerate(visit):
+        w = points[i].detach().clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(empirical_risk(spec, loss, w, x, y), w, create_graph=True)
-        v = torch.randn(w.shape, generator=g, dtype=w.dtype)
-        v = v / v.norm()
+        if v is None or not warm:
+            v = torch.randn(w.shape, generator=g, dtype=w.dtype)
+            v = v / v.norm()
         lam = 0.0
-        for _ in range(iters):
-            (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True)
+        for _ in range(iters if k == 0 or not warm else max(1, iters // 4)):
+            # H v as the gradient of <grad, v> (a scalar: no grad_outputs, whose shape check imports torch.fx)
+            (hv,) = torch.autograd.grad(grad @ v, w, retain_graph=True)
             nrm = float(hv.norm())
             if nrm == 0.0 or not math.isfinite(nrm):
+                v = None  # a fresh start at the next point
                 break
             lam = nrm
             v = hv / nrm
@@ -133,250 +149,46 @@ def estimate_lipschitz(
 
 @dataclass
 class Trace:
-    """The prompt and the state after every sublayer (batch element 0), in application order."""
+    """One run of the model on a prompt: the prompt ``H0``, the output, and the seconds spent in the forward
+    pass and in the sublayer check (the states themselves are checked as they stream and not kept)."""
 
     H0: Tensor
-    points: list[tuple[TracePoint, Tensor]]
     out: Tensor
     seconds_forward: float
+    seconds_check: float = 0.0
 
 
-def trace(model: CompiledModel, H0: Tensor) -> Trace:
-    """Run ``model`` on ``H0`` (one prompt) and keep the state after every sublayer."""
-    points: list[tuple[TracePoint, Tensor]] = []
+def trace(model: CompiledModel, H0: Tensor, check: TraceFn | None = None) -> Trace:
+    """Run ``model`` on ``H0`` (one prompt), calling ``check(point, H)`` after every sublayer; the time spent
+    in ``check`` is not counted as forward time."""
+    spent = [0.0]
+
+    def timed(pt: TracePoint, H: Tensor) -> Tensor | None:
+        t = time.perf_counter()
+        new = check(pt, H) if check is not None else None
+        spent[0] += time.perf_counter() - t
+        return new
+
     t0 = time.perf_counter()
-    out = model.run(H0, trace=lambda pt, H: points.append((pt, H[0].clone())))
-    return Trace(H0, points, out, time.perf_counter() - t0)
-
-
-@dataclass
-class SlotError:
-    """Error of one slot after one sublayer: max ``|got - want| / max(1, |want|)``, its abs value, and
-    whether the slot holds a NaN or an inf where the reference does not."""
-
-    slot: str
-    rel: float
-    abs: float
-    kind: str
-
-    @property
-    def rank(self) -> tuple[int, float]:
-        """Order for "the worst slot": NaN and inf before any finite error."""
-        return (0 if self.kind == "finite" else 1, self.rel if self.kind == "finite" else 0.0)
-
-
-def _slot_error(label: str, got: Tensor, want: Tensor) -> SlotError:
-    bad = ~torch.isfinite(got) & torch.isfinite(want)
-    if bool(bad.any()):
-        kind = "nan" if bool(torch.isnan(got[bad]).any()) else "inf"
-        err = math.nan if kind == "nan" else math.inf
-        return SlotError(label, err, err, kind)
-    diff = (got - want).abs().nan_to_num(nan=0.0)  # NaN where both are NaN: no new divergence
-    rel = diff / want.abs().nan_to_num(nan=1.0, posinf=1.0, neginf=1.0).clamp_min(1.0)
-    return SlotError(label, float(rel.max()), float(diff.max()), "finite")
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt in the model's dtype: ``x`` (n, d_x), ``y`` (n, d_y), ``x_query`` (d_x,), ``w0`` (P,)."""
-
-    x: Tensor
-    y: Tensor
-    x_query: Tensor
-    w0: Tensor
-
-    @classmethod
-    def of(cls, model: CompiledModel, x: Tensor, y: Tensor, x_query: Tensor, w0: Tensor) -> Prompt:
-        dt = model.config.torch_dtype
-        return cls(x.to(dt), y.to(dt), x_query.to(dt), w0.to(dt))
-
-    @property
-    def n(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def x_all(self) -> Tensor:
-        """The n examples' inputs, then the query's: ``(n + 1, d_x)``."""
-        return torch.cat([self.x, self.x_query[None]])
-
-    @property
-    def y_all(self) -> Tensor:
-        """The labels, then 0 for the query: ``(n + 1, d_y)``."""
-        return torch.cat([self.y, torch.zeros(1, self.y.shape[1], dtype=self.y.dtype)])
-
-    @property
-    def mask(self) -> Tensor:
-        """``t``: 1 on the examples, 0 on the query, ``(n + 1,)``."""
-        return torch.cat([torch.ones(self.n, dtype=self.x.dtype), torch.zeros(1, dtype=self.x.dtype)])
-
-
-@dataclass
-class Comparison:
-    """What [`compare`][icdl.construct.verify.compare] found: the first divergence, the largest relative
-    sublayer error, per step the errors against exact GD terms and the gradient the transformer applied, and
-    the step-end weights."""
-
-    first: Divergence | None
-    max_rel: float
-    per_step: list[dict[str, float]]
-    grad_err: list[float]
-    w_tf: list[Tensor]
-    spread: float
-    scratch_max: float
-
-
-# quantities whose slots are also compared with the exact Lemma 1 terms (the columns of StepErrors)
-_EXACT = ("p", "r_prime", "u", "s")
-
-
-class _Walk:
-    """The state of [`compare`][icdl.construct.verify.compare] while it walks the trace: the current
-    reference, the state before the sublayer, the weights at the start of the step, and what has been found so
-    far."""
-
-    def __init__(
-        self,
-        model: CompiledModel,
-        tr: Trace,
-        prompt: Prompt,
-        tol: float,
-        on_step: Callable[[Reference], None] | None,
-    ) -> None:
-        variant = get_variant(model.config.variant)
-        self.model, self.prompt, self.tol, self.on_step = model, prompt, tol, on_step
-        self.layout = model.layout
-        self.slots = {s.label: s for s in self.layout.slots}
-        self.T_all, a = tr.H0.shape[1], self.layout.prefix_tokens
-        self.token_rows = {
-            "all": slice(None),
-            "query": slice(self.T_all - 1, None),
-            "data": slice(a, None),
-            "prefix": slice(0, a),
-        }
-        self.effects = {m.info.name: variant.effects(m.info, self.layout) for m in model.block_layers}
-        self.readout_effects = {
-            m.info.name: variant.effects(m.info, self.layout) for m in model.readout_layers
-        }
-        self.x_all, self.y_all, self.tmask = prompt.x_all, prompt.y_all, prompt.mask
-        self.first: Divergence | None = None
-        self.max_rel = self.spread = self.scratch_max = 0.0
-        self.cur = tr.H0[0].clone()
-        self.step_w = prompt.w0
-        self.ref = self.reference(prompt.w0)
-        self.w_tf = [prompt.w0]
-        self.grad_err: list[float] = []
-        self.per_step: list[dict[str, float]] = []
-        self.acc = self.fresh()
-        self.applied: Tensor | None = None
-        self.last = len(model.block_layers) - 1
-
-    @staticmethod
-    def fresh() -> dict[str, float]:
-        """Per step, max error against the exact Lemma 1 terms; NaN until some Expect names the quantity."""
-        return dict.fromkeys(_EXACT, math.nan)
-
-    def reference(self, w: Tensor) -> Reference:
-        """The reference of the GD step that starts at the transformer's own weights ``w``."""
-        m, cfg = self.model, self.model.config
-        sur = recursion(m, w, self.x_all, self.y_all, self.tmask, surrogate=True)
-        exact = recursion(m, w, self.x_all, self.y_all, self.tmask, surrogate=False)
-        ref = Reference(w, sur, exact, cfg.lr, cfg.box, m, self.x_all, self.y_all, self.tmask)
-        if self.on_step is not None:
-            self.on_step(ref)
-        return ref
-
-    def place(self, e: Expect, val: Tensor) -> Tensor:
-        """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
-        per data token (built-in quantities) or per selected token."""
-        if val.dim() == 1:
-            return val
-        rows = self.token_rows[e.tokens]
-        if val.shape[0] == self.T_all:
-            return val[rows]
-        if val.shape[0] == self.prompt.n + 1 and e.tokens in ("data", "query"):
-            return val if e.tokens == "data" else val[-1:]
-        if val.shape[0] == len(range(self.T_all)[rows]):
-            return val
-        raise ValueError(f"expected value for slot {e.slot} has {val.shape[0]} rows ({e.tokens} tokens)")
-
-    def expected(self, pt: TracePoint, H: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """The state the sublayer at ``pt`` must produce from ``self.cur`` and the per-slot tolerances its
-        effects set; records the errors against the exact terms and the weights written before projection."""
-        expects = (self.readout_effects if pt.step is None else self.effects)[pt.name]
-        exp = self.cur.clone()
-        tols: dict[str, float] = {}
-        dt = self.model.config.torch_dtype
-        for e in expects:
-            idx = list(self.slots[e.slot].indices)
-            rows = self.token_rows[e.tokens]
-            val = torch.zeros(len(idx), dtype=dt) if e.quantity == "zero" else self.ref.value(e)
-            exp[rows, idx] = self.place(e, val)
-            if e.rtol is not None:
-                tols[e.slot] = e.rtol
-            if isinstance(e.quantity, str) and e.quantity in _EXACT and pt.step is not None:
-                want = self.place(e, self.ref.value(e, self.ref.exact))
-                err = float((H[rows][:, idx] - want).abs().max())
-                old = self.acc[e.quantity]
-                self.acc[e.quantity] = err if math.isnan(old) else max(old, err)
-            if e.applied_step or e.quantity == "w_step":
-                self.applied = self.layout.read_weights(H)
-        return exp, tols
-
-    def check(self, pt: TracePoint, H: Tensor, exp: Tensor, tols: dict[str, float]) -> None:
-        """Compare every slot of ``H`` with ``exp``; the first failing sublayer is the divergence."""
-        errs = [
-            _slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in self.layout.slots
-        ]
-        for se in errs:
-            if se.kind == "finite":
-                self.max_rel = max(self.max_rel, se.rel)
-        failing = [se for se in errs if not se.rel <= tols.get(se.slot, self.tol)]
-        if self.first is None and failing:
-            bad = max(failing, key=lambda se: se.rank)
-            self.first = Divergence(pt.step, pt.index, pt.name, pt.info.role, bad.slot, bad.abs, bad.kind)
-
-    def end_step(self, H: Tensor) -> None:
-        """After the block's last sublayer: weight replication, scratch, the applied gradient, new w."""
-        layout, p = self.layout, self.prompt
-        W = layout.weight_copies(H)
-        self.spread = max(self.spread, float((W - W[0]).abs().max()))
-        self.scratch_max = max(self.scratch_max, float(H[:, layout.scratch_indices()].abs().max()))
-        # The gradient the transformer applied: read before the projection when a sublayer is expected
-        # to write w - eta grad, else from the step's end (exact without projection).
-        w_new = layout.read_weights(H).clone()
-        g_tf = (self.step_w - (self.applied if self.applied is not None else w_new)) / self.model.config.lr
-        true = gradient(self.model.spec, self.model.config.loss, self.step_w, p.x, p.y)
-        self.grad_err.append(float((g_tf - true).norm()))
-        self.applied = None
-        self.step_w = w_new
-        self.w_tf.append(w_new)
-        self.per_step.append(self.acc)
-        self.acc = self.fresh()
+    out = model.run(H0, trace=timed)
+    return Trace(H0, out, time.perf_counter() - t0 - spent[0], spent[0])
 
 
 def compare(
     model: CompiledModel,
-    tr: Trace,
+    H0: Tensor,
     prompt: Prompt,
     *,
     tol: float = 1e-9,
     on_step: Callable[[Reference], None] | None = None,
-) -> Comparison:
-    """Check every traced state against the variant's expected effects (everything not named must keep its
-    value); the reference is re-evaluated at the transformer's own weights at the start of every step, so
-    each sublayer is checked on its own input and the first divergence is where a bug is."""
-    walk = _Walk(model, tr, prompt, tol, on_step)
-    for pt, H in tr.points:
-        if pt.index == 0 and pt.step != 0 and not (pt.step is None and model.steps == 0):
-            walk.ref = walk.reference(walk.step_w)
-        exp, tols = walk.expected(pt, H)
-        walk.check(pt, H, exp, tols)
-        walk.cur = H  # continue from the transformer's own state: later checks localise their own errors
-        if pt.step is not None and pt.index == walk.last:
-            walk.end_step(H)
-    return Comparison(
-        walk.first, walk.max_rel, walk.per_step, walk.grad_err, walk.w_tf, walk.spread, walk.scratch_max
-    )
+) -> tuple[Trace, Comparison]:
+    """Run ``model`` on ``H0`` and check every sublayer's output as it comes against the variant's expected
+    effects (everything not named must keep its value; [`StreamCheck`][icdl.construct.stream.StreamCheck]).
+    The reference is re-evaluated at the transformer's own weights at the start of every step, so each
+    sublayer is checked on its own input and the first divergence is where a bug is."""
+    check = StreamCheck(model, H0, prompt, tol, on_step)
+    tr = trace(model, H0, check)
+    return tr, check.result()
 
 
 @dataclass
@@ -433,11 +245,11 @@ def verify(
     t_start = time.perf_counter()
     tol = default_tol(model.config.dtype) if tol is None else tol
     prompt = Prompt.of(model, x, y, x_query, w0)
-    tr = trace(model, model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0))
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
     counters = _Counters()
     y_all = prompt.y_all
-    cmp = compare(
-        model, tr, prompt, tol=tol, on_step=lambda ref: _count(model, ref, counters, prompt.n, y_all)
+    tr, cmp = compare(
+        model, H0, prompt, tol=tol, on_step=lambda ref: _count(model, ref, counters, prompt.n, y_all)
     )
     return report(Checked(model, prompt, tr, cmp, counters, tol, t_start), lipschitz_iters=lipschitz_iters)
 
@@ -562,10 +374,7 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         grad_budget=budget,
         lipschitz_f=gd.lf,
         lipschitz_method=(
-            f"max |Hessian eigenvalue| by {lipschitz_iters}-step power iteration "
-            f"at {2 * (L + 1)} trajectory points (local)"
-            if gd.lf_estimated
-            else "not estimated"
+            lipschitz_method(lipschitz_iters, 2 * (L + 1)) if gd.lf_estimated else "not estimated"
         ),
         corollary_bound_measured=gd.bound(gd.eps, model.config.lr, L),
         corollary_bound_budget=gd.bound(budget, model.config.lr, L),

@@ -1,0 +1,374 @@
+"""The streaming sublayer check behind [`icdl.construct.verify`][icdl.construct.verify]: every sublayer's
+output is compared with its expected effect while the model runs (the callback of
+[`CompiledModel.run`][icdl.construct.compile.CompiledModel.run]), so the verifier holds the current state, the
+one before it and the reference of the current GD step, never the whole trace.
+
+What is compared is what the verifier has always compared: after each sublayer every slot must hold what the
+variant's [`Expect`][icdl.construct.contract.Expect]s name (the surrogate recursion at the transformer's own
+step-start weights), on the tokens they name, and every other coordinate must keep its value. The check
+does that in two parts: the coordinates no Expect names are compared **bit for bit** with the state before the
+sublayer (``torch.equal`` on their column ranges, no temporaries); only when one of them differs (a bug, or a
+NaN the state already had) are those slots measured as well. Each named slot is measured on its own columns
+(``max |got - want| / max(1, |want|)``, NaN and inf named), so an unchanged coordinate, whose error is 0,
+never decides the maximum or the first divergence: the findings equal a comparison of the whole state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from icdl.construct.compile import CompiledModel, TracePoint
+from icdl.construct.contract import Expect, Reference
+from icdl.construct.variants import get_variant
+from icdl.construct.verify_report import Divergence
+from icdl.nets import GradTerms, gradient, lemma1_terms
+
+__all__ = ["Comparison", "Prompt", "SlotError", "StreamCheck", "recursion", "slot_error"]
+
+
+def recursion(
+    model: CompiledModel,
+    w: Tensor,
+    x_all: Tensor,
+    y_all: Tensor,
+    t: Tensor,
+    *,
+    surrogate: bool,
+) -> GradTerms:
+    """The GD-step terms for weights ``w`` (P,), tokens ``x_all`` (T, d_x), ``y_all`` (T, d_y), mask t (T,).
+
+    [`icdl.nets.lemma1_terms`][icdl.nets.lemma1_terms] with the model's conditioned ReLU sums passed in as r,
+    r', u (``surrogate=True``: what the heads compute, paper (C.6), (3.20)) or the exact ones (Lemma 1).
+    Tokens with ``t = 0`` (the query) get u = 0 and add nothing to ``grad = (1/(2n)) sum_t s_t(j)
+    p_t(j-1)^T``.
+    """
+    N = model.spec.depth
+    if not surrogate:
+        return lemma1_terms(model.spec, model.config.loss, w, x_all, y_all, mask=t)
+    terms = model.terms
+    return lemma1_terms(
+        model.spec,
+        model.config.loss,
+        w,
+        x_all,
+        y_all,
+        mask=t,
+        r=[terms.r[j] for j in range(N)],
+        r_prime=[terms.r_prime[j] for j in range(N)],
+        u=terms.u,
+    )
+
+
+@dataclass
+class SlotError:
+    """Error of one slot after one sublayer: max ``|got - want| / max(1, |want|)``, its abs value, and
+    whether the slot holds a NaN or an inf where the reference does not."""
+
+    slot: str
+    rel: float
+    abs: float
+    kind: str
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """Order for "the worst slot": NaN and inf before any finite error."""
+        return (0 if self.kind == "finite" else 1, self.rel if self.kind == "finite" else 0.0)
+
+
+def slot_error(label: str, got: Tensor, want: Tensor) -> SlotError:
+    """The [`SlotError`][icdl.construct.stream.SlotError] of ``got`` against ``want`` (same shape)."""
+    diff = got - want
+    if bool(
+        torch.isfinite(diff).all()
+    ):  # both finite everywhere: the general case below, without its NaN guards
+        a = diff.abs()
+        return SlotError(label, float((a / want.abs().clamp_min(1.0)).max()), float(a.max()), "finite")
+    bad = ~torch.isfinite(got) & torch.isfinite(want)
+    if bool(bad.any()):
+        kind = "nan" if bool(torch.isnan(got[bad]).any()) else "inf"
+        err = math.nan if kind == "nan" else math.inf
+        return SlotError(label, err, err, kind)
+    diff = diff.abs().nan_to_num(nan=0.0)  # NaN where both are NaN: no new divergence
+    rel = diff / want.abs().nan_to_num(nan=1.0, posinf=1.0, neginf=1.0).clamp_min(1.0)
+    return SlotError(label, float(rel.max()), float(diff.max()), "finite")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt in the model's dtype: ``x`` (n, d_x), ``y`` (n, d_y), ``x_query`` (d_x,), ``w0`` (P,)."""
+
+    x: Tensor
+    y: Tensor
+    x_query: Tensor
+    w0: Tensor
+
+    @classmethod
+    def of(cls, model: CompiledModel, x: Tensor, y: Tensor, x_query: Tensor, w0: Tensor) -> Prompt:
+        dt = model.config.torch_dtype
+        return cls(x.to(dt), y.to(dt), x_query.to(dt), w0.to(dt))
+
+    @property
+    def n(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def x_all(self) -> Tensor:
+        """The n examples' inputs, then the query's: ``(n + 1, d_x)``."""
+        return torch.cat([self.x, self.x_query[None]])
+
+    @property
+    def y_all(self) -> Tensor:
+        """The labels, then 0 for the query: ``(n + 1, d_y)``."""
+        return torch.cat([self.y, torch.zeros(1, self.y.shape[1], dtype=self.y.dtype)])
+
+    @property
+    def mask(self) -> Tensor:
+        """``t``: 1 on the examples, 0 on the query, ``(n + 1,)``."""
+        return torch.cat([torch.ones(self.n, dtype=self.x.dtype), torch.zeros(1, dtype=self.x.dtype)])
+
+
+@dataclass
+class Comparison:
+    """What the sublayer check found: the first divergence, the largest relative sublayer error, per step
+    the errors against exact GD terms and the gradient the transformer applied, and the step-end weights."""
+
+    first: Divergence | None
+    max_rel: float
+    per_step: list[dict[str, float]]
+    grad_err: list[float]
+    w_tf: list[Tensor]
+    spread: float
+    scratch_max: float
+
+
+# quantities whose slots are also compared with the exact Lemma 1 terms (the columns of StepErrors)
+_EXACT = ("p", "r_prime", "u", "s")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One sublayer's expected effect, resolved once: the Expects, the named slots in layout order (label,
+    columns, indices of their Expects), the other slots and their columns merged into contiguous spans, the
+    slots' own tolerances, whether a slot holds the applied step."""
+
+    expects: tuple[Expect, ...]
+    named: tuple[tuple[str, slice, tuple[int, ...]], ...]
+    keep: tuple[tuple[str, slice], ...]
+    spans: tuple[slice, ...]
+    rows: slice
+    free_rows: tuple[slice, ...]
+    tols: dict[str, float]
+    applied: bool
+
+
+class StreamCheck:
+    """The callback ``(point, H) -> None`` that checks each sublayer's output as the model runs (batch element
+    0), and the state it keeps: the state before the sublayer, the current step's reference, the step-end
+    weights, and what has been found so far ([`result`][icdl.construct.stream.StreamCheck.result])."""
+
+    def __init__(
+        self,
+        model: CompiledModel,
+        H0: Tensor,
+        prompt: Prompt,
+        tol: float,
+        on_step: Callable[[Reference], None] | None = None,
+    ) -> None:
+        self.model, self.prompt, self.tol, self.on_step = model, prompt, tol, on_step
+        self.layout = model.layout
+        self.slot_by_label = {s.label: s for s in self.layout.slots}
+        self.T_all, a = int(H0.shape[1]), self.layout.prefix_tokens
+        self.token_rows = {
+            "all": slice(None),
+            "query": slice(self.T_all - 1, None),
+            "data": slice(a, None),
+            "prefix": slice(0, a),
+        }
+        variant = get_variant(model.config.variant)
+        self.plans = {
+            (0, m.info.name): self._plan(variant.effects(m.info, self.layout)) for m in model.block_layers
+        }
+        self.plans.update(
+            {(1, m.info.name): self._plan(variant.effects(m.info, self.layout)) for m in model.readout_layers}
+        )
+        self.x_all, self.y_all, self.tmask = prompt.x_all, prompt.y_all, prompt.mask
+        self.first: Divergence | None = None
+        self.max_rel = self.spread = self.scratch_max = 0.0
+        self.cur = H0[0]
+        self.cur_version = self.cur._version
+        self.step_w = prompt.w0
+        self.ref = self.reference(prompt.w0)
+        self.w_tf = [prompt.w0]
+        self.grad_err: list[float] = []
+        self.per_step: list[dict[str, float]] = []
+        self.acc = self.fresh()
+        self.applied: Tensor | None = None
+        self.last = len(model.block_layers) - 1
+
+    def _plan(self, expects: list[Expect]) -> _Plan:
+        tols: dict[str, float] = {}
+        by_slot: dict[str, list[int]] = {}
+        for i, e in enumerate(expects):
+            by_slot.setdefault(e.slot, []).append(i)
+            if e.rtol is not None:
+                tols[e.slot] = e.rtol
+        named: list[tuple[str, slice, tuple[int, ...]]] = []
+        keep: list[tuple[str, slice, tuple[int, ...]]] = []
+        for s in self.layout.slots:
+            cols = slice(s.offset, s.offset + s.size)
+            idx = tuple(by_slot.get(s.label, ()))
+            (named if idx else keep).append((s.label, cols, idx))
+        # A negative or NaN tolerance would fail an unchanged slot too: then every slot is measured.
+        if not all(t >= 0 for t in (self.tol, *tols.values())):
+            named, keep = [*named, *keep], []
+            named.sort(key=lambda item: item[1].start)
+        spans: list[slice] = []  # the kept columns as few contiguous ranges: one torch.equal each
+        for _, cols, _ in keep:
+            if spans and spans[-1].stop == cols.start:
+                spans[-1] = slice(spans[-1].start, cols.stop)
+            else:
+                spans.append(cols)
+        return _Plan(
+            tuple(expects),
+            tuple(named),
+            tuple((lab, cols) for lab, cols, _ in keep),
+            tuple(spans),
+            *self._rows(expects),
+            tols,
+            any(e.applied_step or e.quantity == "w_step" for e in expects),
+        )
+
+    def _rows(self, expects: list[Expect]) -> tuple[slice, tuple[slice, ...]]:
+        """The tokens the Expects name, as one range (all tokens when their union is not one), and the
+        other tokens as ranges: those rows must equal the state before on every column (contiguous
+        memory, compared faster than column spans)."""
+        touched = sorted({t for e in expects for t in range(self.T_all)[self.token_rows[e.tokens]]})
+        if not touched:
+            return slice(0, 0), (slice(0, self.T_all),)
+        if touched[-1] - touched[0] + 1 != len(touched):
+            return slice(0, self.T_all), ()
+        lo, hi = touched[0], touched[-1] + 1
+        return slice(lo, hi), tuple(r for r in (slice(0, lo), slice(hi, self.T_all)) if r.stop > r.start)
+
+    @staticmethod
+    def fresh() -> dict[str, float]:
+        """Per step, max error against the exact Lemma 1 terms; NaN until some Expect names the quantity."""
+        return dict.fromkeys(_EXACT, math.nan)
+
+    def reference(self, w: Tensor) -> Reference:
+        """The reference of the GD step that starts at the transformer's own weights ``w``."""
+        m, cfg = self.model, self.model.config
+        sur = recursion(m, w, self.x_all, self.y_all, self.tmask, surrogate=True)
+        exact = recursion(m, w, self.x_all, self.y_all, self.tmask, surrogate=False)
+        ref = Reference(w, sur, exact, cfg.lr, cfg.box, m, self.x_all, self.y_all, self.tmask)
+        if self.on_step is not None:
+            self.on_step(ref)
+        return ref
+
+    def place(self, e: Expect, val: Tensor) -> Tensor:
+        """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
+        per data token (built-in quantities) or per selected token."""
+        if val.dim() == 1:
+            return val
+        rows = self.token_rows[e.tokens]
+        if val.shape[0] == self.T_all:
+            return val[rows]
+        if val.shape[0] == self.prompt.n + 1 and e.tokens in ("data", "query"):
+            return val if e.tokens == "data" else val[-1:]
+        if val.shape[0] == len(range(self.T_all)[rows]):
+            return val
+        raise ValueError(f"expected value for slot {e.slot} has {val.shape[0]} rows ({e.tokens} tokens)")
+
+    def __call__(self, pt: TracePoint, H: Tensor) -> None:
+        """Check the state ``H`` (B, T, D) after the sublayer at ``pt``; it is the next one's input."""
+        if self.cur._version != self.cur_version:
+            raise RuntimeError(
+                f"{pt.describe()} changed its input in place; the streaming check needs "
+                "sublayers that return a new state (out = H + f(H))"
+            )
+        if pt.index == 0 and pt.step != 0 and not (pt.step is None and self.model.steps == 0):
+            self.ref = self.reference(self.step_w)
+        S = H[0]
+        plan = self.plans[(1 if pt.step is None else 0, pt.name)]
+        if pt.step is not None:
+            self.exact_errors(plan, S)
+        if plan.applied:
+            self.applied = self.layout.read_weights(S)
+        self.check(pt, plan, S)
+        self.cur, self.cur_version = S, S._version  # later checks start from the transformer's own state
+        if pt.step is not None and pt.index == self.last:
+            self.end_step(S)
+
+    def exact_errors(self, plan: _Plan, S: Tensor) -> None:
+        """Per step, the largest error of the slots holding p, r', u, s against the exact Lemma 1 terms."""
+        for e in plan.expects:
+            if isinstance(e.quantity, str) and e.quantity in _EXACT:
+                slot = self.slot_by_label[e.slot]
+                want = self.place(e, self.ref.value(e, self.ref.exact))
+                got = S[self.token_rows[e.tokens], slot.offset : slot.offset + slot.size]
+                err = float((got - want).abs().max())
+                old = self.acc[e.quantity]
+                self.acc[e.quantity] = err if math.isnan(old) else max(old, err)
+
+    def want(self, plan: _Plan, cols: slice, idx: tuple[int, ...]) -> Tensor:
+        """The expected columns ``cols`` after the sublayer: the state before it, with the named tokens
+        replaced by the reference values of the Expects ``idx`` (in their order)."""
+        out = self.cur[:, cols]
+        if not idx:
+            return out
+        out = out.clone()
+        dt = self.model.config.torch_dtype
+        for i in idx:
+            e = plan.expects[i]
+            val = torch.zeros(cols.stop - cols.start, dtype=dt) if e.quantity == "zero" else self.ref.value(e)
+            out[self.token_rows[e.tokens]] = self.place(e, val)
+        return out
+
+    def check(self, pt: TracePoint, plan: _Plan, S: Tensor) -> None:
+        """Compare the named slots with their expected values and the others with the state before; the
+        first failing sublayer is the divergence."""
+        slots = list(plan.named)
+        # the kept columns compared bit for bit (NaN != NaN: a NaN is measured too): whole rows where no
+        # Expect names the token, the column spans on the others
+        r, cur = plan.rows, self.cur
+        same = all(torch.equal(S[f], cur[f]) for f in plan.free_rows)
+        if not (same and all(torch.equal(S[r, cols], cur[r, cols]) for cols in plan.spans)):
+            slots += [(lab, cols, ()) for lab, cols in plan.keep]  # measure them too (rare: a bug or NaN)
+            slots.sort(key=lambda item: item[1].start)
+        errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
+        for se in errs:
+            if se.kind == "finite":
+                self.max_rel = max(self.max_rel, se.rel)
+        failing = [se for se in errs if not se.rel <= plan.tols.get(se.slot, self.tol)]
+        if self.first is None and failing:
+            bad = max(failing, key=lambda se: se.rank)
+            self.first = Divergence(pt.step, pt.index, pt.name, pt.info.role, bad.slot, bad.abs, bad.kind)
+
+    def end_step(self, S: Tensor) -> None:
+        """After the block's last sublayer: weight replication, scratch, the applied gradient, new w."""
+        layout, p = self.layout, self.prompt
+        W = layout.weight_copies(S)
+        self.spread = max(self.spread, float((W - W[0]).abs().max()))
+        self.scratch_max = max(self.scratch_max, float(S[:, layout.scratch_indices()].abs().max()))
+        # The gradient the transformer applied: read before the projection when a sublayer is expected
+        # to write w - eta grad, else from the step's end (exact without projection).
+        w_new = layout.read_weights(S).clone()
+        g_tf = (self.step_w - (self.applied if self.applied is not None else w_new)) / self.model.config.lr
+        true = gradient(self.model.spec, self.model.config.loss, self.step_w, p.x, p.y)
+        self.grad_err.append(float((g_tf - true).norm()))
+        self.applied = None
+        self.step_w = w_new
+        self.w_tf.append(w_new)
+        self.per_step.append(self.acc)
+        self.acc = self.fresh()
+
+    def result(self) -> Comparison:
+        """What the check found over the whole run."""
+        return Comparison(
+            self.first, self.max_rel, self.per_step, self.grad_err, self.w_tf, self.spread, self.scratch_max
+        )
