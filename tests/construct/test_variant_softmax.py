@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
 from icdl.construct.layers import ReLUMLP, SoftmaxAttention
-from icdl.construct.softmax import config_products, range_ratios, sublayers_per_step, surrogate
+from icdl.construct.softmax import config_products, products, range_ratios, sublayers_per_step, surrogate
 from icdl.nets import NetSpec, forward, reference_gd
 
 RADIUS = 4.0  # the products' range assumption |p|, |s|, |w| <= R holds on these prompts

@@ -25,8 +25,14 @@ import resource, sys
 from icdl.config import load_config
 from icdl.icl.train import train
 train(load_config("tiny", sys.argv[2:]), sys.argv[1], quiet=True)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(peak if sys.platform == "darwin" else peak * 1024)
+# VmHWM is this process's own peak: ru_maxrss would also count the (large) pytest worker it was forked
+# from, because Linux keeps the pre-exec peak in it.
+try:
+    hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0]
+    print(int(hwm.split()[1]) * 1024)
+except OSError:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(peak if sys.platform == "darwin" else peak * 1024)
 """
 
 

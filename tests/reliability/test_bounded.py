@@ -116,7 +116,13 @@ try:
     main(sys.argv[1:])
 except SystemExit as exc:
     assert not exc.code, exc.code
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+# VmHWM is this process's own peak: ru_maxrss would also count the (large) pytest worker it was forked
+# from, because Linux keeps the pre-exec peak in it.
+try:
+    hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0]
+    print(int(hwm.split()[1]) * 1024)
+except OSError:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
