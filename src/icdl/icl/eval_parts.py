@@ -390,6 +390,7 @@ def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, 
         with torch.no_grad():
             p = gd(pb.xs[:m].double(), pb.ys[:m].double())
         meta.update({"lr": gd.lr, "steps": gd.steps, "init_std": gd.init_std, "tuning": gd.tuning})
+        meta["fallbacks"] = gd.fallbacks  # blown-up predictions replaced by the start's (gd_target guard)
     except InputError as exc:  # every pair diverged: record it, do not fail the suite
         p = torch.full_like(pb.ys[:m], math.nan, dtype=torch.float64)
         meta["error"] = str(exc)

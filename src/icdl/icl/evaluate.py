@@ -51,7 +51,6 @@ from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import kernels, metrics
-from icdl.icl.baselines import DEFAULT_LR_GRID as GD_TARGET_LRS
 from icdl.icl.cache import seal as cache_seal
 from icdl.icl.cache import trusted as cache_trusted
 from icdl.icl.eval_parts import TUNED as _TUNED
@@ -66,6 +65,7 @@ from icdl.icl.eval_parts import (
     label_diagnostics,
     paired_difference,
 )
+from icdl.icl.gd_target import DEFAULT_LR_GRID as GD_TARGET_LRS
 from icdl.icl.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
 from icdl.icl.mlp_tuned import estimate_flops as mlp_tuned_flops
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
@@ -317,9 +317,9 @@ def evaluate_estimate(
         mp = min(opts.mlp_prompts, P)
         mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth
         flops += 6 * mp * n_ks * opts.mlp_epochs * n * mlp.num_params
-    if "gd_target" in names:  # the (lr, steps) grid on the tuning prompts, then <= 30 steps
-        grid_steps = len(GD_TARGET_LRS) * sum(GD_TARGET_STEPS)
-        flops += 6 * (opts.gd_tune_prompts * grid_steps + min(opts.gd_prompts, P) * 30) * n * net.num_params
+    if "gd_target" in names:  # one trajectory per step size on the tuning prompts, then <= max steps
+        grid_steps, most = len(GD_TARGET_LRS) * max(GD_TARGET_STEPS), max(GD_TARGET_STEPS)
+        flops += 6 * (opts.gd_tune_prompts * grid_steps + min(opts.gd_prompts, P) * most) * n * net.num_params
     if "mlp_tuned" in names:
         mt = mlp_tuned_flops(n, dx, dy, task.depth, opts.mlp_tune_prompts, min(opts.mlp_tuned_prompts, P))
         flops += int(mt)
