@@ -35,7 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suites", default="in-distribution,long-prompts")
     ap.add_argument("--baselines", default="averaging,ridge,ridge_tuned,kernel,mlp_tuned")
     ap.add_argument("--prompts", type=int, default=None, help="test prompts per condition [suite default]")
-    ap.add_argument("--mlp-tuned-prompts", type=int, default=EvalOptions().mlp_tuned_prompts)
+    d = EvalOptions()
+    ap.add_argument("--mlp-tuned-prompts", type=int, default=d.mlp_tuned_prompts)
+    ap.add_argument("--mlp-tune-prompts", type=int, default=d.mlp_tune_prompts)
+    ap.add_argument("--resamples", type=int, default=d.resamples)
+    ap.add_argument("--mlp-prompts", type=int, default=d.mlp_prompts, help="the paper's MLP (mlp)")
+    ap.add_argument("--mlp-epochs", type=int, default=d.mlp_epochs, help="the paper's MLP (mlp)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-evaluate", action="store_true", help="only collect existing evaluations")
     ap.add_argument("--out-dir", type=Path, default=Path("docs/results/curves"))
@@ -48,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             opts = EvalOptions(
                 baselines=parse_baselines(args.baselines),
                 mlp_tuned_prompts=args.mlp_tuned_prompts,
+                mlp_tune_prompts=args.mlp_tune_prompts,
+                resamples=args.resamples,
+                mlp_prompts=args.mlp_prompts,
+                mlp_epochs=args.mlp_epochs,
                 cost=False,
             )
             for rd in args.runs:

@@ -278,11 +278,13 @@ def _run_baselines(
 
 
 def _memo_key(key: str, cond: Condition, pb: PromptBatch, suite: Suite, opts: EvalOptions) -> str:
-    """Everything a run-independent baseline's predictions depend on: its name, the condition (task and
-    points), the suite's seed (held-out prompts), the options, and the test prompts' bytes."""
+    """Everything a run-independent baseline's predictions depend on: its name, the condition's task and
+    points (not its name: suites share conditions), the suite's seed (held-out prompts), the options, and
+    the test prompts' bytes."""
     h = hashlib.sha256()
     options = {k: v for k, v in opts.to_dict().items() if k != "baselines"}
-    spec = {"key": key, "cond": cond.to_dict(), "seed": suite.seed, "opts": options}
+    task = cond.task.model_dump(mode="json")
+    spec = {"key": key, "task": task, "points": cond.points, "seed": suite.seed, "opts": options}
     h.update(json.dumps(spec, sort_keys=True, default=str).encode())
     for t in (pb.xs, pb.ys):
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
