@@ -41,7 +41,7 @@ TUNED: tuple[str, ...] = ("ridge_tuned", "kernel")
 # prompts) computes them once (benchmarks and scripts/curves.py evaluate runs in one process).
 _MEMO_KINDS: tuple[str, ...] = ("ridge_tuned", "kernel", "mlp_tuned", "gd_target")
 _MEMO: dict[str, _Pred] = {}
-_MEMO_MAX = 16
+_MEMO_MAX = 64  # entries hold predictions only (e.g. 1280 x 46 floats)
 
 # Flags of a degenerate test distribution (docs/protocol.md, pilot findings).
 _ZERO_FRACTION = 0.5
