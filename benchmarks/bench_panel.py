@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -49,39 +48,38 @@ def main() -> None:
     cond = st.conditions[0]
     pb = eval_parts._prompts(cond, st.prompts, st.seed)
     load0 = os.getloadavg()
-    t0 = time.perf_counter()
-    preds = eval_parts._run_baselines(opts.baselines or (), cond, pb, cfg, st, opts, lambda what: None)
-    total = time.perf_counter() - t0
     ranges = eval_parts.k_ranges(st.train_examples, cond.points - 1)
-    rows = {}
-    for p in preds:
+    out = {
+        "config": args.config,
+        "overrides": args.overrides,
+        "task": cfg.task.model_dump(mode="json"),
+        "points": cond.points,
+        "test_prompts": st.prompts,
+        "threads": args.threads,
+        "loadavg_start": [round(v, 2) for v in load0],
+        "baselines": {},
+    }
+    total = 0.0
+    for name in opts.baselines or ():
+        (p,) = eval_parts._run_baselines([name], cond, pb, cfg, st, opts, lambda what: None)
         m = p.preds.shape[0]
         r2 = metrics.r2_curve(p.preds.double(), pb.ys[:m].double())
-        rows[p.name] = {
+        total += p.seconds
+        out["baselines"][p.name] = {
             "kind": p.kind,
             "seconds": round(p.seconds, 2),
             "prompts": m,
             "mean_r2": {f"{lo}-{hi}": round(float(r2[lo : hi + 1].nanmean()), 4) for lo, hi in ranges},
             "fallbacks": p.meta.get("fallbacks"),
             "chosen": {key: p.meta[key] for key in ("lr", "steps") if key in p.meta} or None,
+            "loadavg_after": round(os.getloadavg()[0], 2),
         }
-        print(f"{p.name:<14} {p.seconds:8.1f} s  {rows[p.name]['mean_r2']}", flush=True)
-    out = {
-        "config": args.config,
-        "overrides": args.overrides,
-        "condition": cond.to_dict() | {"task": None},
-        "task": cfg.task.model_dump(mode="json"),
-        "test_prompts": st.prompts,
-        "threads": args.threads,
-        "loadavg_start": [round(v, 2) for v in load0],
-        "loadavg_end": [round(v, 2) for v in os.getloadavg()],
-        "total_seconds": round(total, 1),
-        "baselines": rows,
-    }
+        out["total_seconds"] = round(total, 1)
+        print(f"{p.name:<14} {p.seconds:8.1f} s  {out['baselines'][p.name]['mean_r2']}", flush=True)
+        if args.out:  # after every baseline: a killed run keeps what it measured
+            atomic_write_json(args.out, out)
     print(f"total {total:.0f} s with {args.threads} threads, load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}")
-    if args.out:
-        atomic_write_json(args.out, out)
-    else:
+    if not args.out:
         print(json.dumps(out, indent=1))
 
 
