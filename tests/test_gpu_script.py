@@ -26,7 +26,7 @@ def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> N
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1500,  # toy size, but 2 trainings and the tuned baselines: 12 min at load 20
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train.cuda_graph needs a single CUDA device" in proc.stderr
