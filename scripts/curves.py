@@ -11,7 +11,9 @@ seeds with bands over seeds and prompts, the nonlinear skill) and ``OUT_DIR/NAME
         --suites in-distribution,long-prompts \
         --baselines averaging,ridge,ridge_tuned,kernel,mlp_tuned --out-dir docs/results/curves
 
-``--no-evaluate`` only collects existing evaluations. The command line is recorded in the JSON.
+``--no-evaluate`` only collects existing evaluations; ``--fill README.md docs/...`` regenerates the
+headline tables between ``<!-- curves:NAME -->`` and ``<!-- /curves -->`` in those files. The command
+line is recorded in the JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 from icdl.errors import InputError
-from icdl.icl.curves import collect, markdown
+from icdl.icl.curves import collect, fill_markers, markdown
 from icdl.icl.evaluate import EvalOptions, evaluate_run, parse_baselines
 from icdl.io import atomic_write_json, atomic_write_text
 
@@ -44,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-evaluate", action="store_true", help="only collect existing evaluations")
     ap.add_argument("--out-dir", type=Path, default=Path("docs/results/curves"))
+    ap.add_argument(
+        "--fill",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="markdown files whose <!-- curves:NAME --> ... <!-- /curves --> blocks get the headline tables",
+    )
     args = ap.parse_args(argv)
     argv_used = sys.argv[1:] if argv is None else argv
     command = "python scripts/curves.py " + " ".join(shlex.quote(a) for a in argv_used)
@@ -72,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     out = atomic_write_json(args.out_dir / f"{args.name}.json", curves, indent=None)
     atomic_write_text(args.out_dir / f"{args.name}.md", markdown(curves))
     print(f"wrote {out} and {args.out_dir / (args.name + '.md')}")
+    for doc in args.fill:
+        atomic_write_text(doc, fill_markers(doc.read_text(encoding="utf-8"), curves))
+        print(f"filled {doc}")
     return 0
 
 

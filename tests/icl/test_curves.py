@@ -110,3 +110,16 @@ def test_script_writes_json_and_markdown(runs: list[Path], tmp_path: Path) -> No
     bad = subprocess.run([*cmd[:3], str(tmp_path / "nope"), "--no-evaluate", "--out-dir", str(tmp_path)],
                          capture_output=True, env=env, text=True, timeout=300)  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_fill_markers_regenerates_the_docs_tables(runs: list[Path]) -> None:
+    from icdl.icl.curves import fill_markers, headline
+
+    cur = collect("tiny-x", runs, ["long-prompts"])
+    text = (
+        "a\n<!-- curves:tiny-x -->\nOLD\n<!-- /curves -->\nb\n<!-- curves:other -->\nKEEP\n<!-- /curves -->\n"
+    )
+    out = fill_markers(text, cur)
+    assert "OLD" not in out and "KEEP" in out and out.startswith("a\n<!-- curves:tiny-x -->\n| predictor")
+    assert headline(cur, suite="long-prompts", condition="x1") in out
+    assert "| ICL (2 seeds) (16) |" in out and "`mlp_tuned` (8)" in out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 from icdl.errors import InputError
 from icdl.icl.evaluate import load_result, result_status
 
-__all__ = ["FORMAT", "SHOW_K", "collect", "markdown"]
+__all__ = ["FORMAT", "SHOW_K", "collect", "fill_markers", "headline", "markdown"]
 
 FORMAT = "icdl-curves-v1"
 SHOW_K: tuple[int, ...] = (1, 5, 10, 20, 30, 40, 45, 60)
@@ -215,3 +216,77 @@ def markdown(curves: dict[str, Any], *, show_k: Sequence[int] = SHOW_K) -> str:
                 cells += ["–" if p["mean"][k] is None else f"{p['mean'][k]:.3f}" for k in ks]
                 lines.append(f"| {pname} | {p['prompts']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _pm(entry: dict[str, Any] | None) -> str:
+    """``mean`` or ``mean ± half the seed range``."""
+    if not entry or entry.get("mean") is None:
+        return "–"
+    lo, hi = entry["seed_min"], entry["seed_max"]
+    return f"{entry['mean']:.3f}" if lo == hi else f"{entry['mean']:.3f} ± {(hi - lo) / 2:.3f}"
+
+
+_LABELS = {
+    "ridge_1": "ridge (λ = 1, intercept)",
+    "ridge_tuned": "`ridge_tuned`",
+    "kernel": "`kernel` (NNGP)",
+    "mlp_tuned": "`mlp_tuned`",
+}
+
+
+def headline(
+    curves: dict[str, Any],
+    *,
+    suite: str | None = None,
+    condition: str | None = None,
+    show_k: Sequence[int] = (5, 10, 20, 30, 40),
+    short: bool = False,
+) -> str:
+    """The docs' headline tables of one condition: per predictor the mean R² and mean nonlinear skill over
+    each k range (seed mean ± half the seed range) and the seed-mean R² at ``show_k``; then the skill per k
+    of ICL and the nonlinear baselines (seed mean [min, max]). ``short``: the k-range columns only.
+    Default condition: the first of ``in-distribution`` (else of the first suite)."""
+    suites = curves["suites"]
+    st = suites[
+        suite
+        if suite is not None
+        else ("in-distribution" if "in-distribution" in suites else next(iter(suites)))
+    ]
+    cond = st["conditions"][condition if condition is not None else next(iter(st["conditions"]))]
+    seeds = len(curves["runs"])
+    rs = [f"{lo}-{hi}" for lo, hi in cond["ranges"]]
+    ks = [k for k in show_k if k < cond["points"]] if not short else []
+    head = [f"R² k={r}" for r in rs] + [f"skill k={r}" for r in rs] + [f"R² k={k}" for k in ks]
+    lines = ["| predictor (prompts) | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for name, p in cond["predictors"].items():
+        label = f"ICL ({seeds} seed{'s' if seeds > 1 else ''})" if name == "icl" else _LABELS.get(name, name)
+        cells = [_pm(p["ranges"][r].get("r2")) for r in rs] + [_pm(p["ranges"][r].get("skill")) for r in rs]
+        cells += ["–" if p["mean"][k] is None else f"{p['mean'][k]:.3f}" for k in ks]
+        lines.append(f"| {label} ({p['prompts']}) | " + " | ".join(cells) + " |")
+    if short:
+        return "\n".join(lines) + "\n"
+    lines += [
+        "",
+        "| nonlinear skill at k | " + " | ".join(str(k) for k in ks) + " |",
+        "|---" * (len(ks) + 1) + "|",
+    ]
+    for name in ("icl", "kernel", "mlp_tuned"):
+        p = cond["predictors"].get(name)
+        if p is None or "skill_mean" not in p:
+            continue
+        cells = []
+        for k in ks:
+            m, lo, hi = p["skill_mean"][k], p["skill_seed_min"][k], p["skill_seed_max"][k]
+            cells.append("–" if m is None else (f"{m:.3f}" if lo == hi else f"{m:.3f} [{lo:.3f}, {hi:.3f}]"))
+        lines.append(f"| {'ICL' if name == 'icl' else _LABELS[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fill_markers(text: str, curves: dict[str, Any]) -> str:
+    """Replace the body between ``<!-- curves:NAME -->`` (or ``<!-- curves:NAME:short -->``) and the next
+    ``<!-- /curves -->`` with [`headline`][icdl.icl.curves.headline] of ``curves`` (whose name is NAME),
+    so the docs' tables are regenerated from the committed JSON, never typed."""
+    pattern = re.compile(
+        rf"(<!-- curves:{re.escape(curves['name'])}(:short)? -->\n).*?(<!-- /curves -->)", re.DOTALL
+    )
+    return pattern.sub(lambda m: m.group(1) + headline(curves, short=bool(m.group(2))) + m.group(3), text)
