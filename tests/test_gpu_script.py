@@ -26,7 +26,7 @@ def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> N
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1500,  # toy size, but 2 trainings and the tuned baselines: 12 min at load 20
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train.cuda_graph needs a single CUDA device" in proc.stderr
@@ -41,4 +41,9 @@ def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> N
     cfg = (tmp_path / "runs" / "gpu-centred" / "config.yaml").read_text()
     assert "standardize: task" in cfg and "cuda_graph: true" in cfg
     timings = (tmp_path / "runs" / "timings.tsv").read_text().splitlines()
-    assert len(timings) == 6 and all(line.split("\t")[1].isdigit() for line in timings)
+    assert len(timings) == 5 and all(line.split("\t")[1].isdigit() for line in timings)
+    for name in ("paper-softmax-target3", "gpu-centred"):  # the committed-curves JSON, as on the CPU
+        curves = json.loads((tmp_path / "runs" / "curves" / f"{name}.json").read_text())
+        assert curves["format"] == "icdl-curves-v1" and [r["train_seed"] for r in curves["runs"]] == [0]
+        preds = curves["suites"]["in-distribution"]["conditions"]["train"]["predictors"]
+        assert {"icl", "ridge_tuned", "kernel", "mlp_tuned"} <= set(preds)

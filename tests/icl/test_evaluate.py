@@ -77,7 +77,8 @@ def test_tuned_baselines_and_nonlinear_skill(run: Path) -> None:
     assert all(s == 0 for s in ridge["skill"][1:])
     assert set(kern["skill_ranges"]) == {"1-10", "11-15"}
     gdt = preds["gd_target"]
-    assert gdt["num_prompts"] == 16 and gdt["meta"]["steps"] in (1, 3, 10, 30)
+    assert gdt["num_prompts"] == 16 and gdt["meta"]["steps"] in (1, 3, 10, 30, 100)
+    assert gdt["meta"]["fallbacks"] >= 0 and all(v is not None for v in gdt["r2"])
     assert gdt["skill"][1] is not None  # skill on its own 16 prompts
 
 

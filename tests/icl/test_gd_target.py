@@ -58,3 +58,56 @@ def test_untuned_is_an_input_error() -> None:
         GDTargetBaseline(spec)(torch.zeros(1, 3, 3), torch.zeros(1, 3, 1))
     with pytest.raises(InputError):
         GDTargetBaseline(spec, steps_grid=(0,))
+
+
+def test_every_checkpoint_of_the_trajectory_equals_a_fresh_gd_run() -> None:
+    spec = nets.NetSpec(3, 4, 3, 1, output="linear")
+    xs, ys = _prompts(5, 7, 3, 5, spec)
+    base = GDTargetBaseline(spec, init_std=0.1, seed=2)
+    traj = base.trajectory(xs, ys, 0.3, [1, 4, 9])
+    for i, steps in enumerate((1, 4, 9)):
+        torch.testing.assert_close(traj[i + 1], base._gd(0.3, steps)(xs, ys))
+    w0 = base._gd(0.3, 1).initial_weights(F64).expand(5, -1)
+    torch.testing.assert_close(traj[0], nets.forward(spec, w0, xs))
+
+
+def _one_prompt_diverges(spec: nets.NetSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    xs, ys = _prompts(8, 6, 3, 7, spec)
+    xs[3] *= 4.0  # one prompt with large inputs: a step size fine elsewhere blows up there
+    ys[3] = nets.forward(spec, nets.init_weights(spec, (1,), generator=torch.Generator().manual_seed(0),
+                                                 fan_in_scaling=True, dtype=F64), xs[3:4])[0]  # fmt: skip
+    return xs, ys
+
+
+def test_a_pair_that_blows_up_on_some_held_out_prompts_is_excluded() -> None:
+    spec = nets.NetSpec(2, 5, 3, 1, output="linear")
+    xv, yv = _one_prompt_diverges(spec)
+    base = GDTargetBaseline(spec, lr_grid=(0.01, 0.3), steps_grid=(20,))
+    blown = base.trajectory(xv, yv, 0.3, [20])[1]
+    ok = torch.ones(8, dtype=torch.bool)
+    ok[3] = False
+    bound = 10 * float(yv.abs().max())
+    assert bool((~blown.isfinite() | (blown.abs() > bound))[3].any())  # non-vacuous: it does blow up there
+    assert bool(blown[ok].isfinite().all()) and float(blown[ok].abs().max()) < bound
+    lr, _ = base.tune(xv, yv)
+    assert lr == 0.01
+    assert base.tuning is not None and base.tuning["failed"] == [[False, True]]
+    assert base.tuning["mse"][0][1] is None
+
+
+def test_test_time_blow_ups_fall_back_to_the_start_and_r2_stays_finite() -> None:
+    from icdl.icl import metrics
+
+    spec = nets.NetSpec(2, 5, 3, 1, output="linear")
+    xv, yv = _prompts(8, 6, 3, 8, spec)
+    xs, ys = _one_prompt_diverges(spec)
+    base = GDTargetBaseline(spec, lr_grid=(0.3,), steps_grid=(20,))
+    base.tune(xv, yv)  # fine on the held-out prompts
+    assert (base.lr, base.steps) == (0.3, 20)
+    preds = base(xs, ys)
+    traj = base.trajectory(xs, ys, 0.3, [20])
+    assert base.fallbacks > 0
+    assert bool(preds.isfinite().all()) and bool(metrics.r2_curve(preds, ys).isfinite().all())
+    bad = ~traj[1].isfinite() | (traj[1].abs() > base.bound)
+    torch.testing.assert_close(preds[bad], traj[0][bad])
+    torch.testing.assert_close(preds[~bad], traj[1][~bad])

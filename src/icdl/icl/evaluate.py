@@ -21,7 +21,9 @@ N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the
 first 64 prompts and 5 values of k — it is the costly one, and this is recorded in the results), ``gd`` (plain
 GD on the target's bias-free architecture from a seeded w0, 10 steps, step size tuned on held-out prompts),
 ``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts) and ``kernel``
-(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.kernels]). When
+(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.kernels]) and
+``mlp_tuned`` (a per-prompt MLP, settings tuned on ``mlp_tune_prompts`` held-out prompts, on the first
+``mlp_tuned_prompts`` test prompts; [`mlp_tuned`][icdl.icl.mlp_tuned]; in ``all``, not a suite default). When
 ``ridge_tuned`` is among the baselines every predictor's curve also gets ``skill``
 ([`metrics.nonlinear_skill`][icdl.icl.metrics.nonlinear_skill] against ``ridge_tuned`` on the same prompts)
 and ``skill_ranges`` (its mean over each k range).
@@ -49,20 +51,23 @@ from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import kernels, metrics
-from icdl.icl.baselines import DEFAULT_LR_GRID as GD_TARGET_LRS
 from icdl.icl.cache import seal as cache_seal
 from icdl.icl.cache import trusted as cache_trusted
 from icdl.icl.eval_parts import TUNED as _TUNED
 from icdl.icl.eval_parts import (
     _add_skill,
+    _cost,
     _Pred,
     _prompts,
     _run_baselines,
+    _run_info,
     k_ranges,
     label_diagnostics,
     paired_difference,
 )
+from icdl.icl.gd_target import DEFAULT_LR_GRID as GD_TARGET_LRS
 from icdl.icl.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
+from icdl.icl.mlp_tuned import estimate_flops as mlp_tuned_flops
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
 from icdl.icl.tasks import PromptBatch, sample_batch
 from icdl.io import atomic_write_json, clean_json, read_json
@@ -88,20 +93,21 @@ __all__ = [
 
 FORMAT = "icdl-eval-v1"
 BASELINES: tuple[str, ...] = (
-    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel",
+    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel", "mlp_tuned",
 )  # fmt: skip
 # Slow, only on request (not in "all"): GD on the target with (lr, steps) tuned on held-out prompts.
 OPTIONAL_BASELINES: tuple[str, ...] = ("gd_target",)
 _CHEAP = ("zero", "averaging", "least-squares", "ridge", "knn")
+_DEFAULT = tuple(b for b in BASELINES if b != "mlp_tuned")  # minutes: in "all", not in the defaults
 SUITE_BASELINES: dict[str, tuple[str, ...]] = {
     # The paper shows its NN baseline on in-distribution prompts (F.1) and on each weight shift (F.2).
-    "in-distribution": BASELINES,
+    "in-distribution": _DEFAULT,
     "mixture": _CHEAP,
     "mixture-prompt": _CHEAP,
     "weight-shift": (*_CHEAP, "mlp"),
     "weight-shift-std": (*_CHEAP, "mlp"),
     "long-prompts": _CHEAP,
-    "centred": BASELINES,
+    "centred": _DEFAULT,
     "depth": ("averaging",),
 }
 GD_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
@@ -133,6 +139,8 @@ class EvalOptions:
     gd_tune_prompts: int = 32
     gd_grid: tuple[float, ...] = GD_GRID
     tuned_prompts: int = 640
+    mlp_tuned_prompts: int = 320
+    mlp_tune_prompts: int = 128
     batch: int = 64
     cost: bool = True
 
@@ -140,7 +148,8 @@ class EvalOptions:
         """Validate every field (the CLI's options are checked here, not repeated there)."""
         lows = {
             "resamples": 10, "knn": 1, "mlp_width": 1, "mlp_epochs": 1, "mlp_prompts": 2, "gd_steps": 1,
-            "gd_prompts": 2, "gd_tune_prompts": 1, "tuned_prompts": 2, "batch": 1,
+            "gd_prompts": 2, "gd_tune_prompts": 1, "tuned_prompts": 2, "batch": 1, "mlp_tuned_prompts": 2,
+            "mlp_tune_prompts": 2,
         }  # fmt: skip
         for name, low in lows.items():
             v = getattr(self, name)
@@ -308,9 +317,12 @@ def evaluate_estimate(
         mp = min(opts.mlp_prompts, P)
         mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth
         flops += 6 * mp * n_ks * opts.mlp_epochs * n * mlp.num_params
-    if "gd_target" in names:  # the (lr, steps) grid on the tuning prompts, then <= 30 steps
-        grid_steps = len(GD_TARGET_LRS) * sum(GD_TARGET_STEPS)
-        flops += 6 * (opts.gd_tune_prompts * grid_steps + min(opts.gd_prompts, P) * 30) * n * net.num_params
+    if "gd_target" in names:  # one trajectory per step size on the tuning prompts, then <= max steps
+        grid_steps, most = len(GD_TARGET_LRS) * max(GD_TARGET_STEPS), max(GD_TARGET_STEPS)
+        flops += 6 * (opts.gd_tune_prompts * grid_steps + min(opts.gd_prompts, P) * most) * n * net.num_params
+    if "mlp_tuned" in names:
+        mt = mlp_tuned_flops(n, dx, dy, task.depth, opts.mlp_tune_prompts, min(opts.mlp_tuned_prompts, P))
+        flops += int(mt)
     if "gd" in names:
         gp = min(opts.gd_prompts, P)
         flops += 6 * gp * (len(opts.gd_grid) + 1) * opts.gd_steps * n * net.num_params
@@ -403,35 +415,6 @@ def _curves(
                 ),
             }
     return curves, comps
-
-
-def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
-    """One ICL forward pass vs training the baseline MLP (``icdl.icl.cost.measure_cost``)."""
-    from icdl.icl.cost import measure_cost
-
-    return measure_cost(
-        model,
-        cfg,
-        points=min(max_k + 1, cfg.model.max_points),
-        prompts=opts.batch,
-        mlp_width=opts.mlp_width,
-        mlp_epochs=opts.mlp_epochs,
-        mlp_lr=opts.mlp_lr,
-        seed=seed,
-    )
-
-
-def _run_info(run_dir: str | Path, cfg: Config) -> dict[str, Any]:
-    """The ``run`` block of a result: what was trained, on what."""
-    return {
-        "run_dir": str(Path(run_dir)),
-        "name": cfg.name,
-        "attention": cfg.model.attention,
-        "layers": cfg.model.layers,
-        "target_depth": cfg.task.depth,
-        "train_examples": cfg.task.examples,
-        "train_seed": cfg.train.seed,
-    }
 
 
 def _condition(

@@ -1,11 +1,18 @@
 """``gd_target``: gradient descent on the target architecture with step size AND step count tuned.
 
 The algorithm the paper's construction compiles (L steps of GD on the bias-free N-layer network, eq.
-2.2-2.3, [`icdl.nets.gradient`][icdl.nets.gradient]), run per prompt and k by
-[`icdl.icl.baselines.GDBaseline`][icdl.icl.baselines.GDBaseline] from one seeded SMALL initialisation
-(``init_std`` times He scaling, default 0.1), with the pair ``(lr, steps)`` chosen on HELD-OUT prompts
-([`GDTargetBaseline.tune`][icdl.icl.gd_target.GDTargetBaseline.tune]): the best mean held-out MSE over k =
-1..n-1. Slow (it loops over k and steps): tune on a few dozen prompts.
+2.2-2.3, [`icdl.nets.gradient`][icdl.nets.gradient]), run per prompt and k from one seeded SMALL
+initialisation (``init_std`` times He scaling, default 0.1, as
+[`icdl.icl.baselines.GDBaseline`][icdl.icl.baselines.GDBaseline] draws it), with the pair ``(lr, steps)``
+chosen on HELD-OUT prompts ([`GDTargetBaseline.tune`][icdl.icl.gd_target.GDTargetBaseline.tune]): the best
+mean held-out MSE over k = 1..n-1. Every step count of the grid is a checkpoint of ONE trajectory per step
+size, so the grid costs ``len(lr_grid) x max(steps_grid)`` GD steps per k.
+
+Divergence guard (docs/baselines.md). A large step size can blow up on some prompts only. A prediction is
+*blown up* when it is not finite or ``|ŷ| > BLOWUP x max |y|`` over the held-out labels (``bound``, fixed at
+tuning time, never from test labels). In tuning, a pair with any blown-up held-out prediction fails (it is
+excluded, its MSE recorded as None). At test time a blown-up prediction is replaced by the prediction of
+the start ``w0`` (zero steps: no update), and counted in ``fallbacks``; R² therefore stays finite.
 """
 
 from __future__ import annotations
@@ -20,19 +27,24 @@ from torch import Tensor
 
 from icdl import nets
 from icdl.errors import InputError
-from icdl.icl.baselines import DEFAULT_LR_GRID, GDBaseline, check_prompts
+from icdl.icl.baselines import GDBaseline, check_prompts
 
-__all__ = ["DEFAULT_STEPS_GRID", "GDTargetBaseline"]
+__all__ = ["BLOWUP", "DEFAULT_LR_GRID", "DEFAULT_STEPS_GRID", "GDTargetBaseline"]
 
-DEFAULT_STEPS_GRID: tuple[int, ...] = (1, 3, 10, 30)
+# Last session's grid (lr 1e-4..1, steps 1..30) chose its corner, lr 1.0 and 30 steps: both ends widened.
+DEFAULT_LR_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
+DEFAULT_STEPS_GRID: tuple[int, ...] = (1, 3, 10, 30, 100)
+BLOWUP = 10.0
 
 
 @dataclass
 class GDTargetBaseline:
     """GD on ``spec`` from ``w0 ~ init_std · He`` (seeded), ``(lr, steps)`` tuned on held-out prompts.
 
-    ``lr`` and ``steps`` may be given directly; otherwise `tune` sets them and records ``tuning =
-    {"lr_grid", "steps_grid", "mse" (steps x lr, None where non-finite), "lr", "steps", "num_prompts"}``.
+    ``lr`` and ``steps`` may be given directly; otherwise `tune` sets them, the divergence ``bound``, and
+    records ``tuning = {"lr_grid", "steps_grid", "mse" (steps x lr, None where it failed), "failed"
+    (steps x lr, True where a held-out prediction blew up), "lr", "steps", "bound", "num_prompts"}``.
+    ``fallbacks``: predictions of the last call replaced by the start's (module docstring).
     """
 
     spec: nets.NetSpec
@@ -43,7 +55,9 @@ class GDTargetBaseline:
     loss: str = "squared"
     lr: float | None = None
     steps: int | None = None
+    bound: float = math.inf
     tuning: dict[str, Any] | None = field(default=None)
+    fallbacks: int = 0
 
     def __post_init__(self) -> None:
         if not self.lr_grid or not all(math.isfinite(v) and v > 0 for v in self.lr_grid):
@@ -62,37 +76,74 @@ class GDTargetBaseline:
             self.spec, steps=steps, lr=lr, loss=self.loss, seed=self.seed, init_std=self.init_std
         )
 
+    def trajectory(self, xs: Tensor, ys: Tensor, lr: float, steps: Sequence[int]) -> Tensor:
+        """Predictions ``(len(steps) + 1, B, n, d_y)`` after 0 and after each count in ``steps`` GD steps.
+
+        ``[0]`` is the start ``f(w0, x_k)``; ``[i + 1, :, k]`` is ``f(w_L, x_k)`` after ``L = steps[i]``
+        steps of size ``lr`` on the first k examples (``[.., 0]`` stays at the start: no data).
+        """
+        check_prompts(xs, ys)
+        gd = self._gd(lr, 1)
+        B, n, _ = xs.shape
+        w0 = gd.initial_weights(xs.dtype, xs.device).expand(B, -1)
+        start = nets.forward(self.spec, w0, xs)  # (B, n, d_y)
+        out = start[None].repeat(len(steps) + 1, 1, 1, 1)
+        want = {int(s): i + 1 for i, s in enumerate(steps)}
+        for k in range(1, n):
+            w = w0
+            xk, yk = xs[:, :k], ys[:, :k]
+            for step in range(1, max(want) + 1):
+                w = nets.project(w - lr * nets.gradient(self.spec, self.loss, w, xk, yk), None)
+                if step in want:
+                    out[want[step], :, k] = nets.forward(self.spec, w, xs[:, k : k + 1])[:, 0]
+        return out
+
+    def _blown(self, preds: Tensor, bound: float) -> Tensor:
+        return ~preds.isfinite() | (preds.abs() > bound)
+
     def __call__(self, xs: Tensor, ys: Tensor) -> Tensor:
         if self.lr is None or self.steps is None:
             raise InputError("gd_target: lr and steps are not set; call tune() on held-out prompts")
-        return self._gd(self.lr, self.steps)(xs, ys)
+        traj = self.trajectory(xs, ys, self.lr, [self.steps])
+        preds, start = traj[1], traj[0]
+        bad = self._blown(preds, self.bound)
+        self.fallbacks = int(bad.sum())
+        return torch.where(bad, start, preds)
 
     def tune(self, xs_val: Tensor, ys_val: Tensor) -> tuple[float, int]:
-        """Pick the grid pair with the lowest mean held-out MSE over k = 1..n-1 (non-finite = +inf)."""
+        """Pick the grid pair with the lowest mean held-out MSE over k = 1..n-1; a pair with any blown-up
+        held-out prediction fails. Sets ``lr``, ``steps``, ``bound`` (``BLOWUP x max |y_val|``) and
+        ``tuning``."""
         check_prompts(xs_val, ys_val)
         if xs_val.shape[1] < 2:
             raise InputError("tuning needs prompts with at least 2 points (k >= 1)")
-        table = []
+        bound = BLOWUP * float(ys_val.abs().max())
+        steps = [int(s) for s in self.steps_grid]
+        table = [[math.inf] * len(self.lr_grid) for _ in steps]
+        failed = [[False] * len(self.lr_grid) for _ in steps]
         with torch.no_grad():
-            for steps in self.steps_grid:
-                row = []
-                for lr in self.lr_grid:
-                    err = ((self._gd(lr, steps)(xs_val, ys_val) - ys_val) ** 2)[:, 1:].mean()
-                    row.append(float(err) if bool(err.isfinite()) else math.inf)
-                table.append(row)
+            for j, lr in enumerate(self.lr_grid):
+                traj = self.trajectory(xs_val, ys_val, float(lr), steps)[1:, :, 1:]  # (S, B, n-1, d_y)
+                for i in range(len(steps)):
+                    if bool(self._blown(traj[i], bound).any()):
+                        failed[i][j] = True
+                    else:
+                        table[i][j] = float(((traj[i] - ys_val[:, 1:]) ** 2).mean())
         best = min(
-            ((i, j) for i in range(len(table)) for j in range(len(table[0]))),
+            ((i, j) for i in range(len(steps)) for j in range(len(self.lr_grid))),
             key=lambda ij: table[ij[0]][ij[1]],
         )
         if not math.isfinite(table[best[0]][best[1]]):
             raise InputError("gd_target diverged for every (lr, steps) in the grid")
-        self.steps, self.lr = int(self.steps_grid[best[0]]), float(self.lr_grid[best[1]])
+        self.steps, self.lr, self.bound = steps[best[0]], float(self.lr_grid[best[1]]), bound
         self.tuning = {
             "lr_grid": [float(v) for v in self.lr_grid],
-            "steps_grid": [int(v) for v in self.steps_grid],
+            "steps_grid": steps,
             "mse": [[v if math.isfinite(v) else None for v in row] for row in table],
+            "failed": failed,
             "lr": self.lr,
             "steps": self.steps,
+            "bound": bound,
             "num_prompts": int(xs_val.shape[0]),
         }
         return self.lr, self.steps

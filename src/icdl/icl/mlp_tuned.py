@@ -1,0 +1,303 @@
+"""``mlp_tuned``: a small MLP fitted on each prompt's k examples, its settings tuned on held-out prompts.
+
+The paper's MLP baseline ([`icdl.icl.baselines.MLPBaseline`][icdl.icl.baselines.MLPBaseline]: width 200,
+one learning rate, random output layer, 64 prompts) is dominated by its random-initialisation output noise
+at small k. This one is the honest version of it (docs/baselines.md):
+
+* an N-layer ReLU MLP with biases (N = the task's depth), hidden layers He-normal from ONE seeded draw per
+  (seed, k, width) shared by all prompts, and a ZERO output layer — untrained, it predicts 0, the prior
+  mean of a centred task, not noise;
+* trained per prompt and per k on the k context examples only (causal: the prediction for ``x_k`` uses
+  ``x_{<=k}, y_{<k}``) by full-batch AdamW on the mean squared error (decoupled weight decay, as
+  ``torch.optim.AdamW``);
+* the setting ``(width, lr, weight decay, epochs)`` is chosen per k from a small grid by the lowest MSE on
+  HELD-OUT prompts ([`MLPTunedBaseline.tune`][icdl.icl.mlp_tuned.MLPTunedBaseline.tune]), never the test
+  prompts. Tuning runs at a few anchor k (``ANCHOR_KS``, plus the longest k) and every k takes the setting
+  of its nearest anchor in log k; the epoch counts are checkpoints of one run, so they cost nothing extra.
+
+All networks train at once: a grid of G (lr, weight decay) pairs on B prompts is G·B networks with batched
+weights ``(G·B, fan_in, fan_out)`` (``torch.baddbmm``); the summed loss separates over networks and AdamW
+is element-wise, so this equals G·B independent trainings (tested against a plain per-prompt
+``torch.optim.AdamW`` loop). A prediction that is not finite (not seen with the default grid) is replaced
+by 0 and counted in ``fallbacks``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from icdl.errors import InputError
+from icdl.icl.baselines import _derived_seed, check_prompts
+
+__all__ = [
+    "ANCHOR_KS",
+    "DEFAULT_EPOCHS",
+    "DEFAULT_LRS",
+    "DEFAULT_WEIGHT_DECAYS",
+    "DEFAULT_WIDTHS",
+    "MLPSetting",
+    "MLPTunedBaseline",
+    "estimate_flops",
+    "fit_predict",
+    "init_params",
+]
+
+DEFAULT_LRS: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
+# AdamW's decoupled decay: each step multiplies the weights by 1 - lr·wd. A pilot on the centred task
+# (128 held-out prompts, wd in {0, 0.1, 1}) chose the largest, 1.0, at every anchor, so the grid reaches 3.
+DEFAULT_WEIGHT_DECAYS: tuple[float, ...] = (0.0, 0.3, 1.0, 3.0)
+DEFAULT_WIDTHS: tuple[int, ...] = (16, 32)
+DEFAULT_EPOCHS: tuple[int, ...] = (10, 30, 100)
+ANCHOR_KS: tuple[int, ...] = (1, 2, 4, 8, 15, 30, 45, 60, 90)
+_BETAS = (0.9, 0.999)
+_EPS = 1e-8
+
+
+@dataclass(frozen=True)
+class MLPSetting:
+    """One grid point: hidden ``width``, AdamW ``lr`` and ``weight_decay``, full-batch ``epochs``."""
+
+    width: int
+    lr: float
+    weight_decay: float
+    epochs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def init_params(
+    depth: int, width: int, d_x: int, d_y: int, *, seed: int, k: int
+) -> list[tuple[Tensor, Tensor]]:
+    """The shared start ``[(W_j (fan_in, fan_out), b_j (fan_out,))]`` (float64, CPU) for prefix length k.
+
+    Hidden layers He-normal ``N(0, 2 / fan_in)`` from a generator seeded by ``(seed, k, width)``, biases 0;
+    the output layer (weights and bias) is 0, so the untrained network predicts 0.
+    """
+    g = torch.Generator().manual_seed(_derived_seed(seed, k, width))
+    sizes = [d_x, *([width] * (depth - 1)), d_y]
+    params = []
+    for j in range(depth):
+        fan_in, fan_out = sizes[j], sizes[j + 1]
+        if j < depth - 1:
+            W = torch.randn(fan_in, fan_out, generator=g, dtype=torch.float64) * math.sqrt(2.0 / fan_in)
+        else:
+            W = torch.zeros(fan_in, fan_out, dtype=torch.float64)
+        params.append((W, torch.zeros(fan_out, dtype=torch.float64)))
+    return params
+
+
+def _forward(params: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
+    h = x
+    for j, (W, b) in enumerate(params):
+        h = torch.baddbmm(b, h, W)
+        if j < len(params) - 1:
+            h = torch.relu(h)
+    return h
+
+
+def fit_predict(
+    xs: Tensor,
+    ys: Tensor,
+    k: int,
+    *,
+    depth: int,
+    width: int,
+    lrs: Sequence[float],
+    weight_decays: Sequence[float],
+    epochs: Sequence[int],
+    seed: int = 0,
+) -> Tensor:
+    """Query predictions of ``G·B`` MLPs, each trained on one prompt's first ``k`` examples.
+
+    ``xs (B, >k, d_x)``, ``ys (B, >=k, d_y)``; network ``(g, b)`` uses ``lrs[g]`` and
+    ``weight_decays[g]`` (G = ``len(lrs)``) on prompt b, from [`init_params`][icdl.icl.mlp_tuned.init_params].
+    Full-batch AdamW (betas 0.9/0.999, eps 1e-8, bias-corrected, decay ``p <- p (1 - lr·wd)`` before the
+    Adam step, as ``torch.optim.AdamW``) on ``mean_i ||f(x_i) - y_i||²`` over ``i < k``. Returns
+    ``(len(epochs), G, B, d_y)``: the prediction for ``x_k`` after each epoch count in ``epochs``.
+    """
+    if len(lrs) != len(weight_decays) or not lrs:
+        raise InputError("fit_predict needs one weight decay per learning rate")
+    B, _, d_x = xs.shape
+    d_y = ys.shape[-1]
+    G = len(lrs)
+    x = xs[:, : k + 1].repeat(G, 1, 1)  # (G·B, k+1, d_x), grid-major
+    y = ys[:, :k].repeat(G, 1, 1)
+    dt, dev = xs.dtype, xs.device
+    lr = torch.tensor(lrs, dtype=dt, device=dev).repeat_interleave(B)[:, None, None]
+    wd = torch.tensor(weight_decays, dtype=dt, device=dev).repeat_interleave(B)[:, None, None]
+    params = [
+        (W.to(dev, dt).expand(G * B, -1, -1).clone(), b.to(dev, dt).expand(G * B, 1, -1).clone())
+        for W, b in init_params(depth, width, d_x, d_y, seed=seed, k=k)
+    ]
+    flat = [t.requires_grad_() for pair in params for t in pair]
+    m1 = [torch.zeros_like(t) for t in flat]
+    m2 = [torch.zeros_like(t) for t in flat]
+    want = sorted(set(int(e) for e in epochs))
+    out: dict[int, Tensor] = {}
+    b1, b2 = _BETAS
+    for step in range(want[-1] + 1):
+        with torch.enable_grad():
+            pred = _forward(params, x)
+        if step in want:
+            out[step] = pred[:, k].detach().reshape(G, B, d_y)
+        if step == want[-1]:
+            break
+        with torch.enable_grad():
+            loss = ((pred[:, :k] - y) ** 2).mean((1, 2)).sum()
+            grads = torch.autograd.grad(loss, flat)
+        t = step + 1
+        with torch.no_grad():
+            for p, gr, m, v in zip(flat, grads, m1, m2, strict=True):
+                p.mul_(1 - lr * wd)
+                m.mul_(b1).add_(gr, alpha=1 - b1)
+                v.mul_(b2).addcmul_(gr, gr, value=1 - b2)
+                denom = (v.sqrt() / math.sqrt(1 - b2**t)).add_(_EPS)
+                p.sub_(lr / (1 - b1**t) * m / denom)
+    return torch.stack([out[int(e)] for e in epochs])
+
+
+def estimate_flops(n: int, d_x: int, d_y: int, depth: int, tune_prompts: int, test_prompts: int) -> float:
+    """A-priori FLOPs of tuning (default grid, every anchor below n) and predicting at every k < n:
+    ``6 · params · points`` per network and epoch, plus ~20 flops per parameter for AdamW."""
+    anchors = sorted({a for a in ANCHOR_KS if a < n} | {max(n - 1, 1)})
+    pairs = len(DEFAULT_LRS) * len(DEFAULT_WEIGHT_DECAYS)
+    total = 0.0
+    for w in DEFAULT_WIDTHS:
+        params = d_x * w + (depth - 2) * w * w + w * d_y + (depth - 1) * w + d_y
+        per = max(DEFAULT_EPOCHS) * params
+        total += pairs * tune_prompts * sum(per * (6 * (a + 1) + 20) for a in anchors)
+        total += test_prompts * sum(per * (6 * (k + 1) + 20) for k in range(1, n)) / len(DEFAULT_WIDTHS)
+    return total
+
+
+def _nearest_anchor(k: int, anchors: Sequence[int]) -> int:
+    """The anchor closest to k in log scale (ties to the smaller anchor)."""
+    return min(anchors, key=lambda a: (abs(math.log(a) - math.log(k)), a))
+
+
+@dataclass
+class MLPTunedBaseline:
+    """Per-prompt MLP with ``(width, lr, weight decay, epochs)`` chosen per k on held-out prompts.
+
+    ``depth`` is the network's number of linear layers (the task's depth). ``settings`` (one
+    [`MLPSetting`][icdl.icl.mlp_tuned.MLPSetting] per k, ``None`` at k = 0) is set by `tune`; ``tuning``
+    records the grid, the held-out MSE per anchor and setting, and the choices.
+    """
+
+    depth: int = 3
+    widths: Sequence[int] = DEFAULT_WIDTHS
+    lrs: Sequence[float] = DEFAULT_LRS
+    weight_decays: Sequence[float] = DEFAULT_WEIGHT_DECAYS
+    epochs: Sequence[int] = DEFAULT_EPOCHS
+    anchors: Sequence[int] = ANCHOR_KS
+    seed: int = 0
+    settings: list[MLPSetting | None] | None = None
+    tuning: dict[str, Any] | None = field(default=None)
+    fallbacks: int = 0
+
+    def __post_init__(self) -> None:
+        ints = {"depth": [self.depth], "widths": list(self.widths), "epochs": list(self.epochs)}
+        ints["anchors"] = list(self.anchors)
+        for key, vals in ints.items():
+            if not vals or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in vals):
+                raise InputError(f"mlp_tuned {key} must be integers >= 1, got {vals!r}")
+        if not self.lrs or not all(math.isfinite(v) and v > 0 for v in self.lrs):
+            raise InputError("mlp_tuned learning rates must be finite numbers > 0")
+        if not self.weight_decays or not all(math.isfinite(v) and v >= 0 for v in self.weight_decays):
+            raise InputError("mlp_tuned weight decays must be finite numbers >= 0")
+
+    @property
+    def name(self) -> str:
+        return "mlp_tuned"
+
+    def grid(self) -> list[MLPSetting]:
+        """Every setting, width-major then lr, weight decay, epochs (the order of ``tuning["mse"]``)."""
+        return [
+            MLPSetting(int(w), float(lr), float(wd), int(e))
+            for w in self.widths
+            for lr in self.lrs
+            for wd in self.weight_decays
+            for e in self.epochs
+        ]
+
+    def _grid_mse(self, xs: Tensor, ys: Tensor, k: int) -> list[float]:
+        """Held-out MSE at prefix k of every grid setting (non-finite -> +inf)."""
+        pairs = [(lr, wd) for lr in self.lrs for wd in self.weight_decays]
+        out = []
+        for w in self.widths:
+            preds = fit_predict(
+                xs, ys, k, depth=self.depth, width=int(w), lrs=[p[0] for p in pairs],
+                weight_decays=[p[1] for p in pairs], epochs=self.epochs, seed=self.seed,
+            )  # fmt: skip
+            err = ((preds - ys[None, None, :, k]) ** 2).mean((2, 3))  # (E, G)
+            for g in range(len(pairs)):
+                for e in range(len(self.epochs)):
+                    v = float(err[e, g])
+                    out.append(v if math.isfinite(v) else math.inf)
+        return out
+
+    def tune(self, xs_val: Tensor, ys_val: Tensor) -> list[MLPSetting | None]:
+        """Choose a setting per k from the held-out prompts ``xs_val, ys_val`` (NOT the test prompts).
+
+        At each anchor k (``anchors`` below the prompt length, plus the longest k) every grid setting is
+        trained on every held-out prompt and scored by its MSE on the query; the lowest wins (ties to the
+        earlier grid setting). Every k = 1..n-1 takes its nearest anchor's setting. Sets ``settings`` and
+        ``tuning``; returns ``settings``.
+        """
+        check_prompts(xs_val, ys_val)
+        n = xs_val.shape[1]
+        if n < 2:
+            raise InputError("tuning needs prompts with at least 2 points (k >= 1)")
+        anchors = sorted({a for a in self.anchors if a < n} | {n - 1})
+        grid = self.grid()
+        table: dict[int, list[float]] = {}
+        chosen: dict[int, MLPSetting] = {}
+        with torch.no_grad():
+            for a in anchors:
+                row = self._grid_mse(xs_val, ys_val, a)
+                table[a] = row
+                best = min(range(len(grid)), key=row.__getitem__)
+                if not math.isfinite(table[a][best]):
+                    raise InputError(f"mlp_tuned: every setting diverged at k = {a}")
+                chosen[a] = grid[best]
+        self.settings = [None] + [chosen[_nearest_anchor(k, anchors)] for k in range(1, n)]
+        self.tuning = {
+            "grid": [s.to_dict() for s in grid],
+            "anchors": anchors,
+            "mse": {str(a): [v if math.isfinite(v) else None for v in table[a]] for a in anchors},
+            "chosen": {str(a): chosen[a].to_dict() for a in anchors},
+            "num_prompts": int(xs_val.shape[0]),
+        }
+        return self.settings
+
+    def setting(self, k: int) -> MLPSetting:
+        """The tuned setting at k >= 1 (k beyond the tuned prompts' length reuses the last one)."""
+        if self.settings is None:
+            raise InputError("mlp_tuned: settings are not set; call tune() on held-out prompts")
+        s = self.settings[min(k, len(self.settings) - 1)]
+        assert s is not None
+        return s
+
+    def __call__(self, xs: Tensor, ys: Tensor) -> Tensor:
+        """Predictions ``(B, n, d_y)``: 0 at k = 0, the tuned MLP trained on ``x_{<k}, y_{<k}`` at ``x_k``."""
+        check_prompts(xs, ys)
+        out = torch.zeros_like(ys)
+        self.fallbacks = 0
+        with torch.no_grad():
+            for k in range(1, xs.shape[1]):
+                s = self.setting(k)
+                p = fit_predict(
+                    xs, ys, k, depth=self.depth, width=s.width, lrs=[s.lr], weight_decays=[s.weight_decay],
+                    epochs=[s.epochs], seed=self.seed,
+                )[0, 0]  # fmt: skip
+                bad = ~p.isfinite()
+                self.fallbacks += int(bad.any(-1).sum())
+                out[:, k] = torch.where(bad, torch.zeros_like(p), p)
+        return out
