@@ -31,6 +31,7 @@ CONSTRUCT_TESTS = [
     "tests/construct/test_construct.py",
     "tests/construct/test_verify.py",
     "tests/construct/test_verify_localise.py",
+    "tests/construct/test_verify_streaming.py",
     "tests/construct/test_variant_compact.py",
     "tests/construct/test_contract.py",
     "tests/construct/test_construct_store.py",
@@ -57,13 +58,14 @@ C, V, S, B, T = (
 )
 LAY, LYT = "src/icdl/construct/layers.py", "src/icdl/construct/layout.py"
 RST, IO = "src/icdl/relu_sum_type.py", "src/icdl/io.py"
+STR, PR = "src/icdl/construct/stream.py", "src/icdl/construct/prompt.py"  # the sublayer check; the prompt
 CT, ST = tuple(CONSTRUCT_TESTS), tuple(SUMS_TESTS)
 
 MUTANTS = [
     # -- the four planted bugs of issue 14 and the NaN bug itself (each has a dedicated test) --------
     Mutant(
         "verify-nan-blind",
-        V,
+        STR,
         "bad = ~torch.isfinite(got) & torch.isfinite(want)",
         "bad = torch.zeros_like(got, dtype=torch.bool)",
         (
@@ -165,7 +167,7 @@ MUTANTS = [
     Mutant("condition-off", T, "lam = abs(ci)", "lam = 1.0", CT, "terms not rescaled to |c| = 1"),
     Mutant(
         "prompt-query-t",
-        C,
+        PR,
         'H[:, a : a + n, layout.index("T")] = 1.0',
         'H[:, a:, layout.index("T")] = 1.0',
         CT,
@@ -195,7 +197,7 @@ MUTANTS = [
     # -- verifier -------------------------------------------------------------------------------
     Mutant(
         "verify-last-divergence",
-        V,
+        STR,
         "if self.first is None and failing:",
         "if failing:",
         CT,
@@ -203,23 +205,23 @@ MUTANTS = [
     ),
     Mutant(
         "verify-tol-loose",
-        V,
-        "failing = [se for se in errs if not se.rel <= tols.get(se.slot, self.tol)]",
-        "failing = [se for se in errs if not se.rel <= 1e3 * tols.get(se.slot, self.tol)]",
+        STR,
+        "failing = [se for se in errs if not se.rel <= plan.tols.get(se.slot, self.tol)]",
+        "failing = [se for se in errs if not se.rel <= 1e3 * plan.tols.get(se.slot, self.tol)]",
         CT,
         "tolerance 1000x too loose",
     ),
     Mutant(
         "verify-no-unchanged-check",
-        V,
-        "exp = self.cur.clone()",
-        "exp = H.clone()",
+        STR,
+        "if not (same and all(torch.equal(S[r, cols], cur[r, cols]) for cols in plan.spans)):",
+        "if False:",
         CT,
         "slots not named are not checked",
     ),
     Mutant(
         "verify-exact-errors-off",
-        V,
+        STR,
         "self.acc[e.quantity] = err if math.isnan(old) else max(old, err)",
         "self.acc[e.quantity] = old",
         CT,
@@ -227,7 +229,7 @@ MUTANTS = [
     ),
     Mutant(
         "verify-grad-err-scale",
-        V,
+        STR,
         "else w_new)) / self.model.config.lr",
         "else w_new)) / (2 * self.model.config.lr)",
         CT,
@@ -235,15 +237,15 @@ MUTANTS = [
     ),
     Mutant(
         "verify-ref-stale",
-        V,
-        "            walk.ref = walk.reference(walk.step_w)",
+        STR,
+        "            self.ref = self.reference(self.step_w)",
         "            pass",
         CT,
         "reference never re-evaluated after step 1",
     ),
     Mutant(
         "verify-query-rows",
-        V,
+        STR,
         '"query": slice(self.T_all - 1, None),',
         '"query": slice(a, None),',
         CT,
