@@ -18,7 +18,7 @@ from icdl.construct.variants import VARIANTS
 from icdl.nets import NetSpec
 from icdl.theory import EXACT_LOSS_TERMS, EXACT_TERMS, Projection, readout_sublayers
 
-__all__ = ["LIPSCHITZ_HVPS", "STREAM_STATES", "construction_estimate"]
+__all__ = ["LIPSCHITZ_HVPS", "STREAM_STATES", "SUBLAYER_SECONDS", "construction_estimate"]
 
 # States of T x D the streaming check holds at once, with the sublayer's own output and temporaries
 # (measured peaks: docs/results/verify_scale.json).
@@ -26,6 +26,10 @@ STREAM_STATES = 8
 # Hessian-vector products of the default L_f estimate: 20 at the first point, 5 at each of 7 more
 # (icdl.construct.verify.LIPSCHITZ_POINTS), plus one gradient per point.
 LIPSCHITZ_HVPS = 20 + 7 * 5 + 8
+# Fixed cost of one sublayer, whatever its size: the untraced and the checked forward's module calls and
+# the comparison's Python work (measured 0.7 ms per sublayer for NetSpec(2, 2, 2, 1), n = 3, L = 200 and
+# 2,000: 3.8 s and 14.3 s). Without it a deep-but-tiny run (L = 10^6) would be estimated at seconds.
+SUBLAYER_SECONDS = 1e-3
 
 
 def _fits(spec: NetSpec, loss: str, eps: float, radius: float) -> tuple[Estimate, dict[str, int]]:
@@ -72,8 +76,8 @@ def construction_estimate(
     `STREAM_STATES`), the two weight trajectories and their differences (4 ``(L+1) x P`` float64), the
     stored coefficients of the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).
     Time: the compiled forward's FLOPs a few times over (the untraced forward, the checked forward, the
-    per-sublayer comparisons) at about 2e9 FLOP/s, the L_f estimate's Hessian-vector products, plus the
-    fits. Term counts of smooth activations come from
+    per-sublayer comparisons) at about 2e9 FLOP/s, the L_f estimate's Hessian-vector products, a fixed
+    `SUBLAYER_SECONDS` per checked sublayer, plus the fits. Term counts of smooth activations come from
     [`icdl.relu_sums.fit_estimate`][icdl.relu_sums.fit_estimate].
     """
     check_int("steps", steps, 0)
@@ -104,7 +108,8 @@ def construction_estimate(
         safe_float(held + trajectories + 3 * coeffs * itemsize + 300 * 2**20),
         1.0
         + safe_float(work + lipschitz) * 1.2 / CONSTRUCT_FLOPS
-        + safe_float(states * T * D * itemsize) / 1e9,
+        + safe_float(states * T * D * itemsize) / 1e9
+        + safe_float(states) * SUBLAYER_SECONDS,
         f"{states} sublayers checked as they run on {T} tokens x D={D} "
         f"({'float64' if itemsize == 8 else 'float32'}); weight trajectories {steps + 1} x P={P}",
     )
