@@ -8,8 +8,6 @@ interrupted, tensor by tensor (``torch.equal``, i.e. bit for bit).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -23,7 +21,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from icdl.cli import main
+# The one-line-error helpers of this folder (pytest puts tests/reliability on sys.path).
+from test_bounded import assert_one_line_error, run_cli
+
 from icdl.diffusion.config import dump_score_config, load_score_config
 from icdl.diffusion.train import score_run_step, train_score
 from icdl.icl.checkpoint import find_checkpoint
@@ -45,25 +45,6 @@ LONG = [
 SHORT = [*SMALL, "train.steps=4", "train.checkpoint_every=2", "train.log_every=2"]
 EVALUATE = ["--prompts", "4", "--mlp-ks", "3", "--no-mlp", "--gd-steps", "0", "--resamples", "5", "--json"]
 SAMPLE = ["--ks", "2", "--prompts", "1", "--samples", "8", "--steps", "2", "--no-mlp", "--json"]
-
-
-def run_cli(args: list[str]) -> tuple[int, str, str]:
-    """Run ``icdl ARGS`` in-process; return (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(args)
-        except SystemExit as exc:
-            code = exc.code
-    return int(code or 0), out.getvalue(), err.getvalue()
-
-
-def assert_one_line_error(code: int, err: str, *needles: str) -> None:
-    assert code == 2, err
-    assert err.count("\n") == 1 and err.startswith("icdl: error: "), err
-    for n in needles:
-        assert n in err, (n, err)
 
 
 def flip_bit(path: Path, offset: int) -> None:
