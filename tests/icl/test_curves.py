@@ -123,3 +123,20 @@ def test_fill_markers_regenerates_the_docs_tables(runs: list[Path]) -> None:
     assert "OLD" not in out and "KEEP" in out and out.startswith("a\n<!-- curves:tiny-x -->\n| predictor")
     assert headline(cur, suite="long-prompts", condition="x1") in out
     assert "| ICL (2 seeds) (16) |" in out and "`mlp_tuned` (8)" in out
+
+
+def test_fill_markers_selects_a_condition(runs: list[Path]) -> None:
+    from icdl.errors import InputError
+    from icdl.icl.curves import fill_markers, headline
+
+    cur = collect("tiny-x", runs, ["long-prompts"])
+    conds = list(cur["suites"]["long-prompts"]["conditions"])
+    last = conds[-1]
+    text = f"<!-- curves:tiny-x:long-prompts/{last}:short -->\nOLD\n<!-- /curves -->\n"
+    out = fill_markers(text, cur)
+    assert headline(cur, suite="long-prompts", condition=last, short=True) in out and "OLD" not in out
+    if len(conds) > 1:  # the selected condition, not the default one
+        assert headline(cur, suite="long-prompts", condition=conds[0], short=True) not in out
+    for bad in ("long-prompts/nope", "wide", f"long-prompts/{last}:long-prompts/{last}"):
+        with pytest.raises(InputError):
+            fill_markers(f"<!-- curves:tiny-x:{bad} -->\nX\n<!-- /curves -->\n", cur)

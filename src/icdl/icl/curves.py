@@ -283,10 +283,32 @@ def headline(
 
 
 def fill_markers(text: str, curves: dict[str, Any]) -> str:
-    """Replace the body between ``<!-- curves:NAME -->`` (or ``<!-- curves:NAME:short -->``) and the next
-    ``<!-- /curves -->`` with [`headline`][icdl.icl.curves.headline] of ``curves`` (whose name is NAME),
-    so the docs' tables are regenerated from the committed JSON, never typed."""
+    """Replace the body between ``<!-- curves:NAME -->`` and the next ``<!-- /curves -->`` with
+    [`headline`][icdl.icl.curves.headline] of ``curves`` (whose name is NAME), so the docs' tables are
+    regenerated from the committed JSON, never typed. Options after the name, each ``:``-separated:
+    ``short`` (the k-range columns only) and ``SUITE/CONDITION`` (that condition instead of the default
+    one), e.g. ``<!-- curves:NAME:weight-shift-std/mum0_5:short -->``."""
     pattern = re.compile(
-        rf"(<!-- curves:{re.escape(curves['name'])}(:short)? -->\n).*?(<!-- /curves -->)", re.DOTALL
+        rf"(<!-- curves:{re.escape(curves['name'])}((?::[^\s:>]+)*) -->\n).*?(<!-- /curves -->)", re.DOTALL
     )
-    return pattern.sub(lambda m: m.group(1) + headline(curves, short=bool(m.group(2))) + m.group(3), text)
+
+    def table(m: re.Match[str]) -> str:
+        opts = [o for o in m.group(2).split(":") if o]
+        where = [o for o in opts if "/" in o]
+        unknown = [o for o in opts if o != "short" and "/" not in o]
+        if unknown or len(where) > 1:
+            raise InputError(
+                f"curves marker {m.group(1).strip()!r}: options are 'short' and one SUITE/CONDITION"
+            )
+        suite, condition = where[0].split("/", 1) if where else (None, None)
+        if suite is not None and condition not in curves["suites"].get(suite, {}).get("conditions", {}):
+            raise InputError(
+                f"curves marker {m.group(1).strip()!r}: {curves['name']} has no condition {where[0]}"
+            )
+        return (
+            m.group(1)
+            + headline(curves, suite=suite, condition=condition, short="short" in opts)
+            + m.group(3)
+        )
+
+    return pattern.sub(table, text)
