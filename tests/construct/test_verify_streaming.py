@@ -379,3 +379,35 @@ def test_a_named_slot_written_on_a_token_not_named_is_found() -> None:
     )
     assert old.first is not None and old.first.index == index
     assert new.first == old.first and _same(new.max_rel, old.max_rel)
+
+
+@pytest.mark.parametrize("value", [0.25, math.nan, math.inf])
+def test_a_slot_that_must_hold_zero_is_measured_as_the_whole_state(value: float) -> None:
+    """A sublayer that leaves ``value`` in a slot it must set to 0 everywhere (measured as ``|got|``, NaN and
+    inf named): the same divergence and largest error as the whole-state comparison."""
+    from icdl.construct.stream import StreamCheck
+
+    model, task = _model("rows", "relu", 2, {})
+    prompt = Prompt.of(model, *task)
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    plans = StreamCheck(model, H0, prompt, default_tol(model.config.dtype)).plans
+    index, m = next(
+        (i, m) for i, m in enumerate(model.block_layers) if plans[(0, m.info.name)].joint.zero.labels
+    )
+    slot = next(s for s in model.layout.slots if s.label == plans[(0, m.info.name)].joint.zero.labels[0])
+    inner = m.forward
+
+    def forward(H: Tensor) -> Tensor:
+        out = inner(H).clone()
+        out[:, -1, slot.offset] = value
+        return out
+
+    m.forward = forward  # type: ignore[method-assign]
+    tol = default_tol(model.config.dtype)
+    c_old, c_new = _Counters(), _Counters()
+    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+    _, new = compare(
+        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
+    )
+    assert old.first is not None and (old.first.index, old.first.slot) == (index, slot.label)
+    assert new.first == old.first and _same(new.max_rel, old.max_rel)

@@ -174,19 +174,48 @@ class _Plan:
 
 
 @dataclass(frozen=True)
-class _Joint:
-    """The named slots side by side, measured together while the rest of the state is unchanged: the tokens
-    measured, the state's columns of the named slots in their order, each slot's column range in that
-    gather, and for every Expect (in order) its tokens relative to the measured ones and its column range."""
+class _Group:
+    """Named slots measured side by side: their labels, their columns as few contiguous spans, each slot's
+    column range in the gather, and for each Expect on them (its index, its tokens relative to the
+    measured ones, its column range)."""
 
-    rows: slice
+    labels: tuple[str, ...]
     spans: tuple[slice, ...]
     bounds: tuple[tuple[int, int], ...]
-    places: tuple[tuple[slice, slice], ...]
+    places: tuple[tuple[int, slice, slice], ...]
 
-    def gather(self, S: Tensor) -> Tensor:
-        """The named slots of ``S`` (T, D) on the measured tokens, side by side (a new tensor)."""
-        return torch.cat([S[self.rows, sp] for sp in self.spans], dim=1)
+    def gather(self, S: Tensor, rows: slice) -> Tensor:
+        """The group's slots of ``S`` (T, D) on the tokens ``rows``, side by side (a new tensor)."""
+        return torch.cat([S[rows, sp] for sp in self.spans], dim=1)
+
+
+@dataclass(frozen=True)
+class _Joint:
+    """How the named slots are measured while the rest of the state is unchanged: on the tokens ``rows``,
+    the slots that must hold exactly 0 on all of them (``zero``: their error is ``|got|``) and the others."""
+
+    rows: slice
+    zero: _Group
+    value: _Group
+
+
+def _group(
+    named: list[tuple[str, slice, tuple[int, ...]]], expects: list[Expect], token_rows: list[slice]
+) -> _Group:
+    """The ``_Group`` of the slots ``named`` (label, columns, Expect indices);
+    ``token_rows[i]``: Expect i's tokens relative to the measured ones."""
+    bounds, at, start = [], {}, 0
+    spans: list[slice] = []  # the columns as few contiguous ranges (slices: no index gather)
+    for label, cols, _ in named:
+        bounds.append((start, start + cols.stop - cols.start))
+        at[label] = slice(*bounds[-1])
+        start = bounds[-1][1]
+        if spans and spans[-1].stop == cols.start:
+            spans[-1] = slice(spans[-1].start, cols.stop)
+        else:
+            spans.append(cols)
+    places = tuple((i, token_rows[i], at[expects[i].slot]) for _, _, idx in named for i in idx)
+    return _Group(tuple(lab for lab, _, _ in named), tuple(spans), tuple(bounds), places)
 
 
 class StreamCheck:
@@ -275,27 +304,23 @@ class StreamCheck:
     def _joint(
         self, expects: list[Expect], named: list[tuple[str, slice, tuple[int, ...]]], rows: slice
     ) -> _Joint:
-        """Where each named slot and each Expect lies in the gather of the named slots on the named tokens
-        (all tokens when the Expects name none)."""
+        """The measured tokens (those the Expects name; all when they name none) and the two groups of
+        named slots: those whose Expects all write 0 on every measured token, and the others."""
         lo, hi, _ = rows.indices(self.T_all)
         if hi <= lo:
             lo, hi = 0, self.T_all
-        bounds, at, start = [], {}, 0
-        for label, cols, _ in named:
-            bounds.append((start, start + cols.stop - cols.start))
-            at[label] = slice(*bounds[-1])
-            start = bounds[-1][1]
-        places = []
+        token_rows = []
         for e in expects:
             t0, t1, _ = self.token_rows[e.tokens].indices(self.T_all)
-            places.append((slice(t0 - lo, t1 - lo), at[e.slot]))
-        spans: list[slice] = []  # the named columns as few contiguous ranges (slices: no index gather)
-        for _, cols, _ in named:
-            if spans and spans[-1].stop == cols.start:
-                spans[-1] = slice(spans[-1].start, cols.stop)
-            else:
-                spans.append(cols)
-        return _Joint(slice(lo, hi), tuple(spans), tuple(bounds), tuple(places))
+            token_rows.append(slice(t0 - lo, t1 - lo))
+
+        def zero(idx: tuple[int, ...]) -> bool:
+            covered = {t for i in idx for t in range(hi - lo)[token_rows[i]]}
+            return bool(idx) and all(expects[i].quantity == "zero" for i in idx) and len(covered) == hi - lo
+
+        zeros = [item for item in named if zero(item[2])]
+        values = [item for item in named if not zero(item[2])]
+        return _Joint(slice(lo, hi), _group(zeros, expects, token_rows), _group(values, expects, token_rows))
 
     def _rows(self, expects: list[Expect]) -> tuple[slice, tuple[slice, ...]]:
         """The tokens the Expects name, as one range (all tokens when their union is not one), and the
@@ -387,23 +412,39 @@ class StreamCheck:
         """The [`SlotError`][icdl.construct.stream.SlotError] of every named slot on the named tokens, in
         layout order: the slots gathered side by side and measured in one pass (the same elementwise
         errors and maxima as one [`slot_error`][icdl.construct.stream.slot_error] per slot, which is what
-        a NaN or inf anywhere falls back to)."""
-        j, labels = plan.joint, [lab for lab, _, _ in plan.named]
-        if not labels:
-            return []
-        bounds = list(zip(labels, j.bounds, strict=True))
-        got, want = j.gather(S), j.gather(self.cur)
-        for e, (rows, cols) in zip(plan.expects, j.places, strict=True):
+        a NaN or inf anywhere falls back to). A slot that must hold 0 has ``|got - 0| / max(1, 0) = |got|``
+        as both errors."""
+        j = plan.joint
+        errs: dict[str, SlotError] = {}
+        if j.zero.labels:
+            got = j.zero.gather(S, j.rows)
+            ab = got.abs().amax(0).tolist()  # NaN and inf propagate into the column maxima
+            finite = all(map(math.isfinite, ab))
+            for lab, (c0, c1) in zip(j.zero.labels, j.zero.bounds, strict=True):
+                g, m = got[:, c0:c1], max(ab[c0:c1])
+                zeros = torch.zeros_like(g)
+                errs[lab] = SlotError(lab, m, m, "finite") if finite else slot_error(lab, g, zeros)
+        if j.value.labels:
+            errs.update(self._measure_values(plan, j.value, j.rows, S))
+        return [errs[lab] for lab, _, _ in plan.named]
+
+    def _measure_values(self, plan: _Plan, grp: _Group, rows: slice, S: Tensor) -> dict[str, SlotError]:
+        """``measure`` for the slots that hold reference values
+        (or keep some of the state before)."""
+        got, want = grp.gather(S, rows), grp.gather(self.cur, rows)
+        for i, tokens, cols in grp.places:
+            e = plan.expects[i]
             if e.quantity == "zero":
-                want[rows, cols] = 0.0
+                want[tokens, cols] = 0.0
             else:
-                want[rows, cols] = self.place(e, self.ref.value(e))
+                want[tokens, cols] = self.place(e, self.ref.value(e))
+        bounds = list(zip(grp.labels, grp.bounds, strict=True))
         a = (got - want).abs_()
         ab = a.amax(0).tolist()  # NaN and inf propagate into the column maxima
         if not all(map(math.isfinite, ab)):
-            return [slot_error(lab, got[:, c0:c1], want[:, c0:c1]) for lab, (c0, c1) in bounds]
+            return {lab: slot_error(lab, got[:, c0:c1], want[:, c0:c1]) for lab, (c0, c1) in bounds}
         rel = a.div_(want.abs_().clamp_min_(1.0)).amax(0).tolist()
-        return [SlotError(lab, max(rel[c0:c1]), max(ab[c0:c1]), "finite") for lab, (c0, c1) in bounds]
+        return {lab: SlotError(lab, max(rel[c0:c1]), max(ab[c0:c1]), "finite") for lab, (c0, c1) in bounds}
 
     def unchanged(self, plan: _Plan, S: Tensor) -> bool:
         """Whether every coordinate outside the named slots on the named tokens equals the state before,
