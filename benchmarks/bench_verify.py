@@ -4,8 +4,9 @@ runs it, at the sizes of issue 18 item 5.
     OMP_NUM_THREADS=2 python benchmarks/bench_verify.py --json docs/results/verify_scale.json
 
 Per case, in a fresh subprocess: wall time and peak RSS of the whole command (``os.wait4``'s rusage of that
-child: torch itself included), the command's own times (compile, the untraced forward, the verification and
-the forward inside it), its verdict, and the memory/time estimate that decides whether the command is refused
+child: torch itself included), the command's own times (compile, the verification, and the forward pass
+inside it with the sublayer check's time left out: the command runs the model once), its verdict, and the
+memory/time estimate that decides whether the command is refused
 ([`icdl.construct.estimate.construction_estimate`][icdl.construct.estimate.construction_estimate]) next to the
 measurement. A second subprocess times the forward pass of a 2-step model of the same size against the lean
 GD loop of ``bench_rows.py`` and reports both FLOP rates (the forward's executed multiply-adds,
@@ -127,7 +128,7 @@ def run_case(case: tuple, threads: int) -> dict[str, Any]:
     row["load_after"] = os.getloadavg()
     js = run.pop("json", None)
     row.update(run)
-    if js is not None:  # the command's own times; seconds_forward is its untraced forward pass
+    if js is not None:  # the command's own times; seconds_forward: the verified run's forward, check excluded
         keys = ("verdict", "seconds_compile", "seconds_forward", "seconds_verify", "seconds_reference")
         keys += (
             "lipschitz_f",

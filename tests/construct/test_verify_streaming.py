@@ -338,3 +338,76 @@ def test_a_write_outside_the_named_slots_is_found(variant: str) -> None:
     )
     assert old.first is not None and (old.first.index, old.first.slot) == (1, "X")
     assert new.first == old.first and _same(new.max_rel, old.max_rel)
+
+
+def _misdirect_named(model: CompiledModel, prompt: Prompt) -> int:
+    """Make the first block sublayer that writes a slot on some tokens only also add 0.5 to that slot on a
+    token its Expects do not name (a coordinate the check measures only when the rest is not unchanged);
+    returns the sublayer's index."""
+    from icdl.construct.stream import StreamCheck
+
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    plans = StreamCheck(model, H0, prompt, default_tol(model.config.dtype)).plans
+    for index, m in enumerate(model.block_layers):
+        plan = plans[(0, m.info.name)]
+        if plan.free_rows and plan.named:
+            row, col = plan.free_rows[0].start, plan.named[0][1].start
+            inner = m.forward
+
+            def forward(H: Tensor, inner=inner, row=row, col=col) -> Tensor:
+                out = inner(H).clone()
+                out[:, row, col] += 0.5
+                return out
+
+            m.forward = forward  # type: ignore[method-assign]
+            return index
+    raise AssertionError("no sublayer writes on some tokens only")
+
+
+def test_a_named_slot_written_on_a_token_not_named_is_found() -> None:
+    """A sublayer that writes its own slot also on a token no Expect names: the named slots are then
+    measured on every token, and the divergence is the whole-state comparison's."""
+    model, task = _model("rows", "relu", 2, {})
+    prompt = Prompt.of(model, *task)
+    index = _misdirect_named(model, prompt)
+    tol = default_tol(model.config.dtype)
+    c_old, c_new = _Counters(), _Counters()
+    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    _, new = compare(
+        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
+    )
+    assert old.first is not None and old.first.index == index
+    assert new.first == old.first and _same(new.max_rel, old.max_rel)
+
+
+@pytest.mark.parametrize("value", [0.25, math.nan, math.inf])
+def test_a_slot_that_must_hold_zero_is_measured_as_the_whole_state(value: float) -> None:
+    """A sublayer that leaves ``value`` in a slot it must set to 0 everywhere (measured as ``|got|``, NaN and
+    inf named): the same divergence and largest error as the whole-state comparison."""
+    from icdl.construct.stream import StreamCheck
+
+    model, task = _model("rows", "relu", 2, {})
+    prompt = Prompt.of(model, *task)
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    plans = StreamCheck(model, H0, prompt, default_tol(model.config.dtype)).plans
+    index, m = next(
+        (i, m) for i, m in enumerate(model.block_layers) if plans[(0, m.info.name)].joint.zero.labels
+    )
+    slot = next(s for s in model.layout.slots if s.label == plans[(0, m.info.name)].joint.zero.labels[0])
+    inner = m.forward
+
+    def forward(H: Tensor) -> Tensor:
+        out = inner(H).clone()
+        out[:, -1, slot.offset] = value
+        return out
+
+    m.forward = forward  # type: ignore[method-assign]
+    tol = default_tol(model.config.dtype)
+    c_old, c_new = _Counters(), _Counters()
+    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+    _, new = compare(
+        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
+    )
+    assert old.first is not None and (old.first.index, old.first.slot) == (index, slot.label)
+    assert new.first == old.first and _same(new.max_rel, old.max_rel)

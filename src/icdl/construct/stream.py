@@ -7,10 +7,12 @@ What is compared is what the verifier has always compared: after each sublayer e
 variant's [`Expect`][icdl.construct.contract.Expect]s name (the surrogate recursion at the transformer's own
 step-start weights), on the tokens they name, and every other coordinate must keep its value. The check
 does that in two parts: the coordinates no Expect names are compared **bit for bit** with the state before the
-sublayer (``torch.equal`` on their column ranges, no temporaries); only when one of them differs (a bug, or a
-NaN the state already had) are those slots measured as well. Each named slot is measured on its own columns
-(``max |got - want| / max(1, |want|)``, NaN and inf named), so an unchanged coordinate, whose error is 0,
-never decides the maximum or the first divergence: the findings equal a comparison of the whole state.
+sublayer (one elementwise ``!=`` over the state into a reused boolean buffer, the named slots on the named
+tokens let through); only when one of them differs (a bug, or a NaN the state already had) are those slots
+measured as well, on every token. Each named slot is measured on its own columns
+(``max |got - want| / max(1, |want|)``, NaN and inf named), on the named tokens while the rest is unchanged,
+so an unchanged coordinate, whose error is 0, never decides the maximum or the first divergence: the findings
+equal a comparison of the whole state.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -146,6 +149,9 @@ class Comparison:
     scratch_max: float
 
 
+# dtypes whose states `StreamCheck.unchanged` compares through numpy views (others: torch.equal)
+_NUMPY_DTYPES = (torch.float64, torch.float32)
+
 # quantities whose slots are also compared with the exact Lemma 1 terms (the columns of StepErrors)
 _EXACT = ("p", "r_prime", "u", "s")
 
@@ -164,6 +170,52 @@ class _Plan:
     free_rows: tuple[slice, ...]
     tols: dict[str, float]
     applied: bool
+    joint: _Joint
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Named slots measured side by side: their labels, their columns as few contiguous spans, each slot's
+    column range in the gather, and for each Expect on them (its index, its tokens relative to the
+    measured ones, its column range)."""
+
+    labels: tuple[str, ...]
+    spans: tuple[slice, ...]
+    bounds: tuple[tuple[int, int], ...]
+    places: tuple[tuple[int, slice, slice], ...]
+
+    def gather(self, S: Tensor, rows: slice) -> Tensor:
+        """The group's slots of ``S`` (T, D) on the tokens ``rows``, side by side (a new tensor)."""
+        return torch.cat([S[rows, sp] for sp in self.spans], dim=1)
+
+
+@dataclass(frozen=True)
+class _Joint:
+    """How the named slots are measured while the rest of the state is unchanged: on the tokens ``rows``,
+    the slots that must hold exactly 0 on all of them (``zero``: their error is ``|got|``) and the others."""
+
+    rows: slice
+    zero: _Group
+    value: _Group
+
+
+def _group(
+    named: list[tuple[str, slice, tuple[int, ...]]], expects: list[Expect], token_rows: list[slice]
+) -> _Group:
+    """The ``_Group`` of the slots ``named`` (label, columns, Expect indices);
+    ``token_rows[i]``: Expect i's tokens relative to the measured ones."""
+    bounds, at, start = [], {}, 0
+    spans: list[slice] = []  # the columns as few contiguous ranges (slices: no index gather)
+    for label, cols, _ in named:
+        bounds.append((start, start + cols.stop - cols.start))
+        at[label] = slice(*bounds[-1])
+        start = bounds[-1][1]
+        if spans and spans[-1].stop == cols.start:
+            spans[-1] = slice(spans[-1].start, cols.stop)
+        else:
+            spans.append(cols)
+    places = tuple((i, token_rows[i], at[expects[i].slot]) for _, _, idx in named for i in idx)
+    return _Group(tuple(lab for lab, _, _ in named), tuple(spans), tuple(bounds), places)
 
 
 class StreamCheck:
@@ -209,6 +261,9 @@ class StreamCheck:
         self.acc = self.fresh()
         self.applied: Tensor | None = None
         self.last = len(model.block_layers) - 1
+        # the buffer of `unchanged`'s elementwise comparison (None: states numpy cannot view, torch.equal)
+        viewable = H0.device.type == "cpu" and H0.dtype in _NUMPY_DTYPES
+        self._ne = np.empty(tuple(H0.shape[1:]), dtype=bool) if viewable else None
 
     def _plan(self, expects: list[Expect]) -> _Plan:
         tols: dict[str, float] = {}
@@ -233,15 +288,39 @@ class StreamCheck:
                 spans[-1] = slice(spans[-1].start, cols.stop)
             else:
                 spans.append(cols)
+        rows, free_rows = self._rows(expects)
         return _Plan(
             tuple(expects),
             tuple(named),
             tuple((lab, cols) for lab, cols, _ in keep),
             tuple(spans),
-            *self._rows(expects),
+            rows,
+            free_rows,
             tols,
             any(e.applied_step or e.quantity == "w_step" for e in expects),
+            self._joint(expects, named, rows),
         )
+
+    def _joint(
+        self, expects: list[Expect], named: list[tuple[str, slice, tuple[int, ...]]], rows: slice
+    ) -> _Joint:
+        """The measured tokens (those the Expects name; all when they name none) and the two groups of
+        named slots: those whose Expects all write 0 on every measured token, and the others."""
+        lo, hi, _ = rows.indices(self.T_all)
+        if hi <= lo:
+            lo, hi = 0, self.T_all
+        token_rows = []
+        for e in expects:
+            t0, t1, _ = self.token_rows[e.tokens].indices(self.T_all)
+            token_rows.append(slice(t0 - lo, t1 - lo))
+
+        def zero(idx: tuple[int, ...]) -> bool:
+            covered = {t for i in idx for t in range(hi - lo)[token_rows[i]]}
+            return bool(idx) and all(expects[i].quantity == "zero" for i in idx) and len(covered) == hi - lo
+
+        zeros = [item for item in named if zero(item[2])]
+        values = [item for item in named if not zero(item[2])]
+        return _Joint(slice(lo, hi), _group(zeros, expects, token_rows), _group(values, expects, token_rows))
 
     def _rows(self, expects: list[Expect]) -> tuple[slice, tuple[slice, ...]]:
         """The tokens the Expects name, as one range (all tokens when their union is not one), and the
@@ -329,18 +408,71 @@ class StreamCheck:
             out[self.token_rows[e.tokens]] = self.place(e, val)
         return out
 
+    def measure(self, plan: _Plan, S: Tensor) -> list[SlotError]:
+        """The [`SlotError`][icdl.construct.stream.SlotError] of every named slot on the named tokens, in
+        layout order: the slots gathered side by side and measured in one pass (the same elementwise
+        errors and maxima as one [`slot_error`][icdl.construct.stream.slot_error] per slot, which is what
+        a NaN or inf anywhere falls back to). A slot that must hold 0 has ``|got - 0| / max(1, 0) = |got|``
+        as both errors."""
+        j = plan.joint
+        errs: dict[str, SlotError] = {}
+        if j.zero.labels:
+            got = j.zero.gather(S, j.rows)
+            ab = got.abs().amax(0).tolist()  # NaN and inf propagate into the column maxima
+            finite = all(map(math.isfinite, ab))
+            for lab, (c0, c1) in zip(j.zero.labels, j.zero.bounds, strict=True):
+                g, m = got[:, c0:c1], max(ab[c0:c1])
+                zeros = torch.zeros_like(g)
+                errs[lab] = SlotError(lab, m, m, "finite") if finite else slot_error(lab, g, zeros)
+        if j.value.labels:
+            errs.update(self._measure_values(plan, j.value, j.rows, S))
+        return [errs[lab] for lab, _, _ in plan.named]
+
+    def _measure_values(self, plan: _Plan, grp: _Group, rows: slice, S: Tensor) -> dict[str, SlotError]:
+        """``measure`` for the slots that hold reference values
+        (or keep some of the state before)."""
+        got, want = grp.gather(S, rows), grp.gather(self.cur, rows)
+        for i, tokens, cols in grp.places:
+            e = plan.expects[i]
+            if e.quantity == "zero":
+                want[tokens, cols] = 0.0
+            else:
+                want[tokens, cols] = self.place(e, self.ref.value(e))
+        bounds = list(zip(grp.labels, grp.bounds, strict=True))
+        a = (got - want).abs_()
+        ab = a.amax(0).tolist()  # NaN and inf propagate into the column maxima
+        if not all(map(math.isfinite, ab)):
+            return {lab: slot_error(lab, got[:, c0:c1], want[:, c0:c1]) for lab, (c0, c1) in bounds}
+        rel = a.div_(want.abs_().clamp_min_(1.0)).amax(0).tolist()
+        return {lab: SlotError(lab, max(rel[c0:c1]), max(ab[c0:c1]), "finite") for lab, (c0, c1) in bounds}
+
+    def unchanged(self, plan: _Plan, S: Tensor) -> bool:
+        """Whether every coordinate outside the named slots on the named tokens equals the state before,
+        bit for bit (``!=`` as floats: a NaN is never equal, so it is measured): every column of the rows
+        no Expect names, the kept columns on the others."""
+        cur = self.cur
+        if self._ne is None or S.dtype != cur.dtype or S.shape != self._ne.shape or S.device != cur.device:
+            r = plan.rows
+            same = all(torch.equal(S[f], cur[f]) for f in plan.free_rows)
+            return same and all(torch.equal(S[r, cols], cur[r, cols]) for cols in plan.spans)
+        # One elementwise pass over the contiguous states (numpy: several times faster than torch.equal on
+        # column spans), then the named slots on the named tokens are let through.
+        ne = np.not_equal(S.detach().numpy(), cur.detach().numpy(), out=self._ne)
+        for _, cols, _ in plan.named:
+            ne[plan.rows, cols] = False
+        return not bool(ne.any())
+
     def check(self, pt: TracePoint, plan: _Plan, S: Tensor) -> None:
         """Compare the named slots with their expected values and the others with the state before; the
         first failing sublayer is the divergence."""
-        slots = list(plan.named)
-        # the kept columns compared bit for bit (NaN != NaN: a NaN is measured too): whole rows where no
-        # Expect names the token, the column spans on the others
-        r, cur = plan.rows, self.cur
-        same = all(torch.equal(S[f], cur[f]) for f in plan.free_rows)
-        if not (same and all(torch.equal(S[r, cols], cur[r, cols]) for cols in plan.spans)):
-            slots += [(lab, cols, ()) for lab, cols in plan.keep]  # measure them too (rare: a bug or NaN)
+        # The kept columns are compared bit for bit; while they are unchanged, the named slots are measured on
+        # the named tokens only (the other tokens, equal to the state before, add errors of exactly 0).
+        if self.unchanged(plan, S):
+            errs = self.measure(plan, S)
+        else:  # measure the kept slots too, on every token (rare: a bug or a NaN)
+            slots = [*plan.named, *((lab, cols, ()) for lab, cols in plan.keep)]
             slots.sort(key=lambda item: item[1].start)
-        errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
+            errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
         for se in errs:
             if se.kind == "finite":
                 self.max_rel = max(self.max_rel, se.rel)
