@@ -5,7 +5,8 @@
 * ``sample RUN`` runs the reverse-time sampler driven by each estimator's in-context score and reports
   sliced W2 / MMD to the true distribution per k (``--plot`` / ``--samples-plot`` PNGs);
 * ``construct`` compiles the GD transformer on the score network (d_x = d + 1, d_y = d) and verifies it
-  against reference GD on the DSM (squared) loss.
+  against reference GD on the DSM (squared) loss; its verdict (PASS / FAIL / DEGENERATE) and exit codes
+  (5 on FAIL, 4 on DEGENERATE) are those of ``icdl construct``.
 
 Bad input exits with code 2 and one line on stderr (``icdl.errors.InputError``); see docs/score.md.
 """
@@ -452,7 +453,12 @@ def construct_cmd(
     as_json: bool,
     yes: bool,
 ) -> None:
-    """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64)."""
+    """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64).
+
+    The verdict is ``icdl construct``'s (docs/construction.md, "What PASS guarantees"): FAIL (exit 5) names
+    each failed condition, DEGENERATE (exit 4) a prompt on which GD never moves w.
+    """
+    from icdl.cli.construct import exit_on_verdict
     from icdl.diffusion.budget import score_construct_estimate
     from icdl.diffusion.construct import compile_score_gd, verify_score_gd
 
@@ -464,12 +470,17 @@ def construct_cmd(
     rep = verify_score_gd(model, seed=seed)
     summary = {
         "dim": dim, "d_x": dim + 1, "d_y": dim, "depth": depth, "width": width, "examples": examples,
-        "steps": steps, "lr": lr, "seed": seed, "passed": rep.passed,
+        "steps": steps, "lr": lr, "seed": seed,
+        "verdict": rep.verdict, "failures": rep.failures, "passed": rep.passed,
+        "weights_moved": rep.weights_moved, "degenerate": rep.degenerate,
+        "eps_grad": rep.eps_grad, "grad_budget": rep.grad_budget,
+        "corollary_bound_budget": rep.corollary_bound_budget, "trajectory_error": rep.trajectory_error,
         "max_abs_err_weights": rep.max_abs_err_weights, "max_abs_err_prediction": rep.max_abs_err_prediction,
         "sublayers": model.num_sublayers, "embedding_dim": model.embedding_dim,
     }  # fmt: skip
     if as_json:
         emit_json(summary)
-        return
-    click.echo(rep.table())
-    click.echo(f"passed: {rep.passed}")
+    else:
+        click.echo(rep.table())
+        click.echo(f"verdict      {rep.verdict}")
+    exit_on_verdict(rep.verdict)
