@@ -455,7 +455,7 @@ def construct_cmd(
 ) -> None:
     """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64).
 
-    The verdict is ``icdl construct``'s (docs/construction.md, "What PASS guarantees"): FAIL (exit 5) names
+    The verdict is that of icdl construct (docs/construction.md, "What PASS guarantees"): FAIL (exit 5) names
     each failed condition, DEGENERATE (exit 4) a prompt on which GD never moves w.
     """
     from icdl.cli.construct import exit_on_verdict
