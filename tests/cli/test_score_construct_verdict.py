@@ -1,6 +1,7 @@
 """`icdl score construct`: the verdict vocabulary of `icdl construct` (PASS / FAIL / DEGENERATE, the named
-failures, ``weights_moved``, ``degenerate``) in its table and ``--json``, and its exit codes (5 on FAIL, 4 on
-DEGENERATE), in-process and as a subprocess."""
+failures, ``weights_moved``, ``degenerate``) in its table and ``--json``, its exit codes (5 on FAIL, 4 on
+DEGENERATE), and its redrawing of a degenerate prompt (``task_draws``; ``--raw-task`` keeps the first draw;
+exit 2 when no draw is good), in-process and as a subprocess."""
 
 from __future__ import annotations
 
@@ -20,10 +21,21 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, 
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}
 
 GOOD = ["-d", "2", "-N", "2", "-K", "4", "-n", "6", "-L", "2"]
-# d = 1, N = 2, K = 1, n = 2, seed 2: the one hidden unit is dead on both examples, so every gradient is
-# exactly 0 and GD never moves w (found by scanning seeds with reference GD).
-DEGENERATE = ["-d", "1", "-N", "2", "-K", "1", "-n", "2", "-L", "2", "--seed", "2"]
-VERDICT_KEYS = {"verdict", "failures", "passed", "weights_moved", "degenerate", "grad_budget"}
+# d = 1, N = 2, K = 1, n = 2, seed 2: the first draw's one hidden unit is dead on both examples, so every
+# gradient is exactly 0 and GD never moves w (found by scanning seeds with reference GD); by default it is
+# redrawn, with --raw-task it is verified as it is.
+DEGENERATE_SEED = ["-d", "1", "-N", "2", "-K", "1", "-n", "2", "-L", "2", "--seed", "2"]
+DEGENERATE = [*DEGENERATE_SEED, "--raw-task"]
+VERDICT_KEYS = {"verdict", "failures", "passed", "weights_moved", "degenerate", "grad_budget", "task_draws"}
+
+# No draw may be degenerate: the cap of draws set to 1 on the seed whose first draw is degenerate.
+ONE_DRAW = """
+import sys
+import icdl.construct.task as t
+from icdl.cli import main
+t.MAX_DRAWS = 1
+main(sys.argv[1:])
+"""
 
 # A planted failure: every step's a-priori budget 0, so the (round-off) applied-gradient error exceeds it.
 ZERO_BUDGET = """
@@ -56,7 +68,7 @@ def test_json_has_the_verdict_fields_and_a_pass_exits_0(capsys: pytest.CaptureFi
     r = json.loads(out)
     assert r.keys() >= VERDICT_KEYS
     assert r["verdict"] == "PASS" and r["passed"] is True and r["failures"] == []
-    assert r["degenerate"] is False and r["weights_moved"] > 1e-3
+    assert r["degenerate"] is False and r["weights_moved"] > 1e-3 and r["task_draws"] == 1
     assert r["eps_grad"] <= r["grad_budget"] and r["trajectory_error"] <= r["corollary_bound_budget"]
 
 
@@ -65,9 +77,19 @@ def test_a_degenerate_prompt_is_degenerate_and_exits_4(capsys: pytest.CaptureFix
     assert code == EXIT_DEGENERATE == 4, err
     r = json.loads(out)
     assert r["verdict"] == "DEGENERATE" and r["degenerate"] is True and r["weights_moved"] == 0.0
-    assert r["passed"] is False and r["failures"] == []
+    assert r["passed"] is False and r["failures"] == [] and r["task_draws"] == 1
     code, out, _ = run(DEGENERATE, capsys)
     assert code == 4 and "verdict      DEGENERATE" in out
+
+
+def test_a_degenerate_seed_is_redrawn_by_default_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run([*DEGENERATE_SEED, "--json"], capsys)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["verdict"] == "PASS" and r["degenerate"] is False and r["weights_moved"] > 1e-3
+    assert r["task_draws"] > 1
+    code, out, _ = run(DEGENERATE_SEED, capsys)
+    assert code == 0 and f"verdict      PASS (task drawn {r['task_draws']} times)" in out
 
 
 def test_a_planted_budget_failure_is_fail_and_exits_5(
@@ -89,6 +111,20 @@ def test_subprocess_exit_codes_0_4_5() -> None:
     assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"] == "PASS", ok.stderr
     deg = sub(*DEGENERATE)
     assert deg.returncode == 4 and "verdict      DEGENERATE" in deg.stdout, deg.stderr
+    redrawn = sub(*DEGENERATE_SEED, "--json")
+    assert redrawn.returncode == 0, redrawn.stderr
+    r = json.loads(redrawn.stdout)
+    assert r["verdict"] == "PASS" and r["task_draws"] > 1 and r["weights_moved"] > 1e-3
     fail = sub(*GOOD, "--json", code=ZERO_BUDGET)
     assert fail.returncode == 5, fail.stderr
     assert json.loads(fail.stdout)["verdict"] == "FAIL" and "Traceback" not in fail.stderr
+
+
+def test_no_good_draw_within_the_cap_is_a_one_line_error_exit_2() -> None:
+    capped = sub(*DEGENERATE_SEED, code=ONE_DRAW)
+    assert capped.returncode == 2 and capped.stdout == "", capped.stderr
+    lines = capped.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("icdl: error: no non-degenerate score prompt from seed 2")
+    assert "--raw-task" in lines[0]
+    raw = sub(*DEGENERATE, code=ONE_DRAW)  # the opt-out never redraws, so the cap does not apply
+    assert raw.returncode == 4, raw.stderr
