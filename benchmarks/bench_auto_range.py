@@ -45,7 +45,10 @@ COMMANDS: dict[str, str] = {
     ),
 }
 
-KEYS = ("radius", "weight_range", "out_of_range_count", "max_abs_err_weights", "verdict", "max_heads")
+KEYS = (
+    "radius", "weight_range", "out_of_range_count", "max_abs_err_weights", "verdict", "failures", "max_heads",
+    "eps_grad", "grad_budget", "trajectory_error", "corollary_bound_budget",
+)  # fmt: skip
 
 
 def run(args: list[str]) -> dict[str, object]:
@@ -59,7 +62,7 @@ def run(args: list[str]) -> dict[str, object]:
         timeout=3600,
     )
     wall = time.perf_counter() - t0
-    if out.returncode not in (0, 4):
+    if out.returncode not in (0, 4, 5):  # 4 DEGENERATE, 5 FAIL: a report all the same
         return {
             "error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"rc {out.returncode}",
             "wall": wall,
@@ -143,30 +146,34 @@ def main() -> None:
     rows = []
     print(
         "| command | --range | R (weights) | stored | unique | max heads | compile s | wall s "
-        "| out of range | w err | verdict |"
+        "| out of range | w err | ε / budget | verdict |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, line in COMMANDS.items():
         args = line.split()
         if a.only and a.only not in name:
             continue
         for rng in ("10", "auto"):
             r = run([*args, "--range", rng])
-            r.update(command=" ".join(["icdl construct", *args]), name=name, range=rng)
+            r.update(command=" ".join(["icdl construct", *args, "--range", rng]), name=name, range=rng)
             rows.append(r)
             if "error" in r:
-                print(f"| {name} | {rng} | {r['error']} |||||||||")
+                print(f"| {name} | {rng} | {r['error']} ||||||||||")
                 continue
             wr = "" if r["weight_range"] is None else f" ({r['weight_range']:g})"
+            fails = ", ".join(sorted({f.split(":")[0] for f in r["failures"]}))
             print(
                 f"| {name} | {rng} | {r['radius']:g}{wr} | {r['stored']:,} | {r['unique']:,} "
                 f"| {r['max_heads']} | {r['seconds_compile']:.2f} | {r['wall']:.1f} "
-                f"| {r['out_of_range_count']} | {r['max_abs_err_weights']:.2g} | {r['verdict']} |",
+                f"| {r['out_of_range_count']} | {r['max_abs_err_weights']:.2g} "
+                f"| {r['eps_grad'] / r['grad_budget']:.2g} | {r['verdict']} {fails}".rstrip()
+                + " |",
                 flush=True,
             )
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump({"load": os.getloadavg(), "rows": rows}, f, indent=1)
+        from icdl.io import atomic_write_text
+
+        atomic_write_text(a.out, json.dumps({"load": os.getloadavg(), "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

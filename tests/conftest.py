@@ -22,11 +22,12 @@ settings.load_profile("icdl")
 
 
 def _assert_nondegenerate(spec, x, y, w0, loss: str = "squared") -> None:  # type: ignore[no-untyped-def]
-    """A prompt on which a GD check means something: labels not all equal, and the gradient of L_n at w0
-    (by autograd, independent of icdl's Lemma 1 code) is not exactly zero, so the first GD step moves w."""
+    """A prompt on which a GD check means something: two or more labels not all equal (one label is trivially
+    "all equal"), and the gradient of L_n at w0 (by autograd, independent of icdl's Lemma 1 code) is not
+    exactly zero, so the first GD step moves w."""
     from icdl.nets import empirical_risk
 
-    assert not bool((y == y[:1]).all()), "degenerate task: all labels equal"
+    assert y.shape[0] < 2 or not bool((y == y[:1]).all()), "degenerate task: all labels equal"
     w = w0.detach().clone().requires_grad_(True)
     (g,) = torch.autograd.grad(empirical_risk(spec, loss, w, x, y), w)
     assert bool((g != 0).any()), "degenerate task: the first GD step does not move w0"

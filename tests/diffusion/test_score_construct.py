@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from icdl.diffusion.construct import compile_score_gd, score_gd_prompt, score_net_spec, verify_score_gd
+from icdl.diffusion.construct import (
+    compile_score_gd,
+    score_gd_prompt,
+    score_gd_prompt_info,
+    score_net_spec,
+    verify_score_gd,
+)
 from icdl.nets import empirical_risk, forward, lemma1_terms, reference_gd
 
 # (d, N, K, n, L, lr)
@@ -62,3 +68,43 @@ def test_gd_baseline_is_what_the_compiled_transformer_computes() -> None:
         out = model(model.build_prompt(b.xs[i, :9], b.ys[i, :9], b.xs[i, 9], gd.w0(2)))
         torch.testing.assert_close(model.read_prediction(out)[0], preds[i, 9], rtol=0, atol=1e-12)
     assert torch.isnan(preds[:, 5]).all()
+
+
+def _first_draw(d: int, N: int, K: int, n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """The prompt a seed gave before redrawing existed: prompt (seed, step 0) of the default task, and w0
+    the first He-scaled draw of a generator seeded with ``seed``."""
+    from icdl.diffusion.config import ScoreTaskConfig
+    from icdl.diffusion.task import sample_score_batch
+    from icdl.nets import init_weights
+
+    b = sample_score_batch(
+        ScoreTaskConfig(dim=d, latent_dim=d), 1, seed=seed, points=n + 1, dtype=torch.float64
+    )
+    g = torch.Generator().manual_seed(seed)
+    w0 = init_weights(score_net_spec(d, N, K), generator=g, fan_in_scaling=True, dtype=torch.float64)
+    return b.xs[0, :n], b.ys[0, :n], b.xs[0, n], w0
+
+
+def test_a_degenerate_score_prompt_is_redrawn_and_a_good_one_kept(assert_nondegenerate) -> None:
+    """d = 1, N = 2, K = 1, n = 2: seed 2's first draw has its one hidden unit dead on both examples (GD
+    never moves w, checked with reference GD); by default it is redrawn, while good first draws are kept."""
+    spec = score_net_spec(1, 2, 1)
+    raw = score_gd_prompt_info(1, 2, 1, 2, seed=2, nondegenerate=False)
+    traj = reference_gd(spec, "squared", raw.w0, raw.x, raw.y, lr=1.0, steps=1)
+    assert raw.draws == 1 and torch.equal(traj[1], traj[0])
+    good = score_gd_prompt_info(1, 2, 1, 2, seed=2)
+    assert good.draws > 1
+    assert_nondegenerate(spec, good.x, good.y, good.w0)
+    kept = 0
+    for seed in range(6):
+        first = _first_draw(1, 2, 1, 2, seed)
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(first, score_gd_prompt(1, 2, 1, 2, seed=seed, nondegenerate=False), strict=True)
+        )
+        task = score_gd_prompt_info(1, 2, 1, 2, seed=seed)
+        assert_nondegenerate(spec, task.x, task.y, task.w0)
+        if task.draws == 1:
+            kept += 1
+            assert all(torch.equal(a, b) for a, b in zip(first, task.astuple(), strict=True))
+    assert 0 < kept < 6

@@ -43,6 +43,22 @@ EXIT_DEGENERATE = 4
 EXIT_FAIL = 5
 
 
+def verdict_exit_code(verdict: str) -> int | None:
+    """The exit code of a verify verdict (``PASS``: None, the command ends normally; ``FAIL``:
+    [`EXIT_FAIL`][icdl.cli.construct.EXIT_FAIL]; ``DEGENERATE``:
+    [`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]); shared by every command that verifies a
+    construction (``icdl construct``, ``icdl score construct``)."""
+    return {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(verdict)
+
+
+def exit_on_verdict(verdict: str) -> None:
+    """End the command with [`verdict_exit_code`][icdl.cli.construct.verdict_exit_code] unless the verdict
+    is PASS (call it after the report is printed)."""
+    code = verdict_exit_code(verdict)
+    if code is not None:
+        sys.exit(code)
+
+
 class VariantChoice(click.Choice):
     """``--variant``: the names registered in [`icdl.construct.variants`][icdl.construct.variants], looked up
     when first needed (so that ``icdl --help`` does not import torch)."""
@@ -206,9 +222,7 @@ def construct(
         emit_json(result)
     else:
         click.echo(_render(result, run, variant=variant))
-    code = {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(run.report.verdict)
-    if code is not None:
-        sys.exit(code)
+    exit_on_verdict(run.report.verdict)
 
 
 def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str) -> Any:

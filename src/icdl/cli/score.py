@@ -5,7 +5,9 @@
 * ``sample RUN`` runs the reverse-time sampler driven by each estimator's in-context score and reports
   sliced W2 / MMD to the true distribution per k (``--plot`` / ``--samples-plot`` PNGs);
 * ``construct`` compiles the GD transformer on the score network (d_x = d + 1, d_y = d) and verifies it
-  against reference GD on the DSM (squared) loss.
+  against reference GD on the DSM (squared) loss; its verdict (PASS / FAIL / DEGENERATE), exit codes
+  (5 on FAIL, 4 on DEGENERATE) and redrawing of a degenerate prompt (``--raw-task`` keeps it) are those of
+  ``icdl construct``.
 
 Bad input exits with code 2 and one line on stderr (``icdl.errors.InputError``); see docs/score.md.
 """
@@ -439,6 +441,11 @@ def sample_cmd(
 @click.option(
     "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the prompt and w0."
 )
+@click.option(
+    "--raw-task",
+    is_flag=True,
+    help="Keep the seed's first prompt even when degenerate (GD never moves w).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verification summary as one JSON object.")
 @yes_option
 def construct_cmd(
@@ -449,27 +456,42 @@ def construct_cmd(
     steps: int,
     lr: float,
     seed: int,
+    raw_task: bool,
     as_json: bool,
     yes: bool,
 ) -> None:
-    """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64)."""
+    """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64).
+
+    The verdict is that of icdl construct (docs/construction.md, "What PASS guarantees"): FAIL (exit 5) names
+    each failed condition, DEGENERATE (exit 4) a prompt on which GD never moves w. As in icdl construct, a
+    degenerate prompt is redrawn (task_draws counts the draws) unless --raw-task.
+    """
+    from icdl.cli.construct import exit_on_verdict
+    from icdl.construct import verify
     from icdl.diffusion.budget import score_construct_estimate
-    from icdl.diffusion.construct import compile_score_gd, verify_score_gd
+    from icdl.diffusion.construct import compile_score_gd, score_gd_prompt_info
 
     # Bounded work: refused from closed-form sizes before anything is built, as in ``icdl construct``.
     est = score_construct_estimate(dim, depth, width, examples=examples, steps=steps)
     guard(est, yes, max_seconds=QUICK_SECONDS)
 
     model = compile_score_gd(dim, depth, width, lr=lr, steps=steps, n=examples)
-    rep = verify_score_gd(model, seed=seed)
+    prompt = score_gd_prompt_info(dim, depth, width, examples, seed=seed, nondegenerate=not raw_task)
+    rep = verify(model, *prompt.astuple())
     summary = {
         "dim": dim, "d_x": dim + 1, "d_y": dim, "depth": depth, "width": width, "examples": examples,
-        "steps": steps, "lr": lr, "seed": seed, "passed": rep.passed,
+        "steps": steps, "lr": lr, "seed": seed, "task_draws": prompt.draws,
+        "verdict": rep.verdict, "failures": rep.failures, "passed": rep.passed,
+        "weights_moved": rep.weights_moved, "degenerate": rep.degenerate,
+        "eps_grad": rep.eps_grad, "grad_budget": rep.grad_budget,
+        "corollary_bound_budget": rep.corollary_bound_budget, "trajectory_error": rep.trajectory_error,
         "max_abs_err_weights": rep.max_abs_err_weights, "max_abs_err_prediction": rep.max_abs_err_prediction,
         "sublayers": model.num_sublayers, "embedding_dim": model.embedding_dim,
     }  # fmt: skip
     if as_json:
         emit_json(summary)
-        return
-    click.echo(rep.table())
-    click.echo(f"passed: {rep.passed}")
+    else:
+        click.echo(rep.table())
+        drawn = f" (task drawn {prompt.draws} times)" if prompt.draws > 1 else ""
+        click.echo(f"verdict      {rep.verdict}{drawn}")
+    exit_on_verdict(rep.verdict)

@@ -4,14 +4,26 @@ degenerate: a prompt on which GD never moves w proves nothing about a compiled G
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
+from icdl.errors import InputError
 from icdl.nets import NetSpec
 
-__all__ = ["MAX_DRAWS", "SampledTask", "sample_task", "sample_task_info", "task_is_degenerate"]
+__all__ = [
+    "MAX_DRAWS",
+    "SampledTask",
+    "redraw_while_degenerate",
+    "sample_task",
+    "sample_task_info",
+    "task_is_degenerate",
+]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,20 +43,48 @@ class SampledTask:
         return self.x, self.y, self.x_query, self.w0, self.w_teacher
 
 
-#: Redraws allowed before `sample_task_info` gives up on finding a non-degenerate task.
+#: Draws allowed before [`redraw_while_degenerate`][icdl.construct.task.redraw_while_degenerate] gives up on
+#: finding a non-degenerate task.
 MAX_DRAWS = 100
 
 
 def task_is_degenerate(spec: NetSpec, loss: str, x: Tensor, y: Tensor, w0: Tensor) -> bool:
-    """A task on which a GD check proves nothing: all labels equal, or the first GD step of
+    """A task on which a GD check proves nothing: two or more labels, all equal, or the first GD step of
     [`icdl.nets.reference_gd`][icdl.nets.reference_gd] leaves ``w0`` exactly where it is (for ReLU networks:
-    every unit dead on every example), so GD never moves w and every comparison with it is trivially exact."""
+    every unit dead on every example), so GD never moves w and every comparison with it is trivially exact.
+    (One label is trivially "all equal"; it counts as degenerate only when GD does not move w.)"""
     from icdl.nets import reference_gd
 
-    if bool((y == y[:1]).all()):
+    if y.shape[0] > 1 and bool((y == y[:1]).all()):
         return True
     traj = reference_gd(spec, loss, w0.double(), x.double(), y.double(), lr=1.0, steps=1)
     return bool(torch.equal(traj[1], traj[0]))
+
+
+def redraw_while_degenerate(
+    draw: Callable[[int], T],
+    degenerate: Callable[[T], bool],
+    *,
+    nondegenerate: bool = True,
+    what: str = "task",
+) -> tuple[T, int]:
+    """The first of ``draw(1), draw(2), ...`` that ``degenerate`` does not reject, and how many draws it took.
+
+    The one redraw loop of every task the CLI verifies on (`sample_task_info`, and
+    [`icdl.diffusion.construct.score_gd_prompt_info`][icdl.diffusion.construct.score_gd_prompt_info] for
+    ``icdl score construct``): ``draw(i)`` makes the ``i``-th draw (1-based), so the first draw is what the
+    seed gave before redrawing existed. ``nondegenerate=False`` returns ``draw(1)`` unchecked. Raises
+    [`InputError`][icdl.errors.InputError] (a ``ValueError``; the CLI's one-line exit 2) after `MAX_DRAWS`
+    degenerate draws; ``what`` names the task in that message.
+    """
+    for draws in range(1, MAX_DRAWS + 1):  # the module's MAX_DRAWS at call time
+        task = draw(draws)
+        if not nondegenerate or not degenerate(task):
+            return task, draws
+    raise InputError(
+        f"no non-degenerate {what} in {MAX_DRAWS} draws (each had labels all equal or a first GD step that "
+        "leaves w0 where it is); nondegenerate=False / --raw-task keeps the first draw"
+    )
 
 
 def sample_task_info(
@@ -66,13 +106,15 @@ def sample_task_info(
     bias-free ReLU networks, so it is not the default.) With ``nondegenerate`` (the default) a draw that
     [`task_is_degenerate`][icdl.construct.task.task_is_degenerate] rejects is followed by a fresh one from the
     same generator, so the first non-degenerate draw of a seed is what earlier versions returned for it;
-    ``nondegenerate=False`` keeps the first draw whatever it is. Raises ``ValueError`` after `MAX_DRAWS`
-    degenerate draws.
+    ``nondegenerate=False`` keeps the first draw whatever it is. Raises
+    [`InputError`][icdl.errors.InputError] (a ``ValueError``) after `MAX_DRAWS` degenerate draws
+    ([`redraw_while_degenerate`][icdl.construct.task.redraw_while_degenerate]).
     """
     from icdl.nets import forward, init_weights
 
     g = torch.Generator().manual_seed(seed)
-    for draws in range(1, MAX_DRAWS + 1):
+
+    def draw(_: int) -> tuple[Tensor, ...]:  # the next draw of the one generator
         w_star = init_weights(spec, generator=g, fan_in_scaling=True, dtype=torch.float64)
         x = torch.randn(n, spec.in_dim, generator=g, dtype=torch.float64)
         xq = torch.randn(spec.in_dim, generator=g, dtype=torch.float64)
@@ -80,10 +122,16 @@ def sample_task_info(
         y = forward(spec, w_star, x)
         if loss == "logistic":
             y = torch.where(y >= y.median(dim=0).values, 1.0, -1.0).to(torch.float64)
-        if not nondegenerate or not task_is_degenerate(spec, loss, x, y, w0):
-            c = [v.to(dtype) for v in (x, y, xq, w0, w_star)]
-            return SampledTask(c[0], c[1], c[2], c[3], c[4], draws=draws)
-    raise ValueError(f"no non-degenerate task in {MAX_DRAWS} draws from seed {seed} (nondegenerate=False)")
+        return x, y, xq, w0, w_star
+
+    task, draws = redraw_while_degenerate(
+        draw,
+        lambda t: task_is_degenerate(spec, loss, t[0], t[1], t[3]),
+        nondegenerate=nondegenerate,
+        what=f"task from seed {seed}",
+    )
+    c = [v.to(dtype) for v in task]
+    return SampledTask(c[0], c[1], c[2], c[3], c[4], draws=draws)
 
 
 def sample_task(
