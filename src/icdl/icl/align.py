@@ -48,7 +48,7 @@ from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import sensitivity as sens
-from icdl.icl.eval_parts import _prompts, k_ranges, simple_baselines, tuned_baseline
+from icdl.icl.eval_parts import _prompts, k_ranges, simple_baselines, tuned_baseline, tuned_mlp
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, eval_points
 from icdl.icl.tasks import PromptBatch, net_spec
 from icdl.io import atomic_write_json, clean_json
@@ -93,9 +93,14 @@ def _tuned(name: str) -> Callable[[BaselineContext], Any]:
 ALIGN_BASELINES: dict[str, Callable[[BaselineContext], Any]] = {
     **{n: _simple(n) for n in ("zero", "averaging", "least-squares", "ridge", "knn")},
     **{n: _tuned(n) for n in ("ridge_tuned", "kernel")},
+    "mlp_tuned": lambda ctx: tuned_mlp(ctx.cond, ctx.cfg, ctx.suite, ctx.eval_options),
 }
 """Baselines by name: ``factory(BaselineContext) -> predictor`` with the ICL model's signature
-(``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where the predictor is)."""
+(``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where the predictor is; one with
+a ``predict_last`` method is differentiated through it, [`last_point`][icdl.icl.sensitivity.last_point]).
+``mlp_tuned`` (settings tuned on ``mlp_tune_prompts`` held-out prompts, minutes; not a default) is
+differentiated through its per-prompt AdamW training
+([`MLPTunedBaseline.predict_last`][icdl.icl.mlp_tuned.MLPTunedBaseline.predict_last])."""
 
 DEFAULT_BASELINES: tuple[str, ...] = ("averaging", "ridge", "ridge_tuned", "kernel")
 
@@ -113,7 +118,8 @@ class AlignOptions:
 
     ``ks=None``: [`default_ks`][icdl.icl.align.default_ks]; ``compiled_ks=None``: 5, 10 and the training
     length (those <= the longest k); ``compiled_ks=()`` skips the compiled model. ``batch``: prompts per
-    autograd pass (memory).
+    autograd pass (memory). ``tuned_prompts`` / ``mlp_tune_prompts``: held-out prompts that tune
+    ``ridge_tuned``/``kernel`` and ``mlp_tuned``.
     """
 
     prompts: int = 128
@@ -127,12 +133,13 @@ class AlignOptions:
     compiled_max_steps: int = 10
     compiled_variant: str = "compact"
     tuned_prompts: int = 640
+    mlp_tune_prompts: int = 128
     batch: int = 32
 
     def __post_init__(self) -> None:
         """Validate every field (the CLI's options are checked here)."""
         for name, low in (("prompts", 2), ("compiled_prompts", 1), ("compiled_max_steps", 1),
-                          ("tuned_prompts", 2), ("batch", 1)):  # fmt: skip
+                          ("tuned_prompts", 2), ("mlp_tune_prompts", 2), ("batch", 1)):  # fmt: skip
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise InputError(f"{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
@@ -469,7 +476,8 @@ def align_run(
     cks = _compiled_ks(opts, st.train_examples, max_k)
     t0 = time.perf_counter()
     pb = _prompts(cond, opts.prompts, st.seed)
-    ctx = BaselineContext(cfg, st, cond, EvalOptions(tuned_prompts=opts.tuned_prompts))
+    evo = EvalOptions(tuned_prompts=opts.tuned_prompts, mlp_tune_prompts=opts.mlp_tune_prompts)
+    ctx = BaselineContext(cfg, st, cond, evo)
     baselines = {name: ALIGN_BASELINES[name](ctx) for name in opts.baselines}
     spec = net_spec(cfg.task)
     from icdl.icl.baselines import GDBaseline
