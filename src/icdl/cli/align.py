@@ -95,7 +95,7 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     help=(
         "Comma-separated baselines: zero, averaging, least-squares, ridge, knn, ridge_tuned, kernel, "
         "mlp_tuned (minutes: tuned on held-out prompts, differentiated through its training); none."
-    ),,
+    ),
 )
 @click.option(
     "--gd-lrs", default=None, metavar="LIST", help=f"GD step sizes [{','.join(map(str, _D.gd_lrs))}]."

@@ -96,11 +96,8 @@ ALIGN_BASELINES: dict[str, Callable[[BaselineContext], Any]] = {
     "mlp_tuned": lambda ctx: tuned_mlp(ctx.cond, ctx.cfg, ctx.suite, ctx.eval_options),
 }
 """Baselines by name: ``factory(BaselineContext) -> predictor`` with the ICL model's signature
-(``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where the predictor is; one with
-a ``predict_last`` method is differentiated through it, [`last_point`][icdl.icl.sensitivity.last_point]).
-``mlp_tuned`` (settings tuned on ``mlp_tune_prompts`` held-out prompts, minutes; not a default) is
-differentiated through its per-prompt AdamW training
-([`MLPTunedBaseline.predict_last`][icdl.icl.mlp_tuned.MLPTunedBaseline.predict_last])."""
+(``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where it is; ``mlp_tuned`` (minutes,
+not a default) through its training, [`predict_last`][icdl.icl.mlp_tuned.MLPTunedBaseline.predict_last])."""
 
 DEFAULT_BASELINES: tuple[str, ...] = ("averaging", "ridge", "ridge_tuned", "kernel")
 
@@ -406,6 +403,15 @@ def _progress(total: int, enabled: bool | None) -> Any:
     return tqdm(total=total, unit="k", dynamic_ncols=True, disable=disable, leave=False)
 
 
+def _make_baselines(cfg: Config, st: Suite, cond: Condition, opts: AlignOptions) -> dict[str, Any]:
+    """Every baseline of ``opts.baselines``, the tuned ones tuned on held-out prompts."""
+    from icdl.icl.evaluate import EvalOptions
+
+    evo = EvalOptions(tuned_prompts=opts.tuned_prompts, mlp_tune_prompts=opts.mlp_tune_prompts)
+    ctx = BaselineContext(cfg, st, cond, evo)
+    return {name: ALIGN_BASELINES[name](ctx) for name in opts.baselines}
+
+
 def _predictors(
     opts: AlignOptions, baselines: dict[str, Any], w0s: dict[float, Tensor]
 ) -> dict[str, dict[str, Any]]:
@@ -461,7 +467,7 @@ def align_run(
     ``gd_best`` (the best grid point overall, and per k the best R² and its point), ``compiled`` (per
     compiled k:
     ``vs_gd``, ``vs_icl``, ``gd_vs_icl``, ``max_abs_pred_diff``) and provenance."""
-    from icdl.icl.evaluate import EvalOptions, checkpoint_info
+    from icdl.icl.evaluate import checkpoint_info
     from icdl.icl.train import load_run
 
     opts = options or AlignOptions()
@@ -476,9 +482,7 @@ def align_run(
     cks = _compiled_ks(opts, st.train_examples, max_k)
     t0 = time.perf_counter()
     pb = _prompts(cond, opts.prompts, st.seed)
-    evo = EvalOptions(tuned_prompts=opts.tuned_prompts, mlp_tune_prompts=opts.mlp_tune_prompts)
-    ctx = BaselineContext(cfg, st, cond, evo)
-    baselines = {name: ALIGN_BASELINES[name](ctx) for name in opts.baselines}
+    baselines = _make_baselines(cfg, st, cond, opts)
     spec = net_spec(cfg.task)
     from icdl.icl.baselines import GDBaseline
 

@@ -149,11 +149,12 @@ class GDTargetBaseline:
         step_size = lr[:, None].expand(L, B * K).reshape(L * B * K, 1)
         alive = torch.arange(L, device=xs.device)  # step sizes still running (drop)
         w = self._gd(1.0, 1).initial_weights(xs.dtype, xs.device).expand(L * B * K, -1)
+
+        def u(p: Tensor, t: Tensor) -> Tensor:  # loss derivative, rows weighed (the causal mask)
+            return loss.deriv(p, t) * weight
+
         for step in range(1, max(want) + 1):
-            u_w = weight
-            grad = nets.lemma1_terms(
-                self.spec, loss, w, x, y, u=lambda p, t, u_w=u_w: loss.deriv(p, t) * u_w
-            ).grad
+            grad = nets.lemma1_terms(self.spec, loss, w, x, y, u=u).grad
             w = nets.project(w - step_size * grad, None)
             if drop:
                 bad = w.isnan().reshape(len(alive), -1).any(-1)

@@ -169,7 +169,13 @@ def fit_predict(
 
 
 def _adamw_in_place(
-    flat: list[Tensor], grads: list[Tensor], m1: list[Tensor], m2: list[Tensor], t: int, lr: Tensor, wd: Tensor
+    flat: list[Tensor],
+    grads: list[Tensor],
+    m1: list[Tensor],
+    m2: list[Tensor],
+    t: int,
+    lr: Tensor,
+    wd: Tensor,
 ) -> None:
     """One AdamW step (as ``torch.optim.AdamW``: decay, then the bias-corrected Adam step), in place."""
     b1, b2 = _BETAS
@@ -182,9 +188,15 @@ def _adamw_in_place(
 
 
 def _adamw_out_of_place(
-    flat: list[Tensor], grads: list[Tensor], m1: list[Tensor], m2: list[Tensor], t: int, lr: Tensor, wd: Tensor
+    flat: list[Tensor],
+    grads: list[Tensor],
+    m1: list[Tensor],
+    m2: list[Tensor],
+    t: int,
+    lr: Tensor,
+    wd: Tensor,
 ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-    """[`_adamw_in_place`][icdl.icl.mlp_tuned._adamw_in_place] as new tensors (autograd records it); the
+    """``_adamw_in_place`` as new tensors (autograd records it); the
     square root's derivative is 0 where the second moment is exactly 0 (``fit_predict``)."""
     b1, b2 = _BETAS
     ps, ms, vs = [], [], []
