@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -73,11 +74,18 @@ def main() -> None:
             "fallbacks": p.meta.get("fallbacks"),
             "chosen": {key: p.meta[key] for key in ("lr", "steps") if key in p.meta} or None,
             "loadavg_after": round(os.getloadavg()[0], 2),
+            "cpu_seconds_total": round(time.process_time(), 1),  # this process so far (load: wall > CPU)
         }
+        if p.kind == "gd_target":  # the held-out grid: which (lr, steps) pairs are worth their cost
+            out["baselines"][p.name]["tuning_mse"] = (p.meta.get("tuning") or {}).get("mse")
         out["total_seconds"] = round(total, 1)
         print(f"{p.name:<14} {p.seconds:8.1f} s  {out['baselines'][p.name]['mean_r2']}", flush=True)
         if args.out:  # after every baseline: a killed run keeps what it measured
             atomic_write_json(args.out, out)
+    out["cpu_seconds"] = round(time.process_time(), 1)
+    out["loadavg_end"] = [round(v, 2) for v in os.getloadavg()]
+    if args.out:
+        atomic_write_json(args.out, out)
     print(f"total {total:.0f} s with {args.threads} threads, load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     if not args.out:
         print(json.dumps(out, indent=1))

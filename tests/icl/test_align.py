@@ -19,6 +19,7 @@ from icdl.icl import align
 from icdl.icl import sensitivity as sens
 from icdl.icl.baselines import AveragingBaseline, GDBaseline
 from icdl.icl.kernels import KernelBaseline, RidgeTunedBaseline, relu_expectation
+from icdl.icl.mlp_tuned import MLPSetting, MLPTunedBaseline
 from icdl.icl.models import build_model
 
 D_X, K = 3, 5
@@ -200,3 +201,32 @@ def test_default_ks_and_options() -> None:
         align.AlignOptions(gd_lrs=(0.1, -1.0))
     with pytest.raises(InputError, match="ks"):
         align.AlignOptions(ks=(0, 3))
+
+
+def test_mlp_tuned_is_aligned_through_its_training(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``mlp_tuned`` in ``icdl align``: tuned on held-out prompts, its entry measured at every k, its
+    sensitivities through the per-prompt training causal, and its agreement with itself 1."""
+    from icdl.config import load_config
+    from icdl.icl.train import train
+
+    assert "mlp_tuned" in align.ALIGN_BASELINES and "mlp_tuned" not in align.DEFAULT_BASELINES
+    run = tmp_path / "tiny"
+    train(load_config("tiny", ["train.steps=4", "train.checkpoint_every=4"]), run, quiet=True)
+    opts = align.AlignOptions(
+        prompts=8, ks=(1, 4), baselines=("ridge_tuned", "mlp_tuned"), gd_lrs=(), gd_steps=(), gd_inits=(),
+        compiled_ks=(), tuned_prompts=8, mlp_tune_prompts=4,
+    )  # fmt: skip
+    res = align.align_run(run, opts, progress=False)
+    entry = res["predictors"]["mlp_tuned"]
+    assert entry["kind"] == "baseline" and entry["params"]["name"] == "mlp_tuned"
+    assert len(entry["r2"]) == 2 and all(math.isfinite(v) for v in entry["r2_truth"])
+    assert entry["n_y"] == [8, 8] and all(-1 <= c <= 1 for c in entry["cos_y"])
+    # its agreement with itself, through align's own sensitivity path
+    base = MLPTunedBaseline(depth=2, seed=0)
+    base.settings = [None] + [MLPSetting(8, 3e-2, 0.3, 10)] * 4
+    xs, ys = _prompts(B=6, k=4)
+    s = align._baseline_sens(base, xs, ys)
+    assert bool(s.d_y.abs().max() > 1e-3)
+    cmp = align._compare(s, s)
+    assert cmp["r2"] == pytest.approx(1.0, abs=1e-12) and cmp["cos_y"] == pytest.approx(1.0, abs=1e-12)
+    assert cmp["n_y"] == 6

@@ -111,3 +111,54 @@ def test_test_time_blow_ups_fall_back_to_the_start_and_r2_stays_finite() -> None
     bad = ~traj[1].isfinite() | (traj[1].abs() > base.bound)
     torch.testing.assert_close(preds[bad], traj[0][bad])
     torch.testing.assert_close(preds[~bad], traj[1][~bad])
+
+
+def _plain_loop(base: GDTargetBaseline, xs, ys, lrs, steps):
+    """Per (step size, prompt, k): GD on that prompt's first k examples alone (no batching, no masks)."""
+    S = max(steps)
+    w0 = base._gd(1.0, 1).initial_weights(F64)
+    B, n, _ = xs.shape
+    out = torch.empty(len(lrs), len(steps) + 1, B, n, ys.shape[-1], dtype=F64)
+    for j, lr in enumerate(lrs):
+        for b in range(B):
+            out[j, :, b] = nets.forward(base.spec, w0, xs[b])  # the start, and every checkpoint at k = 0
+            for k in range(1, n):
+                w = w0
+                for step in range(1, S + 1):
+                    w = w - lr * nets.gradient(base.spec, "squared", w, xs[b, :k], ys[b, :k])
+                    if step in steps:
+                        out[j, steps.index(step) + 1, b, k] = nets.forward(base.spec, w, xs[b, k : k + 1])[0]
+    return out
+
+
+@pytest.mark.parametrize("block", [1, 3, 7])
+def test_vectorised_trajectories_equal_a_plain_loop_over_prompts_and_k(
+    block: int, assert_nondegenerate
+) -> None:
+    spec = nets.NetSpec(3, 5, 3, 1, output="linear")
+    xs, ys = _prompts(3, 9, 3, 11, spec)
+    base = GDTargetBaseline(spec, init_std=0.3, seed=5)
+    for b in range(3):
+        assert_nondegenerate(spec, xs[b], ys[b], base._gd(1.0, 1).initial_weights(F64))
+    lrs, steps = [0.05, 0.4], [1, 2, 5]
+    got = base.trajectories(xs, ys, lrs, steps, block=block)
+    want = _plain_loop(base, xs, ys, lrs, steps)
+    assert float((want[:, 1:] - want[:, :1]).abs()[..., 1:, :].min()) > 1e-7  # every k moved from the start
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_dropping_a_diverged_step_size_leaves_the_others_and_marks_it_failed() -> None:
+    spec = nets.NetSpec(2, 5, 3, 1, output="linear")
+    xs, ys = _prompts(4, 6, 3, 12, spec)
+    base = GDTargetBaseline(spec)
+    lrs, steps = [0.1, 1e30, 0.3], [1, 5, 20]
+    kept = base.trajectories(xs, ys, lrs, steps)
+    dropped = base.trajectories(xs, ys, lrs, steps, drop_nan=True)
+    torch.testing.assert_close(dropped[[0, 2]], kept[[0, 2]], rtol=0, atol=0)
+    assert bool(kept[1, 1].isfinite().all())  # one step of 1e30 is huge but finite ...
+    nan_k = kept[1].isnan().any(1, keepdim=True).expand_as(kept[1])  # (checkpoint, k) with a NaN prompt
+    assert bool(nan_k[-1, :, 2:].all())  # ... and every k >= 2 has a NaN prompt by step 20 (non-vacuous)
+    # once a k has a NaN prompt it stays so (NaN propagates), and dropping sets all its prompts to NaN
+    assert bool((nan_k[1:] >= nan_k[:-1]).all())
+    assert bool(dropped[1][nan_k].isnan().all())
+    torch.testing.assert_close(dropped[1][~nan_k], kept[1][~nan_k], rtol=0, atol=0)

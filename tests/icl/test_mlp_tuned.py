@@ -108,3 +108,45 @@ def test_untuned_and_bad_grids_are_input_errors() -> None:
     for bad in ({"widths": (0,)}, {"lrs": (float("nan"),)}, {"weight_decays": (-1.0,)}, {"epochs": ()}):
         with pytest.raises(InputError):
             MLPTunedBaseline(**bad)  # type: ignore[arg-type]
+
+
+def _set_base(k_max: int, epochs: int = 10) -> MLPTunedBaseline:
+    base = MLPTunedBaseline(depth=3, seed=2)
+    base.settings = [None] + [MLPSetting(8, 3e-2, 0.3, epochs) for _ in range(k_max)]
+    return base
+
+
+def test_differentiable_training_has_the_same_values_and_matches_finite_differences() -> None:
+    from icdl.icl import sensitivity as sens
+
+    g = torch.Generator().manual_seed(4)
+    xs = torch.randn(3, 6, 2, generator=g, dtype=torch.float64)
+    ys = torch.randn(3, 6, 1, generator=g, dtype=torch.float64)
+    base = _set_base(5)
+    with torch.no_grad():
+        full = base(xs, ys)
+    for k in (1, 5):
+        x, y = sens.leaves(xs[:, : k + 1], ys[:, : k + 1])
+        pred = sens.last_point(base)(x, y)  # predict_last: differentiable through the AdamW training
+        assert pred.requires_grad
+        torch.testing.assert_close(pred.detach(), full[:, k], rtol=0, atol=1e-12)
+        s = sens.sensitivities([pred], x, y)[0]  # raises if the query's own label is read (causal)
+        assert bool(s.d_y.abs().max() > 1e-3)  # non-vacuous (at k = 1 the trained net ignores x_q here)
+        assert k == 1 or bool(s.d_x.abs().max() > 1e-3)
+        h = 1e-6
+        with torch.no_grad():
+            for b in range(3):
+                for i in range(k):
+                    yp, ym = ys[b : b + 1, : k + 1].clone(), ys[b : b + 1, : k + 1].clone()
+                    yp[0, i, 0] += h
+                    ym[0, i, 0] -= h
+                    xb = xs[b : b + 1, : k + 1]
+                    fd = float(base.predict_last(xb, yp) - base.predict_last(xb, ym)) / (2 * h)
+                    assert s.d_y[b, i].item() == pytest.approx(fd, rel=1e-4, abs=1e-7)
+                for j in range(2):
+                    xp, xm = xs[b : b + 1, : k + 1].clone(), xs[b : b + 1, : k + 1].clone()
+                    xp[0, k, j] += h
+                    xm[0, k, j] -= h
+                    yb = ys[b : b + 1, : k + 1]
+                    fd = float(base.predict_last(xp, yb) - base.predict_last(xm, yb)) / (2 * h)
+                    assert s.d_x[b, j].item() == pytest.approx(fd, rel=1e-4, abs=1e-7)

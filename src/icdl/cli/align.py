@@ -92,7 +92,10 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     default=",".join(DEFAULT_BASELINES),
     show_default=True,
     metavar="LIST",
-    help="Comma-separated baselines: zero, averaging, least-squares, ridge, knn, ridge_tuned, kernel; none.",
+    help=(
+        "Comma-separated baselines: zero, averaging, least-squares, ridge, knn, ridge_tuned, kernel, "
+        "mlp_tuned (minutes: tuned on held-out prompts, differentiated through its training); none."
+    ),
 )
 @click.option(
     "--gd-lrs", default=None, metavar="LIST", help=f"GD step sizes [{','.join(map(str, _D.gd_lrs))}]."

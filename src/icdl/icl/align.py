@@ -48,7 +48,7 @@ from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import sensitivity as sens
-from icdl.icl.eval_parts import _prompts, k_ranges, simple_baselines, tuned_baseline
+from icdl.icl.eval_parts import _prompts, k_ranges, simple_baselines, tuned_baseline, tuned_mlp
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, eval_points
 from icdl.icl.tasks import PromptBatch, net_spec
 from icdl.io import atomic_write_json, clean_json
@@ -93,9 +93,11 @@ def _tuned(name: str) -> Callable[[BaselineContext], Any]:
 ALIGN_BASELINES: dict[str, Callable[[BaselineContext], Any]] = {
     **{n: _simple(n) for n in ("zero", "averaging", "least-squares", "ridge", "knn")},
     **{n: _tuned(n) for n in ("ridge_tuned", "kernel")},
+    "mlp_tuned": lambda ctx: tuned_mlp(ctx.cond, ctx.cfg, ctx.suite, ctx.eval_options),
 }
 """Baselines by name: ``factory(BaselineContext) -> predictor`` with the ICL model's signature
-(``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where the predictor is)."""
+(``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where it is; ``mlp_tuned`` (minutes,
+not a default) through its training, [`predict_last`][icdl.icl.mlp_tuned.MLPTunedBaseline.predict_last])."""
 
 DEFAULT_BASELINES: tuple[str, ...] = ("averaging", "ridge", "ridge_tuned", "kernel")
 
@@ -113,7 +115,8 @@ class AlignOptions:
 
     ``ks=None``: [`default_ks`][icdl.icl.align.default_ks]; ``compiled_ks=None``: 5, 10 and the training
     length (those <= the longest k); ``compiled_ks=()`` skips the compiled model. ``batch``: prompts per
-    autograd pass (memory).
+    autograd pass (memory). ``tuned_prompts`` / ``mlp_tune_prompts``: held-out prompts that tune
+    ``ridge_tuned``/``kernel`` and ``mlp_tuned``.
     """
 
     prompts: int = 128
@@ -127,12 +130,13 @@ class AlignOptions:
     compiled_max_steps: int = 10
     compiled_variant: str = "compact"
     tuned_prompts: int = 640
+    mlp_tune_prompts: int = 128
     batch: int = 32
 
     def __post_init__(self) -> None:
         """Validate every field (the CLI's options are checked here)."""
         for name, low in (("prompts", 2), ("compiled_prompts", 1), ("compiled_max_steps", 1),
-                          ("tuned_prompts", 2), ("batch", 1)):  # fmt: skip
+                          ("tuned_prompts", 2), ("mlp_tune_prompts", 2), ("batch", 1)):  # fmt: skip
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise InputError(f"{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
@@ -399,6 +403,15 @@ def _progress(total: int, enabled: bool | None) -> Any:
     return tqdm(total=total, unit="k", dynamic_ncols=True, disable=disable, leave=False)
 
 
+def _make_baselines(cfg: Config, st: Suite, cond: Condition, opts: AlignOptions) -> dict[str, Any]:
+    """Every baseline of ``opts.baselines``, the tuned ones tuned on held-out prompts."""
+    from icdl.icl.evaluate import EvalOptions
+
+    evo = EvalOptions(tuned_prompts=opts.tuned_prompts, mlp_tune_prompts=opts.mlp_tune_prompts)
+    ctx = BaselineContext(cfg, st, cond, evo)
+    return {name: ALIGN_BASELINES[name](ctx) for name in opts.baselines}
+
+
 def _predictors(
     opts: AlignOptions, baselines: dict[str, Any], w0s: dict[float, Tensor]
 ) -> dict[str, dict[str, Any]]:
@@ -454,7 +467,7 @@ def align_run(
     ``gd_best`` (the best grid point overall, and per k the best R² and its point), ``compiled`` (per
     compiled k:
     ``vs_gd``, ``vs_icl``, ``gd_vs_icl``, ``max_abs_pred_diff``) and provenance."""
-    from icdl.icl.evaluate import EvalOptions, checkpoint_info
+    from icdl.icl.evaluate import checkpoint_info
     from icdl.icl.train import load_run
 
     opts = options or AlignOptions()
@@ -469,8 +482,7 @@ def align_run(
     cks = _compiled_ks(opts, st.train_examples, max_k)
     t0 = time.perf_counter()
     pb = _prompts(cond, opts.prompts, st.seed)
-    ctx = BaselineContext(cfg, st, cond, EvalOptions(tuned_prompts=opts.tuned_prompts))
-    baselines = {name: ALIGN_BASELINES[name](ctx) for name in opts.baselines}
+    baselines = _make_baselines(cfg, st, cond, opts)
     spec = net_spec(cfg.task)
     from icdl.icl.baselines import GDBaseline
 

@@ -32,6 +32,7 @@ from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
 
 if TYPE_CHECKING:
     from icdl.icl.evaluate import EvalOptions
+    from icdl.icl.mlp_tuned import MLPTunedBaseline
 
 __all__ = ["k_ranges", "label_diagnostics", "paired_difference", "simple_baselines", "tuned_baseline"]
 
@@ -311,16 +312,23 @@ def _memo_key(key: str, cond: Condition, pb: PromptBatch, suite: Suite, opts: Ev
     return h.hexdigest()
 
 
-def _run_mlp_tuned(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
-    """``mlp_tuned`` ([`icdl.icl.mlp_tuned`][icdl.icl.mlp_tuned]) on the first ``mlp_tuned_prompts`` test
-    prompts, its settings chosen per k on ``mlp_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
+def tuned_mlp(cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions) -> MLPTunedBaseline:
+    """``mlp_tuned`` with its settings chosen per k on ``opts.mlp_tune_prompts`` held-out prompts of the
+    condition (seed ``suite.seed + 1``, never the test prompts)."""
     from icdl.icl.mlp_tuned import MLPTunedBaseline
 
-    t0 = time.perf_counter()
-    m = min(opts.mlp_tuned_prompts, pb.xs.shape[0])
     base = MLPTunedBaseline(depth=cfg.task.depth, seed=suite.seed)
     tune = _prompts(cond, opts.mlp_tune_prompts, suite.seed + 1)
     base.tune(tune.xs, tune.ys)
+    return base
+
+
+def _run_mlp_tuned(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
+    """``mlp_tuned`` ([`icdl.icl.mlp_tuned`][icdl.icl.mlp_tuned]) on the first ``mlp_tuned_prompts`` test
+    prompts, its settings chosen per k on ``mlp_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
+    t0 = time.perf_counter()
+    m = min(opts.mlp_tuned_prompts, pb.xs.shape[0])
+    base = tuned_mlp(cond, cfg, suite, opts)
     p = base(pb.xs[:m], pb.ys[:m])
     settings = [None if s is None else s.to_dict() for s in base.settings or []]
     meta = {

@@ -113,6 +113,7 @@ def fit_predict(
     weight_decays: Sequence[float],
     epochs: Sequence[int],
     seed: int = 0,
+    differentiable: bool = False,
 ) -> Tensor:
     """Query predictions of ``G·B`` MLPs, each trained on one prompt's first ``k`` examples.
 
@@ -121,6 +122,12 @@ def fit_predict(
     Full-batch AdamW (betas 0.9/0.999, eps 1e-8, bias-corrected, decay ``p <- p (1 - lr·wd)`` before the
     Adam step, as ``torch.optim.AdamW``) on ``mean_i ||f(x_i) - y_i||²`` over ``i < k``. Returns
     ``(len(epochs), G, B, d_y)``: the prediction for ``x_k`` after each epoch count in ``epochs``.
+
+    ``differentiable``: the same updates written out of place with ``create_graph``, so the predictions
+    are differentiable in ``xs`` and ``ys`` THROUGH the training (for ``icdl align``'s sensitivities). Where
+    a second moment is still exactly 0 (a weight whose gradient has been 0 at every step so far, e.g. the
+    hidden layers at step 1 under the zero output layer) ``sqrt`` is not differentiable; its derivative is
+    taken as 0 there (the values are unchanged).
     """
     if len(lrs) != len(weight_decays) or not lrs:
         raise InputError("fit_predict needs one weight decay per learning rate")
@@ -141,26 +148,69 @@ def fit_predict(
     m2 = [torch.zeros_like(t) for t in flat]
     want = sorted(set(int(e) for e in epochs))
     out: dict[int, Tensor] = {}
-    b1, b2 = _BETAS
     for step in range(want[-1] + 1):
         with torch.enable_grad():
-            pred = _forward(params, x)
+            pred = _forward(list(zip(flat[0::2], flat[1::2], strict=True)), x)
         if step in want:
-            out[step] = pred[:, k].detach().reshape(G, B, d_y)
+            got = pred[:, k].reshape(G, B, d_y)
+            out[step] = got if differentiable else got.detach()
         if step == want[-1]:
             break
         with torch.enable_grad():
             loss = ((pred[:, :k] - y) ** 2).mean((1, 2)).sum()
-            grads = torch.autograd.grad(loss, flat)
-        t = step + 1
-        with torch.no_grad():
-            for p, gr, m, v in zip(flat, grads, m1, m2, strict=True):
-                p.mul_(1 - lr * wd)
-                m.mul_(b1).add_(gr, alpha=1 - b1)
-                v.mul_(b2).addcmul_(gr, gr, value=1 - b2)
-                denom = (v.sqrt() / math.sqrt(1 - b2**t)).add_(_EPS)
-                p.sub_(lr / (1 - b1**t) * m / denom)
+            grads = torch.autograd.grad(loss, flat, create_graph=differentiable)
+        if differentiable:
+            with torch.enable_grad():
+                flat, m1, m2 = _adamw_out_of_place(flat, list(grads), m1, m2, step + 1, lr, wd)
+        else:
+            with torch.no_grad():
+                _adamw_in_place(flat, list(grads), m1, m2, step + 1, lr, wd)
     return torch.stack([out[int(e)] for e in epochs])
+
+
+def _adamw_in_place(
+    flat: list[Tensor],
+    grads: list[Tensor],
+    m1: list[Tensor],
+    m2: list[Tensor],
+    t: int,
+    lr: Tensor,
+    wd: Tensor,
+) -> None:
+    """One AdamW step (as ``torch.optim.AdamW``: decay, then the bias-corrected Adam step), in place."""
+    b1, b2 = _BETAS
+    for p, gr, m, v in zip(flat, grads, m1, m2, strict=True):
+        p.mul_(1 - lr * wd)
+        m.mul_(b1).add_(gr, alpha=1 - b1)
+        v.mul_(b2).addcmul_(gr, gr, value=1 - b2)
+        denom = (v.sqrt() / math.sqrt(1 - b2**t)).add_(_EPS)
+        p.sub_(lr / (1 - b1**t) * m / denom)
+
+
+def _adamw_out_of_place(
+    flat: list[Tensor],
+    grads: list[Tensor],
+    m1: list[Tensor],
+    m2: list[Tensor],
+    t: int,
+    lr: Tensor,
+    wd: Tensor,
+) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """``_adamw_in_place`` as new tensors (autograd records it); the
+    square root's derivative is 0 where the second moment is exactly 0 (``fit_predict``)."""
+    b1, b2 = _BETAS
+    ps, ms, vs = [], [], []
+    for p, gr, m, v in zip(flat, grads, m1, m2, strict=True):
+        p = p * (1 - lr * wd)
+        m = torch.add(m * b1, gr, alpha=1 - b1)
+        v = torch.addcmul(v * b2, gr, gr, value=1 - b2)
+        pos = v > 0
+        root = torch.where(pos, torch.where(pos, v, torch.ones_like(v)).sqrt(), torch.zeros_like(v))
+        denom = root / math.sqrt(1 - b2**t) + _EPS
+        ps.append(p - lr / (1 - b1**t) * m / denom)
+        ms.append(m)
+        vs.append(v)
+    return ps, ms, vs
 
 
 def estimate_flops(n: int, d_x: int, d_y: int, depth: int, tune_prompts: int, test_prompts: int) -> float:
@@ -284,6 +334,21 @@ class MLPTunedBaseline:
         s = self.settings[min(k, len(self.settings) - 1)]
         assert s is not None
         return s
+
+    def predict_last(self, xs: Tensor, ys: Tensor) -> Tensor:
+        """The prediction for the LAST point only, ``(B, d_y)``, differentiable in ``xs`` and ``ys`` through
+        the training (``fit_predict(differentiable=True)``): the tuned MLP at k = n - 1 trained on ``x_{<k},
+        y_{<k}`` (``ys[:, k]`` is not read). What ``icdl align`` differentiates
+        ([`last_point`][icdl.icl.sensitivity.last_point]); no fallback (a non-finite value stays)."""
+        check_prompts(xs, ys)
+        k = xs.shape[1] - 1
+        if k < 1:
+            raise InputError("mlp_tuned predicts from at least one context example (k >= 1)")
+        s = self.setting(k)
+        return fit_predict(
+            xs, ys, k, depth=self.depth, width=s.width, lrs=[s.lr], weight_decays=[s.weight_decay],
+            epochs=[s.epochs], seed=self.seed, differentiable=True,
+        )[0, 0]  # fmt: skip
 
     def __call__(self, xs: Tensor, ys: Tensor) -> Tensor:
         """Predictions ``(B, n, d_y)``: 0 at k = 0, the tuned MLP trained on ``x_{<k}, y_{<k}`` at ``x_k``."""

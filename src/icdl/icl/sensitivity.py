@@ -105,7 +105,13 @@ def sensitivities(preds: Sequence[Tensor], xs: Tensor, ys: Tensor) -> list[Sensi
 
 def last_point(model: Any) -> PointPredictor:
     """The point predictor of a sequence predictor ``model(xs, ys) -> (B, n, d_y)`` (causal): its output at
-    the last position, computed in the dtype of the model's inputs as given."""
+    the last position, computed in the dtype of the model's inputs as given. A model with its own
+    ``predict_last(xs, ys) -> (B, d_y)`` (one that computes the last position alone, e.g.
+    [`MLPTunedBaseline`][icdl.icl.mlp_tuned.MLPTunedBaseline], differentiable through its training) is
+    used through it."""
+    own = getattr(model, "predict_last", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
 
     def fn(xs: Tensor, ys: Tensor) -> Tensor:
         return model(xs, ys)[:, -1]
