@@ -171,6 +171,66 @@ def _gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
     return F.index_select(0, idx.reshape(-1)).view(*idx.shape, F.shape[1]) * coef.to(F.dtype)[..., None]
 
 
+def _slot_rows(H: Tensor, idx: Tensor, first_token: bool = False) -> Tensor:
+    """``_features(H)[idx]`` — the slots ``idx`` of every token (``first_token``: of each prompt's first token
+    only), shape ``(len(idx), B*T)`` — gathered from ``H (B, T, D)`` without transposing the whole state."""
+    X = H[:, :1] if first_token else H
+    return X.reshape(-1, H.shape[-1]).index_select(1, idx).t().contiguous()
+
+
+def _same_tokens(H: Tensor, slots: Tensor) -> bool:
+    """Whether every token of ``H (B, T, D)`` holds the same values as its prompt's first token in ``slots``
+    (NaN never equals itself)."""
+    X = H.index_select(2, slots)
+    return torch.equal(X, X[:, :1].expand_as(X))
+
+
+def _ordered_dot(a: Tensor, b: Tensor) -> Tensor:
+    """``a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1] + ...`` (broadcast), added left to right — what
+    ``_ordered_sum(a * b, 1)`` computes, bit for bit, without the ``(M, d_h, ...)`` product tensor: each
+    product is rounded, then added to the running sum (no fused multiply-add)."""
+    out = a[:, 0] * b[:, 0]
+    if a.shape[1] > 1:
+        tmp = torch.empty_like(out)
+        for r in range(1, a.shape[1]):
+            out.add_(torch.mul(a[:, r], b[:, r], out=tmp))
+    return out
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Gathered head reads ``coef[m, r] * h[idx[m, r]]`` of shape ``(M, w, B, T')``, held as the distinct
+    ``(slot, coef)`` products ``base (n, B, T')`` and each entry's row ``inv (M, w)`` among them: heads that
+    read the same slots with the same coefficients (the unit-sum heads of Lemmas 2-3 share their queries)
+    are gathered once, and a ``(M, B, T')`` column is copied out only when a product needs it."""
+
+    base: Tensor
+    inv: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        M, w = self.inv.shape
+        _, B, T = self.base.shape
+        return M, w, B, T
+
+    def __getitem__(self, key: Any) -> _Rows:
+        """Heads and pairs, ``rows[heads, pairs]`` (indexes ``inv``)."""
+        return _Rows(self.base, self.inv[key])
+
+    def tokens(self, sel: slice) -> _Rows:
+        """The query tokens ``sel`` (last axis)."""
+        return _Rows(self.base[..., sel], self.inv)
+
+    def col(self, r: int) -> Tensor:
+        """Pair ``r`` of every head, ``(M, B, T')``."""
+        return self.base.index_select(0, self.inv[:, r])
+
+    def full(self) -> Tensor:
+        """The ``(M, w, B, T')`` tensor, contiguous."""
+        M, w, B, T = self.shape
+        return self.base.index_select(0, self.inv.reshape(-1)).view(M, w, B, T)
+
+
 def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
     """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
     in index order, the same order for every token."""
@@ -398,11 +458,67 @@ class HeadSublayer(Sublayer):
             plans[names] = build()
         return plans[names]
 
-    def _gather_stacked(self, F: Tensor, H: Tensor, names: tuple[str, ...]) -> list[Tensor]:
-        """`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
-        returns ``(rows, tokens)`` blocks, one per table."""
+    def _gather_stacked(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[Tensor]:
+        """`_gather` of several tables in one ``index_select`` of ``H (B, T, D)`` (the same products
+        ``coef * h``; ``first_token``: of each prompt's first token only); returns ``(rows, B*T)`` blocks, one
+        per table."""
         idx, coef, sizes = self._stacked(H, names)
-        return list((F.index_select(0, idx) * coef).split(sizes))
+        return list(_slot_rows(H, idx, first_token).mul_(coef).split(sizes))
+
+    def _unique_reads(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """The distinct ``(slot, coef)`` pairs of the tables ``names`` (``uidx (n,)``, ``ucoef (n, 1)``) and,
+        per table, each entry's row among them, shaped like the table (cached)."""
+
+        def build() -> tuple[Tensor, Tensor, list[Tensor]]:
+            idx, coef, sizes = self._stacked(H, names)
+            # the coefficients' bits (not their values: -0.0 and 0.0, or two NaNs, give different products)
+            pairs = torch.stack([idx, coef[:, 0].to(torch.float64).view(torch.int64)], 1).cpu()
+            uniq, inv = torch.unique(pairs, dim=0, return_inverse=True)
+            shapes = {"q": self.q_idx.shape, "k": self.k_idx.shape, "v": self.v_src.shape}
+            invs = [i.reshape(shapes[n]).to(H.device) for n, i in zip(names, inv.split(sizes), strict=True)]
+            first = torch.full((uniq.shape[0],), inv.numel(), dtype=torch.long)
+            first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
+            return idx[first.to(idx.device)], coef[first.to(coef.device)], invs
+
+        plans: dict[tuple[str, ...], Any] = self.cached_plan(H, dict)
+        key = ("unique", *names)
+        if key not in plans:
+            plans[key] = build()
+        return plans[key]
+
+    def _gather_rows(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[_Rows]:
+        """`_gather_stacked` as [`_Rows`][icdl.construct.tables._Rows]: each distinct ``coef * h[slot]``
+        product computed once (the same products, so the same bits)."""
+        uidx, ucoef, invs = self._unique_reads(H, names)
+        B = H.shape[0]
+        base = _slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)
+        return [_Rows(base, inv) for inv in invs]
+
+    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and,
+        for ``accumulate="heads"`` only (the "tokens" path scatters by index), the dense 0/1 selection matrix
+        (U, M*E) (cached; follows in-place table edits). Dense: an update sublayer writing P weights would
+        hold P x 2P float64 for nothing (5.3 GiB for the paper layout at N=6, K=64)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        heads = getattr(self, "accumulate", "tokens") == "heads"
+        if "dst" not in plans or (heads and plans["dst"][2] is None):
+            dst = self.v_dst.reshape(-1)
+            udst, inv = torch.unique(dst, return_inverse=True)
+            select = None
+            if heads:
+                select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
+                select[torch.arange(dst.numel()), inv] = 1.0
+                select = select.to(H.device).t()
+            plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
+        return plans["dst"]
+
+    @staticmethod
+    def _add_written(H: Tensor, udst: Tensor, acc: Tensor) -> Tensor:
+        """``H`` with ``acc (U, B, T')`` added to the coordinates ``udst`` (T' = 1: to every token); every
+        other coordinate is copied (``h + 0 = h``), so only the U written ones are computed."""
+        B, T, _ = H.shape
+        out = H.clone(memory_format=torch.contiguous_format)
+        return out.index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
 
     @property
     def num_heads(self) -> int:
@@ -434,14 +550,18 @@ class HeadSublayer(Sublayer):
         return int(self.q_idx.shape[1])
 
     @staticmethod
-    def _scores(q: Tensor, k: Tensor) -> Tensor:
+    def _scores(q: _Rows, k: _Rows) -> Tensor:
         """Scores ``S[m, b, s, i] = <q_i, k_s>`` (keys before queries) for q of shape (M, d_h, B, Tq) and k of
         shape (M, d_h, B, Tk) -> (M, B, Tk, Tq).
 
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        return _ordered_sum(k[:, :, :, :, None] * q[:, :, :, None, :], 1)
+        out = k.col(0)[..., None] * q.col(0)[:, :, None, :]
+        tmp = torch.empty_like(out)
+        for r in range(1, q.shape[1]):
+            out.add_(torch.mul(k.col(r)[..., None], q.col(r)[:, :, None, :], out=tmp))
+        return out
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
 
