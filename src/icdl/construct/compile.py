@@ -429,19 +429,36 @@ class CompiledModel(nn.Module):
         return H[:, -1, self.layout.indices("Y")]
 
     # -- running ----------------------------------------------------------------------------------------
-    def run(self, H: Tensor, trace: TraceFn | None = None, readout: bool = True) -> Tensor:
+    def run(
+        self,
+        H: Tensor,
+        trace: TraceFn | None = None,
+        readout: bool = True,
+        *,
+        reuse_states: bool | None = None,
+    ) -> Tensor:
         """Apply the L blocks (and the readout), calling ``trace(point, H)`` after each sublayer
-        ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout)."""
+        ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout).
+
+        ``reuse_states=True`` writes the states into two buffers used in turn instead of a new tensor per
+        sublayer (the same values; at the paper layout's sizes, allocating and first touching a fresh
+        state costs more than the sublayer's own work): a state handed to ``trace`` then stays valid only
+        until the sublayer after next returns, so a callback that keeps states must copy them. ``H`` itself
+        is never written. Default (None): reuse when there is no ``trace`` (no state is seen but the last).
+        """
+        if reuse_states is None:
+            reuse_states = trace is None
         self.check_prompt(H)
         parts: list[tuple[int | None, tuple[Sublayer, ...]]] = [
             (step, self.block_layers) for step in range(self.steps)
         ]
         if readout:
             parts.append((None, self.readout_layers))
+        buffers: list[Tensor] = []
         with torch.no_grad():
             for step, layers in parts:
                 for i, m in enumerate(layers):
-                    H = m(H)
+                    H = m(H, out=_state_buffer(buffers, H)) if reuse_states and m.WRITES_INTO else m(H)
                     if trace is not None:
                         new = trace(TracePoint(step, i, m.info), H)
                         H = H if new is None else new
@@ -511,6 +528,18 @@ class CompiledModel(nn.Module):
         rows.append(f"      (block applied L = {self.steps} times: {self.num_sublayers} sublayers); readout:")
         rows += [line(f"R{i + 1}", info) for i, info in enumerate(self.readout_infos())]
         return "\n".join(rows)
+
+
+def _state_buffer(buffers: list[Tensor], H: Tensor) -> Tensor:
+    """The buffer the next sublayer writes: of (at most) two contiguous buffers shaped like ``H``, the one
+    written least recently that is not ``H`` itself (the state a sublayer reads is never the one it writes,
+    and the state handed to the last callback survives one more sublayer). ``buffers`` is kept in
+    write order, oldest first."""
+    fits = [b for b in buffers if b.shape == H.shape and b.dtype == H.dtype and b.device == H.device]
+    free = [b for b in fits if b is not H]
+    buf = free[0] if free and len(fits) == 2 else torch.empty(H.shape, dtype=H.dtype, device=H.device)
+    buffers[:] = [*[b for b in fits if b is not buf][-1:], buf]
+    return buf
 
 
 def compile_gd_transformer(

@@ -114,7 +114,9 @@ class ReLUAttention(HeadSublayer):
     def _weights(self, S: Tensor) -> Tensor:
         return torch.relu(S)
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         T = H.shape[1]
         q_first = k_first = False
@@ -135,7 +137,7 @@ class ReLUAttention(HeadSublayer):
         acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H)), Tk)  # (U, B, Tq)
         # Only the U written coordinates change (every other one gets h + 0 = h); a query-broadcast result
         # (Tq = 1) is added to every token.
-        return self._add_written(H, udst, acc)
+        return self._add_written(H, udst, acc, out)
 
     def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
         """Heads whose Q/K reads agree in all but the last pair (the relu' step's ``X`` and ``X + b``):
@@ -244,18 +246,24 @@ class EWML(HeadSublayer):
 
     KIND: ClassVar[SublayerKind] = "ewml"
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         B, T, _ = H.shape
-        M = self.num_heads
-        q, k, v = (g.view(M, -1, B * T) for g in self._gather_stacked(H, ("q", "k", "v")))
-        score = _ordered_dot(q, k)  # pair by pair in stored order, as the attention scores
-        contrib = (score[:, None] * v).reshape(-1, B * T)
+        # Queries read from each prompt's first token when every token holds the same values there (the
+        # paper's backward layers read V_{j+1} from the token's own copy of w): the same products.
+        q_first = T > 1 and _same_tokens(H, self._query_slots(H))
+        (q,) = self._gather_rows(H, ("q",), q_first)
+        k, v = self._gather_rows(H, ("k", "v"))
+        # pair by pair in stored order, as the attention scores
+        score = _ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
+        contrib = (score.view(-1, 1, B * T) * v.full().view(score.shape[0], -1, B * T)).reshape(-1, B * T)
         # value entries of one coordinate added in index order into zeros (as a scatter into all D
         # coordinates would), then added to h; the other coordinates are copied
         udst, entry, _ = self._destinations(H)
         acc = _scatter(udst.numel(), entry, contrib).view(-1, B, T)
-        return self._add_written(H, udst, acc)
+        return self._add_written(H, udst, acc, out)
 
     def pattern(self, H: Tensor, head: int) -> Tensor:
         """The diagonal matrix of scores ``<Q_m h_i, K_m h_i>`` (Definition 6: each token with itself)."""
@@ -389,7 +397,9 @@ class ReLUMLP(Sublayer):
             ),
         )
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         plan = self._plan(H)
         if plan is not None:
@@ -398,12 +408,12 @@ class ReLUMLP(Sublayer):
             # (every other position is copied: h + 0 = h).
             acc = torch.zeros(plan.write_pos.numel(), dtype=H.dtype, device=H.device)
             acc.index_add_(0, plan.write_inv, plan.values(H))
-            out = H.clone(memory_format=torch.contiguous_format)
-            out.view(-1).index_add_(0, plan.write_pos, acc)
-            return out
-        return self._chunked(H)
+            new = self._copy(H, out)
+            new.view(-1).index_add_(0, plan.write_pos, acc)
+            return new
+        return self._chunked(H, out)
 
-    def _chunked(self, H: Tensor) -> Tensor:
+    def _chunked(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         B, T, _ = H.shape
         F = _features(H)
         U, r = self.w1_idx.shape
@@ -420,7 +430,7 @@ class ReLUMLP(Sublayer):
             hid = torch.relu(pre)
             out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
             acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
-        return H + _tokens(acc, B, T)
+        return torch.add(H, _tokens(acc, B, T), out=out)
 
     DENSE: ClassVar[tuple[str, ...]] = ("W1", "W2")
 

@@ -185,15 +185,14 @@ def _same_tokens(H: Tensor, slots: Tensor) -> bool:
     return torch.equal(X, X[:, :1].expand_as(X))
 
 
-def _ordered_dot(a: Tensor, b: Tensor) -> Tensor:
-    """``a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1] + ...`` (broadcast), added left to right — what
-    ``_ordered_sum(a * b, 1)`` computes, bit for bit, without the ``(M, d_h, ...)`` product tensor: each
-    product is rounded, then added to the running sum (no fused multiply-add)."""
-    out = a[:, 0] * b[:, 0]
-    if a.shape[1] > 1:
-        tmp = torch.empty_like(out)
-        for r in range(1, a.shape[1]):
-            out.add_(torch.mul(a[:, r], b[:, r], out=tmp))
+def _ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int) -> Tensor:
+    """``a(0) * b(0) + a(1) * b(1) + ... + a(n-1) * b(n-1)`` (broadcast), added left to right — what
+    ``_ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:
+    each product is rounded, then added to the running sum (no fused multiply-add)."""
+    out = a(0) * b(0)
+    tmp = torch.empty_like(out) if n > 1 else out
+    for r in range(1, n):
+        out.add_(torch.mul(a(r), b(r), out=tmp))
     return out
 
 
@@ -234,8 +233,12 @@ class _Rows:
 def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
     """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
     in index order, the same order for every token."""
-    out = torch.zeros(D, src.shape[1], dtype=src.dtype, device=src.device)
-    out.index_add_(0, dst, src)
+    N = src.shape[1]
+    out = torch.zeros(D, N, dtype=src.dtype, device=src.device)
+    if N == 1:  # one flat scatter (the same additions in the same order, without a loop over rows)
+        out.view(-1).index_add_(0, dst, src.reshape(-1))
+    else:
+        out.index_add_(0, dst, src)
     return out
 
 
@@ -303,6 +306,10 @@ class Sublayer(nn.Module):
     TABLES: tuple[str, ...] = ()
     INDEX_TABLES: frozenset[str] = frozenset()
     KIND: ClassVar[SublayerKind]
+    # Whether ``forward(H, out=buffer)`` writes the new state into a given buffer (of H's shape, not
+    # aliasing H) instead of a fresh tensor ([`CompiledModel.run`][icdl.construct.compile.CompiledModel.run]
+    # with ``reuse_states=True``).
+    WRITES_INTO: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -386,6 +393,16 @@ class Sublayer(nn.Module):
     def _check(self, H: Tensor) -> None:
         if H.dim() != 3 or H.shape[-1] != self.dim:
             raise ValueError(f"expected H of shape (B, T, {self.dim}), got {tuple(H.shape)}")
+
+    @staticmethod
+    def _copy(H: Tensor, out: Tensor | None) -> Tensor:
+        """A contiguous copy of ``H``: into ``out`` when given (a state buffer reused across sublayers,
+        which saves a fresh allocation of the whole state per sublayer), else a new tensor."""
+        if out is None:
+            return H.clone(memory_format=torch.contiguous_format)
+        if out.shape != H.shape or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous tensor of shape {tuple(H.shape)}")
+        return out.copy_(H)
 
     def coefficient_tables(self) -> list[Tensor]:
         return [getattr(self, n) for n in self.TABLES if n not in self.INDEX_TABLES]
@@ -494,6 +511,14 @@ class HeadSublayer(Sublayer):
         base = _slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)
         return [_Rows(base, inv) for inv in invs]
 
+    def _query_slots(self, H: Tensor) -> Tensor:
+        """The distinct slots the queries read with a non-zero coefficient (cached; follows in-place table
+        edits)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "q_slots" not in plans:
+            plans["q_slots"] = torch.unique(self.q_idx[self.q_coef != 0]).to(H.device)
+        return plans["q_slots"]
+
     def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and,
         for ``accumulate="heads"`` only (the "tokens" path scatters by index), the dense 0/1 selection matrix
@@ -512,13 +537,11 @@ class HeadSublayer(Sublayer):
             plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
         return plans["dst"]
 
-    @staticmethod
-    def _add_written(H: Tensor, udst: Tensor, acc: Tensor) -> Tensor:
+    def _add_written(self, H: Tensor, udst: Tensor, acc: Tensor, out: Tensor | None = None) -> Tensor:
         """``H`` with ``acc (U, B, T')`` added to the coordinates ``udst`` (T' = 1: to every token); every
         other coordinate is copied (``h + 0 = h``), so only the U written ones are computed."""
         B, T, _ = H.shape
-        out = H.clone(memory_format=torch.contiguous_format)
-        return out.index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
+        return self._copy(H, out).index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
 
     @property
     def num_heads(self) -> int:
@@ -557,11 +580,7 @@ class HeadSublayer(Sublayer):
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        out = k.col(0)[..., None] * q.col(0)[:, :, None, :]
-        tmp = torch.empty_like(out)
-        for r in range(1, q.shape[1]):
-            out.add_(torch.mul(k.col(r)[..., None], q.col(r)[:, :, None, :], out=tmp))
-        return out
+        return _ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
 
