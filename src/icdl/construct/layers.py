@@ -413,7 +413,7 @@ class ReLUMLP(Sublayer):
             return new
         return self._chunked(H, out)
 
-    def _chunked(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+    def _chunked(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
         B, T, _ = H.shape
         F = _features(H)
         U, r = self.w1_idx.shape
@@ -430,7 +430,9 @@ class ReLUMLP(Sublayer):
             hid = torch.relu(pre)
             out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
             acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
-        return torch.add(H, _tokens(acc, B, T), out=out)
+        if buffer is None:
+            return H + _tokens(acc, B, T)
+        return torch.add(H, _tokens(acc, B, T), out=buffer)
 
     DENSE: ClassVar[tuple[str, ...]] = ("W1", "W2")
 
