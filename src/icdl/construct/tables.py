@@ -488,9 +488,11 @@ class HeadSublayer(Sublayer):
 
         def build() -> tuple[Tensor, Tensor, list[Tensor]]:
             idx, coef, sizes = self._stacked(H, names)
-            # the coefficients' bits (not their values: -0.0 and 0.0, or two NaNs, give different products)
-            pairs = torch.stack([idx, coef[:, 0].to(torch.float64).view(torch.int64)], 1).cpu()
-            uniq, inv = torch.unique(pairs, dim=0, return_inverse=True)
+            # the coefficients' bits (not their values: -0.0 and 0.0, or two NaNs, give different products);
+            # (slot, coefficient) pairs as one integer key (a 1-D unique, much faster than rows)
+            bits = coef[:, 0].to(torch.float64).view(torch.int64).cpu()
+            ucoef_bits, cid = torch.unique(bits, return_inverse=True)
+            uniq, inv = torch.unique(idx.cpu() * ucoef_bits.numel() + cid, return_inverse=True)
             shapes = {"q": self.q_idx.shape, "k": self.k_idx.shape, "v": self.v_src.shape}
             invs = [i.reshape(shapes[n]).to(H.device) for n, i in zip(names, inv.split(sizes), strict=True)]
             first = torch.full((uniq.shape[0],), inv.numel(), dtype=torch.long)
@@ -541,7 +543,30 @@ class HeadSublayer(Sublayer):
         """``H`` with ``acc (U, B, T')`` added to the coordinates ``udst`` (T' = 1: to every token); every
         other coordinate is copied (``h + 0 = h``), so only the U written ones are computed."""
         B, T, _ = H.shape
-        return self._copy(H, out).index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
+        new = self._copy(H, out)
+        src = acc.permute(1, 2, 0)  # (B, T', U), broadcast over the tokens when T' = 1
+        runs = self._runs(H, udst)
+        if runs is None:
+            return new.index_add_(2, udst, src.expand(B, T, -1))
+        # written coordinates in a few blocks of consecutive slots (the layout's named slots): one
+        # vectorised add per block instead of one strided column add per coordinate
+        for start, stop, at in runs:
+            new[..., start:stop] += src[..., at : at + stop - start]
+        return new
+
+    MAX_RUNS: ClassVar[int] = 16
+
+    def _runs(self, H: Tensor, udst: Tensor) -> list[tuple[int, int, int]] | None:
+        """``udst`` (sorted, distinct) as blocks ``(first slot, end slot, position in udst)`` of consecutive
+        slots, or None when there are more than ``MAX_RUNS`` (cached with the plan)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "runs" not in plans:
+            u = udst.tolist()
+            starts = [i for i in range(len(u)) if i == 0 or u[i] != u[i - 1] + 1]
+            ends = [*starts[1:], len(u)]
+            runs = [(u[a], u[b - 1] + 1, a) for a, b in zip(starts, ends, strict=True)]
+            plans["runs"] = runs if len(runs) <= self.MAX_RUNS else None
+        return plans["runs"]
 
     @property
     def num_heads(self) -> int:
