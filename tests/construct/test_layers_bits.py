@@ -1,6 +1,6 @@
 """icdl.construct.layers: the sublayers against plain per-head / per-unit loops that follow the stored
 floating-point order (icdl.construct.tables), bit for bit (``torch.equal``), in float64 and float32; and
-``CompiledModel.run(reuse_states=True)`` against fresh states."""
+``CompiledModel.run(reuse=True)`` against fresh states."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_run_with_reused_states_gives_every_state_bit_for_bit(variant: str, asse
     H = model.build_prompt(x, y, xq, w0)
     H0 = H.clone()
     fresh: list[Tensor] = []
-    out = model.run(H, trace=lambda pt, S: fresh.append(S.clone()), reuse_states=False)
+    out = model.run(H, trace=lambda pt, S: fresh.append(S.clone()), reuse=False)
     seen: list[Tensor] = []
     buffers: set[int] = set()
 
@@ -137,7 +137,7 @@ def test_run_with_reused_states_gives_every_state_bit_for_bit(variant: str, asse
         seen.append(S.clone())
         buffers.add(S.data_ptr())
 
-    reused = model.run(H, trace=keep, reuse_states=True)
+    reused = model.run(H, trace=keep, reuse=True)
     assert torch.equal(H, H0)  # the prompt is never written
     assert len(buffers) == 2 and len(seen) == len(fresh)
     assert all(torch.equal(a, b) for a, b in zip(seen, fresh, strict=True))

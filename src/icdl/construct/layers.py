@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from icdl.construct._kernels import _features, _gather, _ordered_dot, _Rows, _same_tokens, _scatter, _tokens
 from icdl.construct.tables import (
     DEFAULT_CHUNK_ELEMS,
     Accumulate,
@@ -37,13 +38,6 @@ from icdl.construct.tables import (
     Role,
     Sublayer,
     UnitTable,
-    _features,
-    _gather,
-    _ordered_dot,
-    _Rows,
-    _same_tokens,
-    _scatter,
-    _tokens,
 )
 from icdl.sublayer import SublayerKind
 
