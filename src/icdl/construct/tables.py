@@ -28,8 +28,11 @@ Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor excee
 Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
 indices) are built once per prompt shape, dtype and device and cached
 ([`Sublayer.cached_plan`][icdl.construct.tables.Sublayer.cached_plan]; the cache follows in-place edits of the
-tables and is not part of ``state_dict``); the pair-by-pair score sum is one ``cumsum`` (`_ordered_sum`, the
-same left-to-right additions); heads that differ only in their last pair share their leading partial score.
+tables and is not part of ``state_dict``); the slots a table reads are gathered from the state itself, each
+distinct ``(slot, coefficient)`` product once (heads sharing their queries read them once); scores are added
+pair by pair into one running sum (no ``(heads, d_h, ...)`` product tensor); heads that differ only in their
+last pair share their leading partial score; only the written coordinates are computed and added, the rest
+copied (into a reused buffer under ``CompiledModel.run``); the kernels are in ``icdl.construct._kernels``.
 Every sublayer's output equals the plain loops' bit for bit. All modules work in any floating dtype; use
 float64 to verify constructions.
 """
