@@ -142,3 +142,16 @@ def test_run_with_reused_states_gives_every_state_bit_for_bit(variant: str, asse
     assert len(buffers) == 2 and len(seen) == len(fresh)
     assert all(torch.equal(a, b) for a, b in zip(seen, fresh, strict=True))
     assert torch.equal(reused, out) and torch.equal(model(H), out)
+
+
+def test_run_reusing_states_calls_a_patched_forward_plainly() -> None:
+    """A sublayer whose forward was replaced on the instance (no ``out`` argument) still runs untraced."""
+    spec = NetSpec(depth=2, width=2, in_dim=2, out_dim=1)
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=0)
+    model = compile_gd_transformer(spec, steps=1, n=4)
+    H = model.build_prompt(x, y, xq, w0)
+    want = model(H).clone()
+    m = model.block_layers[0]
+    inner = m.forward
+    m.forward = lambda H: inner(H)  # type: ignore[method-assign]
+    assert torch.equal(model(H), want)
