@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import torch
@@ -210,18 +211,20 @@ class NetSpec:
         object.__setattr__(self, "_act", get_activation(self.activation))
 
     # -- sizes ------------------------------------------------------------------------------------
-    @property
+    # widths, shapes and offsets are cached (the spec is frozen): the compiler asks for them once per
+    # weight entry it places
+    @cached_property
     def widths(self) -> tuple[int, ...]:
         """``(n_0, n_1, ..., n_N) = (d_x, K, ..., K, d_y)``."""
         return (self.in_dim, *([self.width] * (self.depth - 1)), self.out_dim)
 
-    @property
+    @cached_property
     def shapes(self) -> tuple[tuple[int, int], ...]:
         """Shapes ``(n_j, n_{j-1})`` of ``V_1 .. V_N``."""
         w = self.widths
         return tuple((w[j], w[j - 1]) for j in range(1, self.depth + 1))
 
-    @property
+    @cached_property
     def offsets(self) -> tuple[int, ...]:
         """``(D_0, D_1, ..., D_N)``: parameters in the first j layers (Definition 2 / Lemma 15)."""
         out = [0]

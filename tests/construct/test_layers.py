@@ -143,7 +143,7 @@ def test_mlp_plan_follows_in_place_table_edits() -> None:
 def test_ordered_sum_adds_left_to_right_bit_for_bit() -> None:
     """The one-call sum used for scores and EWML products equals the pair-by-pair loop in every bit, also
     where the order matters (terms of very different sizes) and for long rows (d_h > 16)."""
-    from icdl.construct.layers import _ordered_sum
+    from icdl.construct._kernels import _ordered_sum
 
     g = torch.Generator().manual_seed(3)
     for width in (1, 2, 17, 70):

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from icdl import hooks
+from icdl.construct._kernels import run_sublayer
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
@@ -39,14 +41,6 @@ from icdl.construct.task import SampledTask, sample_task, sample_task_info, task
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
 from icdl.errors import InputError, reject_unknown_keywords
-from icdl.hooks import (
-    ActivationCache,
-    FwdHooks,
-    NamesFilter,
-    compiled_hook_names,
-    compiled_run_with_cache,
-    compiled_run_with_hooks,
-)
 from icdl.nets import NetSpec, get_loss
 from icdl.sublayer import SublayerInfo
 
@@ -429,19 +423,26 @@ class CompiledModel(nn.Module):
         return H[:, -1, self.layout.indices("Y")]
 
     # -- running ----------------------------------------------------------------------------------------
-    def run(self, H: Tensor, trace: TraceFn | None = None, readout: bool = True) -> Tensor:
+    def run(
+        self, H: Tensor, trace: TraceFn | None = None, readout: bool = True, *, reuse: bool | None = None
+    ) -> Tensor:
         """Apply the L blocks (and the readout), calling ``trace(point, H)`` after each sublayer
-        ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout)."""
+        ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout).
+        ``reuse`` (default: without ``trace``) writes the states into two buffers in turn, the same
+        values without a fresh state per sublayer: a state given to ``trace`` then lives until the sublayer
+        after next returns (keep a copy to hold it longer); ``H`` is never written."""
+        reuse = trace is None if reuse is None else reuse
         self.check_prompt(H)
         parts: list[tuple[int | None, tuple[Sublayer, ...]]] = [
             (step, self.block_layers) for step in range(self.steps)
         ]
         if readout:
             parts.append((None, self.readout_layers))
+        buffers: list[Tensor] | None = [] if reuse else None
         with torch.no_grad():
             for step, layers in parts:
                 for i, m in enumerate(layers):
-                    H = m(H)
+                    H = run_sublayer(m, H, buffers)
                     if trace is not None:
                         new = trace(TracePoint(step, i, m.info), H)
                         H = H if new is None else new
@@ -453,19 +454,19 @@ class CompiledModel(nn.Module):
     # -- hooks (TransformerLens conventions, icdl.hooks) --------------------------------------------------
     def hook_names(self, readout: bool = True) -> list[str]:
         """``hook_prompt``, ``steps.{l}.{sublayer}.hook_out`` (0-based l), ``readout.{sublayer}.hook_out``."""
-        return compiled_hook_names(self, readout)
+        return hooks.compiled_hook_names(self, readout)
 
     def run_with_cache(
-        self, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True
-    ) -> tuple[Tensor, ActivationCache]:
+        self, H: Tensor, names_filter: hooks.NamesFilter = None, *, readout: bool = True
+    ) -> tuple[Tensor, hooks.ActivationCache]:
         """``(self.run(H), cache)``: the residual stream at every hook point ``names_filter`` picks
         (None, a name, a list of names or a predicate; ``steps.-1.`` counts from the end)."""
-        return compiled_run_with_cache(self, H, names_filter, readout=readout)
+        return hooks.compiled_run_with_cache(self, H, names_filter, readout=readout)
 
-    def run_with_hooks(self, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True) -> Tensor:
+    def run_with_hooks(self, H: Tensor, fwd_hooks: hooks.FwdHooks, *, readout: bool = True) -> Tensor:
         """``self.run(H)`` with interventions: ``fn(stream, hook)`` returns the stream the next sublayer
         reads, or None to keep it (edited in place)."""
-        return compiled_run_with_hooks(self, H, fwd_hooks, readout=readout)
+        return hooks.compiled_run_with_hooks(self, H, fwd_hooks, readout=readout)
 
     # -- description ------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from icdl.construct._kernels import _features, _gather, _ordered_dot, _Rows, _same_tokens, _scatter, _tokens
 from icdl.construct.tables import (
     DEFAULT_CHUNK_ELEMS,
     Accumulate,
@@ -37,11 +38,6 @@ from icdl.construct.tables import (
     Role,
     Sublayer,
     UnitTable,
-    _features,
-    _gather,
-    _ordered_sum,
-    _scatter,
-    _tokens,
 )
 from icdl.sublayer import SublayerKind
 
@@ -112,54 +108,30 @@ class ReLUAttention(HeadSublayer):
     def _weights(self, S: Tensor) -> Tensor:
         return torch.relu(S)
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
-        B, T, D = H.shape
-        F = _features(H).view(D, B, T)
-        Fq, Fk = F, F
+        T = H.shape[1]
+        q_first = k_first = False
         if self.fast_paths and T > 1:
             # Exact shortcuts (same function, fewer operations): when every token holds the same values in
             # the slots the queries read, every output row is the same — compute one; when every token holds
             # the same values in the slots keys and values read, the T equal terms of the key sum are
             # computed once (T x term / T = term).
-            Fs = F[self._q_slots]
-            if torch.equal(Fs, Fs[..., :1].expand_as(Fs)):
-                Fq = F[..., :1]
-            Fs = F[self._kv_slots]
-            if torch.equal(Fs, Fs[..., :1].expand_as(Fs)):
-                Fk = F[..., :1]
-        Tq, Tk = Fq.shape[-1], Fk.shape[-1]
-        Fq2, Fk2 = Fq.reshape(D, B * Tq), Fk.reshape(D, B * Tk)
-        M = self.num_heads
-        if Fq is Fk:
-            q, k, v = self._gather_stacked(Fq2, H, ("q", "k", "v"))
+            q_first = _same_tokens(H, self._q_slots)
+            k_first = _same_tokens(H, self._kv_slots)
+        Tk = 1 if k_first else T
+        if q_first == k_first:
+            q, k, v = self._gather_rows(H, ("q", "k", "v"), q_first)
         else:
-            (q,) = self._gather_stacked(Fq2, H, ("q",))
-            k, v = self._gather_stacked(Fk2, H, ("k", "v"))
-        q, k, v = q.view(M, -1, B, Tq), k.view(M, -1, B, Tk), v.view(M, -1, B, Tk)
+            (q,) = self._gather_rows(H, ("q",), q_first)
+            k, v = self._gather_rows(H, ("k", "v"), k_first)
         udst, entry, sel = self._destinations(H)
         acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H)), Tk)  # (U, B, Tq)
         # Only the U written coordinates change (every other one gets h + 0 = h); a query-broadcast result
         # (Tq = 1) is added to every token.
-        out = H.clone(memory_format=torch.contiguous_format)
-        return out.index_add_(2, udst, acc.permute(1, 2, 0).expand(B, T, -1))
-
-    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and,
-        for ``accumulate="heads"`` only (the "tokens" path scatters by index), the dense 0/1 selection matrix
-        (U, M*E) (cached; follows in-place table edits). Dense: an update sublayer writing P weights would
-        hold P x 2P float64 for nothing (5.3 GiB for the paper layout at N=6, K=64)."""
-        plans: dict[str, Any] = self.cached_plan(H, dict)
-        if "dst" not in plans or (self.accumulate == "heads" and plans["dst"][2] is None):
-            dst = self.v_dst.reshape(-1)
-            udst, inv = torch.unique(dst, return_inverse=True)
-            select = None
-            if self.accumulate == "heads":
-                select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
-                select[torch.arange(dst.numel()), inv] = 1.0
-                select = select.to(H.device).t()
-            plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
-        return plans["dst"]
+        return self._add_written(H, udst, acc, out)
 
     def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
         """Heads whose Q/K reads agree in all but the last pair (the relu' step's ``X`` and ``X + b``):
@@ -182,20 +154,21 @@ class ReLUAttention(HeadSublayer):
             plans["prefix"] = build()
         return plans["prefix"]
 
-    def _all_scores(self, q: Tensor, k: Tensor, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
+    def _all_scores(self, q: _Rows, k: _Rows, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
         """`_scores` of every head; heads sharing their leading pairs share that partial sum (the
         same additions in the same order, so the same bits), then each adds its last pair."""
         if prefixes is None:
             return self._scores(q, k)
         first, inv = prefixes
         lead = self._scores(q[first, :-1], k[first, :-1]).index_select(0, inv)
-        return lead + k[:, -1, :, :, None] * q[:, -1, :, None, :]
+        last = q.shape[1] - 1
+        return lead + k.col(last)[..., None] * q.col(last)[:, :, None, :]
 
     def _attend(
         self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
+        q: _Rows,
+        k: _Rows,
+        v: _Rows,
         dests: tuple[Tensor, Tensor, Tensor | None],
         prefixes: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
@@ -215,19 +188,20 @@ class ReLUAttention(HeadSublayer):
                 hs = slice(a, min(a + per, M))
                 S = self._all_scores(q, k, prefixes) if per >= M else self._scores(q[hs], k[hs])
                 A = self._weights(S)  # (m, B, Tk, Tq)
-                parts.append((A[:, None] * v[hs, ..., None]).sum(3))  # (m, E, B, Tq)
+                parts.append((A[:, None] * v[hs].full()[..., None]).sum(3))  # (m, E, B, Tq)
             Z = parts[0] if len(parts) == 1 else torch.cat(parts)
             # entries of one coordinate added in index order, as a scatter into all D coordinates would
             return _scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
         # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step has exactly
         # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
         assert sel is not None  # built for accumulate="heads" (_destinations)
-        acc = torch.zeros(U, B, Tq, dtype=q.dtype, device=q.device)
+        acc = torch.zeros(U, B, Tq, dtype=q.base.dtype, device=q.base.device)
+        vfull = v.full()
         per = max(1, self.max_chunk_elems // max(1, B * Tk * (M * max(E, q.shape[1]) + U)))
         for a in range(0, Tq, per):
             I = slice(a, min(a + per, Tq))
-            A = self._weights(self._all_scores(q[..., I], k, prefixes))  # (M, B, Tk, |I|)
-            G = (A[:, None] * v[..., None]).reshape(M * E, -1)  # (M*E, B*Tk*|I|)
+            A = self._weights(self._all_scores(q.tokens(I), k, prefixes))  # (M, B, Tk, |I|)
+            G = (A[:, None] * vfull[..., None]).reshape(M * E, -1)  # (M*E, B*Tk*|I|)
             C = torch.matmul(sel, G).view(U, B, Tk, -1)
             acc[:, :, I] += C.sum(2)
         return acc
@@ -266,15 +240,24 @@ class EWML(HeadSublayer):
 
     KIND: ClassVar[SublayerKind] = "ewml"
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         B, T, _ = H.shape
-        F = _features(H)
-        M = self.num_heads
-        q, k, v = (g.view(M, -1, B * T) for g in self._gather_stacked(F, H, ("q", "k", "v")))
-        score = _ordered_sum(q * k, 1)  # pair by pair in stored order, as the attention scores
-        contrib = (score[:, None] * v).reshape(-1, B * T)
-        return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)
+        # Queries read from each prompt's first token when every token holds the same values there (the
+        # paper's backward layers read V_{j+1} from the token's own copy of w): the same products.
+        q_first = T > 1 and _same_tokens(H, self._query_slots(H))
+        (q,) = self._gather_rows(H, ("q",), q_first)
+        k, v = self._gather_rows(H, ("k", "v"))
+        # pair by pair in stored order, as the attention scores
+        score = _ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
+        contrib = (score.view(-1, 1, B * T) * v.full().view(score.shape[0], -1, B * T)).reshape(-1, B * T)
+        # value entries of one coordinate added in index order into zeros (as a scatter into all D
+        # coordinates would), then added to h; the other coordinates are copied
+        udst, entry, _ = self._destinations(H)
+        acc = _scatter(udst.numel(), entry, contrib).view(-1, B, T)
+        return self._add_written(H, udst, acc, out)
 
     def pattern(self, H: Tensor, head: int) -> Tensor:
         """The diagonal matrix of scores ``<Q_m h_i, K_m h_i>`` (Definition 6: each token with itself)."""
@@ -292,6 +275,8 @@ class _MLPPlan:
     read_coef: Tensor
     write_idx: Tensor
     write_coef: Tensor
+    write_pos: Tensor
+    write_inv: Tensor
 
     @staticmethod
     def build(
@@ -321,11 +306,16 @@ class _MLPPlan:
             idx2, c2 = w2_dst[us].to(dev), w2_coef[us].to(device=dev, dtype=dt)
             wi.append((start[..., None] + idx2[None, None]).reshape(-1, o))  # (B*Tg*U, o)
             wc.append(c2[None, None].expand(B, tok.numel(), U, o).reshape(-1, o))
+        write_idx = torch.cat(wi).reshape(-1)
+        # the distinct written positions, and each write's index among them (order kept)
+        pos, inv = torch.unique(write_idx, return_inverse=True)
         return _MLPPlan(
             torch.cat(ri, 1).contiguous(),
             torch.cat(rc, 1).contiguous(),
-            torch.cat(wi).reshape(-1),
+            write_idx,
             torch.cat(wc).contiguous(),
+            pos,
+            inv,
         )
 
     def values(self, H: Tensor) -> Tensor:
@@ -401,18 +391,23 @@ class ReLUMLP(Sublayer):
             ),
         )
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         plan = self._plan(H)
         if plan is not None:
             # All units on all tokens in one gather and one scatter; the scatter adds into zeros in (unit,
-            # write) order for every coordinate, as the chunked path does, and then H + acc.
-            acc = torch.zeros(H.numel(), dtype=H.dtype, device=H.device)
-            acc.index_add_(0, plan.write_idx, plan.values(H))
-            return H + acc.view(H.shape)
-        return self._chunked(H)
+            # write) order for every written position, as the chunked path does, and then h + acc there
+            # (every other position is copied: h + 0 = h).
+            acc = torch.zeros(plan.write_pos.numel(), dtype=H.dtype, device=H.device)
+            acc.index_add_(0, plan.write_inv, plan.values(H))
+            new = self._copy(H, out)
+            new.view(-1).index_add_(0, plan.write_pos, acc)
+            return new
+        return self._chunked(H, out)
 
-    def _chunked(self, H: Tensor) -> Tensor:
+    def _chunked(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
         B, T, _ = H.shape
         F = _features(H)
         U, r = self.w1_idx.shape
@@ -429,7 +424,9 @@ class ReLUMLP(Sublayer):
             hid = torch.relu(pre)
             out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
             acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
-        return H + _tokens(acc, B, T)
+        if buffer is None:
+            return H + _tokens(acc, B, T)
+        return torch.add(H, _tokens(acc, B, T), out=buffer)
 
     DENSE: ClassVar[tuple[str, ...]] = ("W1", "W2")
 

@@ -126,11 +126,13 @@ class RowAttention(HeadSublayer):
         ``max_chunk_elems`` (the per-group path then gathers group by group)."""
         return self.cached_plan(H, lambda: _RowPlan.build(self, H))
 
-    def forward(self, H: Tensor) -> Tensor:
+    WRITES_INTO: ClassVar[bool] = True
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         plan = self._plan(H)
         if plan is None:
-            return self._forward_groups(H)
+            return self._forward_groups(H, out)
         # One gather (with the coefficients) for the Q, K and V entries of every group and part, laid out so
         # that each operand below is a contiguous view; one scatter of every group's values into H, in
         # (group, head, entry) order for every coordinate, as the per-group path adds them.
@@ -149,12 +151,12 @@ class RowAttention(HeadSublayer):
                 S = part if S is None else S.add_(part)  # parts added in order
             assert S is not None
             zs.append(torch.bmm(S.relu_(), G.as_strided(vshape, _strides(vshape), v0)).view(-1))
-        out = H.clone(memory_format=torch.contiguous_format)
-        out.view(-1).index_add_(0, plan.scatter_idx, zs[0] if len(zs) == 1 else torch.cat(zs))
-        return out
+        new = self._copy(H, out)
+        new.view(-1).index_add_(0, plan.scatter_idx, zs[0] if len(zs) == 1 else torch.cat(zs))
+        return new
 
-    def _forward_groups(self, H: Tensor) -> Tensor:
-        out = H.clone()
+    def _forward_groups(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
+        out = self._copy(H, buffer)
         for hs, queries, keys, parts in self._groups:
             Hq, Hk = H[:, queries], H[:, keys]
             B, Tq, _ = Hq.shape
@@ -314,10 +316,10 @@ class RowMLP(ReLUMLP):
     def _unit_groups(self) -> list[tuple[slice, slice]]:
         return self._groups
 
-    def forward(self, H: Tensor) -> Tensor:
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
         plan = self._plan(H)
-        out = H.clone(memory_format=torch.contiguous_format)
+        out = self._copy(H, out)
         if plan is not None:
             # every group in one gather and one scatter, added into H in (group, unit, write) order
             out.view(-1).index_add_(0, plan.write_idx, plan.values(H))

@@ -28,8 +28,11 @@ Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor excee
 Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
 indices) are built once per prompt shape, dtype and device and cached
 ([`Sublayer.cached_plan`][icdl.construct.tables.Sublayer.cached_plan]; the cache follows in-place edits of the
-tables and is not part of ``state_dict``); the pair-by-pair score sum is one ``cumsum`` (`_ordered_sum`, the
-same left-to-right additions); heads that differ only in their last pair share their leading partial score.
+tables and is not part of ``state_dict``); the slots a table reads are gathered from the state itself, each
+distinct ``(slot, coefficient)`` product once (heads sharing their queries read them once); scores are added
+pair by pair into one running sum (no ``(heads, d_h, ...)`` product tensor); heads that differ only in their
+last pair share their leading partial score; only the written coordinates are computed and added, the rest
+copied (into a reused buffer under ``CompiledModel.run``); the kernels are in ``icdl.construct._kernels``.
 Every sublayer's output equals the plain loops' bit for bit. All modules work in any floating dtype; use
 float64 to verify constructions.
 """
@@ -43,6 +46,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from icdl.construct._kernels import _ordered_dot, _Rows, _slot_rows
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -154,47 +158,6 @@ class UnitTable:
         return {"w1_idx": w1_idx, "w1_coef": w1_coef, "w2_dst": w2_dst, "w2_coef": w2_coef}
 
 
-def _features(H: Tensor) -> Tensor:
-    """``(B, T, D) -> (D, B*T)``: the feature-major layout in which gathers and scatters of slots are
-    contiguous row copies (``index_select``/``index_add_`` along dim 0)."""
-    B, T, D = H.shape
-    return H.reshape(B * T, D).t().contiguous()
-
-
-def _tokens(F: Tensor, B: int, T: int) -> Tensor:
-    """Inverse of `_features`: ``(D, B*T) -> (B, T, D)``."""
-    return F.t().reshape(B, T, -1)
-
-
-def _gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
-    """``coef[m, r] * h[idx[m, r]]`` for every token: ``(D, N) -> (M, w, N)``."""
-    return F.index_select(0, idx.reshape(-1)).view(*idx.shape, F.shape[1]) * coef.to(F.dtype)[..., None]
-
-
-def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
-    """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
-    in index order, the same order for every token."""
-    out = torch.zeros(D, src.shape[1], dtype=src.dtype, device=src.device)
-    out.index_add_(0, dst, src)
-    return out
-
-
-def _ordered_sum(x: Tensor, dim: int) -> Tensor:
-    """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
-
-    In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
-    tensor's own dtype (one call instead of ``2 d_h``; ``tests/construct/test_layers.py`` checks the bits
-    against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan
-    in parallel) the loop itself.
-    """
-    if x.dtype == torch.float64 and x.device.type == "cpu":
-        return x.cumsum(dim).select(dim, -1)
-    out = x.select(dim, 0)
-    for r in range(1, x.shape[dim]):
-        out = out + x.select(dim, r)
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
 # Shared machinery
 # --------------------------------------------------------------------------------------------------
@@ -243,6 +206,10 @@ class Sublayer(nn.Module):
     TABLES: tuple[str, ...] = ()
     INDEX_TABLES: frozenset[str] = frozenset()
     KIND: ClassVar[SublayerKind]
+    # Whether ``forward(H, out=buffer)`` writes the new state into a given buffer (of H's shape, not
+    # aliasing H) instead of a fresh tensor ([`CompiledModel.run`][icdl.construct.compile.CompiledModel.run]
+    # with ``reuse=True``).
+    WRITES_INTO: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -327,6 +294,16 @@ class Sublayer(nn.Module):
         if H.dim() != 3 or H.shape[-1] != self.dim:
             raise ValueError(f"expected H of shape (B, T, {self.dim}), got {tuple(H.shape)}")
 
+    @staticmethod
+    def _copy(H: Tensor, out: Tensor | None) -> Tensor:
+        """A contiguous copy of ``H``: into ``out`` when given (a state buffer reused across sublayers,
+        which saves a fresh allocation of the whole state per sublayer), else a new tensor."""
+        if out is None:
+            return H.clone(memory_format=torch.contiguous_format)
+        if out.shape != H.shape or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous tensor of shape {tuple(H.shape)}")
+        return out.copy_(H)
+
     def coefficient_tables(self) -> list[Tensor]:
         return [getattr(self, n) for n in self.TABLES if n not in self.INDEX_TABLES]
 
@@ -398,11 +375,98 @@ class HeadSublayer(Sublayer):
             plans[names] = build()
         return plans[names]
 
-    def _gather_stacked(self, F: Tensor, H: Tensor, names: tuple[str, ...]) -> list[Tensor]:
-        """`_gather` of several tables in one ``index_select`` (the same products ``coef * h``);
-        returns ``(rows, tokens)`` blocks, one per table."""
+    def _gather_stacked(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[Tensor]:
+        """`_gather` of several tables in one ``index_select`` of ``H (B, T, D)`` (the same products
+        ``coef * h``; ``first_token``: of each prompt's first token only); returns ``(rows, B*T)`` blocks, one
+        per table."""
         idx, coef, sizes = self._stacked(H, names)
-        return list((F.index_select(0, idx) * coef).split(sizes))
+        return list(_slot_rows(H, idx, first_token).mul_(coef).split(sizes))
+
+    def _unique_reads(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """The distinct ``(slot, coef)`` pairs of the tables ``names`` (``uidx (n,)``, ``ucoef (n, 1)``) and,
+        per table, each entry's row among them, shaped like the table (cached)."""
+
+        def build() -> tuple[Tensor, Tensor, list[Tensor]]:
+            idx, coef, sizes = self._stacked(H, names)
+            # the coefficients' bits (not their values: -0.0 and 0.0, or two NaNs, give different products);
+            # (slot, coefficient) pairs as one integer key (a 1-D unique, much faster than rows)
+            bits = coef[:, 0].to(torch.float64).view(torch.int64).cpu()
+            ucoef_bits, cid = torch.unique(bits, return_inverse=True)
+            uniq, inv = torch.unique(idx.cpu() * ucoef_bits.numel() + cid, return_inverse=True)
+            shapes = {"q": self.q_idx.shape, "k": self.k_idx.shape, "v": self.v_src.shape}
+            invs = [i.reshape(shapes[n]).to(H.device) for n, i in zip(names, inv.split(sizes), strict=True)]
+            first = torch.full((uniq.shape[0],), inv.numel(), dtype=torch.long)
+            first.scatter_reduce_(0, inv, torch.arange(inv.numel()), reduce="amin")
+            return idx[first.to(idx.device)], coef[first.to(coef.device)], invs
+
+        plans: dict[tuple[str, ...], Any] = self.cached_plan(H, dict)
+        key = ("unique", *names)
+        if key not in plans:
+            plans[key] = build()
+        return plans[key]
+
+    def _gather_rows(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[_Rows]:
+        """`_gather_stacked` as [`_Rows`][icdl.construct.tables._Rows]: each distinct ``coef * h[slot]``
+        product computed once (the same products, so the same bits)."""
+        uidx, ucoef, invs = self._unique_reads(H, names)
+        B = H.shape[0]
+        base = _slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)
+        return [_Rows(base, inv) for inv in invs]
+
+    def _query_slots(self, H: Tensor) -> Tensor:
+        """The distinct slots the queries read with a non-zero coefficient (cached; follows in-place table
+        edits)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "q_slots" not in plans:
+            plans["q_slots"] = torch.unique(self.q_idx[self.q_coef != 0]).to(H.device)
+        return plans["q_slots"]
+
+    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and,
+        for ``accumulate="heads"`` only (the "tokens" path scatters by index), the dense 0/1 selection matrix
+        (U, M*E) (cached; follows in-place table edits). Dense: an update sublayer writing P weights would
+        hold P x 2P float64 for nothing (5.3 GiB for the paper layout at N=6, K=64)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        heads = getattr(self, "accumulate", "tokens") == "heads"
+        if "dst" not in plans or (heads and plans["dst"][2] is None):
+            dst = self.v_dst.reshape(-1)
+            udst, inv = torch.unique(dst, return_inverse=True)
+            select = None
+            if heads:
+                select = torch.zeros(dst.numel(), udst.numel(), dtype=H.dtype)
+                select[torch.arange(dst.numel()), inv] = 1.0
+                select = select.to(H.device).t()
+            plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
+        return plans["dst"]
+
+    def _add_written(self, H: Tensor, udst: Tensor, acc: Tensor, out: Tensor | None = None) -> Tensor:
+        """``H`` with ``acc (U, B, T')`` added to the coordinates ``udst`` (T' = 1: to every token); every
+        other coordinate is copied (``h + 0 = h``), so only the U written ones are computed."""
+        B, T, _ = H.shape
+        new = self._copy(H, out)
+        src = acc.permute(1, 2, 0)  # (B, T', U), broadcast over the tokens when T' = 1
+        runs = self._runs(H, udst)
+        if runs is None:
+            return new.index_add_(2, udst, src.expand(B, T, -1))
+        # written coordinates in a few blocks of consecutive slots (the layout's named slots): one
+        # vectorised add per block instead of one strided column add per coordinate
+        for start, stop, at in runs:
+            new[..., start:stop] += src[..., at : at + stop - start]
+        return new
+
+    MAX_RUNS: ClassVar[int] = 16
+
+    def _runs(self, H: Tensor, udst: Tensor) -> list[tuple[int, int, int]] | None:
+        """``udst`` (sorted, distinct) as blocks ``(first slot, end slot, position in udst)`` of consecutive
+        slots, or None when there are more than ``MAX_RUNS`` (cached with the plan)."""
+        plans: dict[str, Any] = self.cached_plan(H, dict)
+        if "runs" not in plans:
+            u = udst.tolist()
+            starts = [i for i in range(len(u)) if i == 0 or u[i] != u[i - 1] + 1]
+            ends = [*starts[1:], len(u)]
+            runs = [(u[a], u[b - 1] + 1, a) for a, b in zip(starts, ends, strict=True)]
+            plans["runs"] = runs if len(runs) <= self.MAX_RUNS else None
+        return plans["runs"]
 
     @property
     def num_heads(self) -> int:
@@ -434,14 +498,14 @@ class HeadSublayer(Sublayer):
         return int(self.q_idx.shape[1])
 
     @staticmethod
-    def _scores(q: Tensor, k: Tensor) -> Tensor:
+    def _scores(q: _Rows, k: _Rows) -> Tensor:
         """Scores ``S[m, b, s, i] = <q_i, k_s>`` (keys before queries) for q of shape (M, d_h, B, Tq) and k of
         shape (M, d_h, B, Tk) -> (M, B, Tk, Tq).
 
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        return _ordered_sum(k[:, :, :, :, None] * q[:, :, :, None, :], 1)
+        return _ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
 

@@ -1,0 +1,140 @@
+"""The tensor kernels of the compact sublayers ([`icdl.construct.tables`][icdl.construct.tables],
+[`icdl.construct.layers`][icdl.construct.layers]): gathers of the slots a table reads, sums added in a fixed
+order, scatters into the written slots, and the state buffers of
+[`CompiledModel.run`][icdl.construct.compile.CompiledModel.run]. Every one computes the same additions in the
+same order as the plain loops it replaces (the sublayers' outputs are compared bit for bit in
+tests/construct/test_layers_bits.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+def _features(H: Tensor) -> Tensor:
+    """``(B, T, D) -> (D, B*T)``: the feature-major layout in which gathers and scatters of slots are
+    contiguous row copies (``index_select``/``index_add_`` along dim 0)."""
+    B, T, D = H.shape
+    return H.reshape(B * T, D).t().contiguous()
+
+
+def _tokens(F: Tensor, B: int, T: int) -> Tensor:
+    """Inverse of `_features`: ``(D, B*T) -> (B, T, D)``."""
+    return F.t().reshape(B, T, -1)
+
+
+def _gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
+    """``coef[m, r] * h[idx[m, r]]`` for every token: ``(D, N) -> (M, w, N)``."""
+    return F.index_select(0, idx.reshape(-1)).view(*idx.shape, F.shape[1]) * coef.to(F.dtype)[..., None]
+
+
+def _slot_rows(H: Tensor, idx: Tensor, first_token: bool = False) -> Tensor:
+    """``_features(H)[idx]`` — the slots ``idx`` of every token (``first_token``: of each prompt's first token
+    only), shape ``(len(idx), B*T)`` — gathered from ``H (B, T, D)`` without transposing the whole state."""
+    X = H[:, :1] if first_token else H
+    return X.reshape(-1, H.shape[-1]).index_select(1, idx).t().contiguous()
+
+
+def _same_tokens(H: Tensor, slots: Tensor) -> bool:
+    """Whether every token of ``H (B, T, D)`` holds the same values as its prompt's first token in ``slots``
+    (NaN never equals itself)."""
+    X = H.index_select(2, slots)
+    return torch.equal(X, X[:, :1].expand_as(X))
+
+
+def _ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int) -> Tensor:
+    """``a(0) * b(0) + a(1) * b(1) + ... + a(n-1) * b(n-1)`` (broadcast), added left to right — what
+    ``_ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:
+    each product is rounded, then added to the running sum (no fused multiply-add)."""
+    out = a(0) * b(0)
+    tmp = torch.empty_like(out) if n > 1 else out
+    for r in range(1, n):
+        out.add_(torch.mul(a(r), b(r), out=tmp))
+    return out
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Gathered head reads ``coef[m, r] * h[idx[m, r]]`` of shape ``(M, w, B, T')``, held as the distinct
+    ``(slot, coef)`` products ``base (n, B, T')`` and each entry's row ``inv (M, w)`` among them: heads that
+    read the same slots with the same coefficients (the unit-sum heads of Lemmas 2-3 share their queries)
+    are gathered once, and a ``(M, B, T')`` column is copied out only when a product needs it."""
+
+    base: Tensor
+    inv: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        M, w = self.inv.shape
+        _, B, T = self.base.shape
+        return M, w, B, T
+
+    def __getitem__(self, key: Any) -> _Rows:
+        """Heads and pairs, ``rows[heads, pairs]`` (indexes ``inv``)."""
+        return _Rows(self.base, self.inv[key])
+
+    def tokens(self, sel: slice) -> _Rows:
+        """The query tokens ``sel`` (last axis)."""
+        return _Rows(self.base[..., sel], self.inv)
+
+    def col(self, r: int) -> Tensor:
+        """Pair ``r`` of every head, ``(M, B, T')``."""
+        return self.base.index_select(0, self.inv[:, r])
+
+    def full(self) -> Tensor:
+        """The ``(M, w, B, T')`` tensor, contiguous."""
+        M, w, B, T = self.shape
+        return self.base.index_select(0, self.inv.reshape(-1)).view(M, w, B, T)
+
+
+def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
+    """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
+    in index order, the same order for every token."""
+    N = src.shape[1]
+    out = torch.zeros(D, N, dtype=src.dtype, device=src.device)
+    if N == 1:  # one flat scatter (the same additions in the same order, without a loop over rows)
+        out.view(-1).index_add_(0, dst, src.reshape(-1))
+    else:
+        out.index_add_(0, dst, src)
+    return out
+
+
+def _ordered_sum(x: Tensor, dim: int) -> Tensor:
+    """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
+
+    In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
+    tensor's own dtype (one call instead of ``2 d_h``; ``tests/construct/test_layers.py`` checks the bits
+    against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan
+    in parallel) the loop itself.
+    """
+    if x.dtype == torch.float64 and x.device.type == "cpu":
+        return x.cumsum(dim).select(dim, -1)
+    out = x.select(dim, 0)
+    for r in range(1, x.shape[dim]):
+        out = out + x.select(dim, r)
+    return out
+
+
+def _state_buffer(buffers: list[Tensor], H: Tensor) -> Tensor:
+    """The buffer the next sublayer writes: of (at most) two contiguous buffers shaped like ``H``, the one
+    written least recently that is not ``H`` itself (the state a sublayer reads is never the one it writes,
+    and the state handed to the last callback survives one more sublayer). ``buffers`` is kept in
+    write order, oldest first."""
+    fits = [b for b in buffers if b.shape == H.shape and b.dtype == H.dtype and b.device == H.device]
+    free = [b for b in fits if b is not H]
+    buf = free[0] if free and len(fits) == 2 else torch.empty(H.shape, dtype=H.dtype, device=H.device)
+    buffers[:] = [*[b for b in fits if b is not buf][-1:], buf]
+    return buf
+
+
+def run_sublayer(m: nn.Module, H: Tensor, buffers: list[Tensor] | None) -> Tensor:
+    """``m(H)``; with ``buffers`` (not None) and a sublayer that can (``WRITES_INTO``), written into the
+    least recently written of two reused state buffers (`_state_buffer`) instead of a new tensor. A forward
+    replaced on the instance (a test's or a user's patch) is called as ``m(H)``."""
+    if buffers is None or not getattr(m, "WRITES_INTO", False) or "forward" in m.__dict__:
+        return m(H)
+    return m(H, out=_state_buffer(buffers, H))
