@@ -294,13 +294,13 @@ def test_the_verifier_holds_a_bounded_number_of_states(monkeypatch) -> None:
     counts: list[int] = []
     run = CompiledModel.run
 
-    def counting(self, H, trace: Callable | None = None, readout: bool = True):
+    def counting(self, H, trace: Callable | None = None, readout: bool = True, **kw):
         def hook(pt, state):
             new = trace(pt, state) if trace is not None else None
             counts.append(_states_alive((T, D)))
             return new
 
-        return run(self, H, trace=hook, readout=readout)
+        return run(self, H, trace=hook, readout=readout, **kw)
 
     monkeypatch.setattr(CompiledModel, "run", counting)
     verify(model, *task, lipschitz_iters=0)
