@@ -337,11 +337,13 @@ class RowMLP(ReLUMLP):
         for us, tokens in self._groups:
             idx, coef, w2 = self.w1_idx[us], self.w1_coef[us], self.w2_coef[us]
             dst = self.w2_dst[us].reshape(-1)
-            # Tokens in chunks, so that no (B, tokens, units, r) temporary exceeds max_chunk_elems (the
-            # projection's scratch units on 10^3 data tokens were ~1 GB of them at once); every token's
-            # coordinates get the same additions in the same order, chunked or not.
+            # Tokens in chunks, so that the temporaries below (the gathered reads and their products, the
+            # hidden units, their weighted writes) hold at most max_chunk_elems together: the projection's
+            # scratch units on 10^3 data tokens were ~1 GB at once. Every token's coordinates get the same
+            # additions in the same order, chunked or not.
             t0, t1, _ = tokens.indices(T)
-            per = max(1, self.max_chunk_elems // max(1, B * idx.numel() + B * w2.numel()))
+            per_token = B * (2 * idx.numel() + idx.shape[0] + w2.numel())
+            per = max(1, self.max_chunk_elems // max(1, per_token))
             for a in range(t0, t1, per):
                 rows = slice(a, min(a + per, t1))
                 g = H[:, rows][..., idx] * coef  # (B, tokens, U, r)
