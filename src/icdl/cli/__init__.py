@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
+
+# Before torch is imported (it reads this once): allocations of 2 MB and more get transparent huge pages.
+# A compiled model's sublayer returns a new T x D state (``out = H + f(H)``), and without them each fresh
+# state costs a page fault per 4 KB: measured 0.12 s CPU per 194 MiB state (N=8, K=256, n=1024 rows), 70%
+# of that forward; 0.03 s with them (benchmarks/bench_verify.py). An explicit value is kept.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from icdl import __version__
 from icdl.errors import InputError

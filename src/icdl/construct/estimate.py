@@ -18,11 +18,14 @@ from icdl.construct.variants import VARIANTS
 from icdl.nets import NetSpec
 from icdl.theory import EXACT_LOSS_TERMS, EXACT_TERMS, Projection, readout_sublayers
 
-__all__ = ["LIPSCHITZ_HVPS", "STREAM_STATES", "SUBLAYER_SECONDS", "construction_estimate"]
+__all__ = ["LIPSCHITZ_HVPS", "STREAM_STATES", "SUBLAYER_SECONDS", "TRAJECTORIES", "construction_estimate"]
 
 # States of T x D the streaming check holds at once, with the sublayer's own output and temporaries
-# (measured peaks: docs/results/verify_scale.json).
+# (measured peaks: docs/results/verify_scale.json), unless the variant states its own (``Costs.states``).
 STREAM_STATES = 8
+# P-vectors per GD step held at the report: the transformer's and reference GD's weight trajectories, their
+# stacked copy and the difference's temporaries.
+TRAJECTORIES = 5
 # Hessian-vector products of the default L_f estimate: 20 at the first point, 5 at each of 7 more
 # (icdl.construct.verify.LIPSCHITZ_POINTS), plus one gradient per point.
 LIPSCHITZ_HVPS = 20 + 7 * 5 + 8
@@ -72,9 +75,10 @@ def construction_estimate(
 
     Memory: the verifier checks every sublayer as the model runs
     ([`icdl.construct.stream`][icdl.construct.stream]), so it holds a few ``T x D`` states (the prompt,
-    the state before and after the sublayer, the sublayer's own output buffer and temporaries: counted as
-    `STREAM_STATES`), the two weight trajectories and their differences (4 ``(L+1) x P`` float64), the
-    stored coefficients of the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).
+    the state before and after the sublayer, the sublayer's own output buffer and temporaries: the
+    variant's ``Costs.states``, else `STREAM_STATES`), the two weight trajectories, their stacked copy and
+    differences (`TRAJECTORIES` ``(L+1) x P`` float64), the stored coefficients and cached gather plans of
+    the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).
     Time: the compiled forward's FLOPs a few times over (the untraced forward, the checked forward, the
     per-sublayer comparisons) at about 2e9 FLOP/s, the L_f estimate's Hessian-vector products, a fixed
     `SUBLAYER_SECONDS` per checked sublayer, plus the fits. Term counts of smooth activations come from
@@ -98,8 +102,8 @@ def construction_estimate(
     # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
     # unit a few entries; the update sublayer writes P weights.
     coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
-    held = STREAM_STATES * T * D * itemsize
-    trajectories = 4 * (steps + 1) * P * 8
+    held = (STREAM_STATES if costs.states is None else costs.states) * T * D * itemsize
+    trajectories = TRAJECTORIES * (steps + 1) * P * 8
     work = costs.work(w, mlp_work)
     # L_f: LIPSCHITZ_HVPS Hessian-vector products (and a gradient per point), ~10 n P FLOPs each
     lipschitz = (LIPSCHITZ_HVPS if steps > 0 else 0) * 10 * examples * P

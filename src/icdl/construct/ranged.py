@@ -137,7 +137,7 @@ class RowAttention(HeadSublayer):
         # that each operand below is a contiguous view; one scatter of every group's values into H, in
         # (group, head, entry) order for every coordinate, as the per-group path adds them.
         B = H.shape[0]
-        G = H.reshape(-1).index_select(0, plan.gather_idx) * plan.gather_coef
+        G = plan.gather(H)
         zs = []
         for parts, (v0, vshape) in plan.groups:
             S: Tensor | None = None
@@ -222,17 +222,27 @@ class _RowPlan:
     """Flat indices into ``H.reshape(-1)`` for one [`RowAttention`][icdl.construct.ranged.RowAttention] and
     one prompt shape.
 
-    ``gather_idx``/``gather_coef``: every Q operand ``(B, heads, Tq, width)``, K operand ``(B, heads, width,
-    Tk)`` (per part, distinct heads only) and V operand ``(B, heads, Tk, E)`` of every group, back to back;
-    ``groups``: per group, per part the Q and K segments ``(offset, shape)`` and the head expansion (None when
-    every head is distinct), and the V segment; ``scatter_idx``: where each value of the ``(B, heads, Tq,
-    E)`` outputs, group after group, is added.
+    ``gather_idx``: every Q operand ``(B, heads, Tq, width)``, K operand ``(B, heads, width, Tk)`` (per part,
+    distinct heads only) and V operand ``(B, heads, Tk, E)`` of every group, back to back; ``coefs``: per
+    operand its offset, 4-d shape and coefficients, broadcast over the tokens (not expanded: the plan is
+    cached for every sublayer, so it is kept at 4 bytes per entry where int32 indices suffice); ``groups``:
+    per group, per part the Q and K segments ``(offset, shape)`` and the head expansion (None when every head
+    is distinct), and the V segment; ``scatter_idx``: where each value of the ``(B, heads, Tq, E)`` outputs,
+    group after group, is added.
     """
 
     gather_idx: Tensor
-    gather_coef: Tensor
+    coefs: list[tuple[int, torch.Size, Tensor]]
     groups: list[tuple[list[tuple[_Seg, _Seg, Tensor | None]], _Seg]]
     scatter_idx: Tensor
+
+    def gather(self, H: Tensor) -> Tensor:
+        """Every operand's entries ``coef * h``, flat (each the same product as an expanded coefficient
+        table would give)."""
+        G = H.reshape(-1).index_select(0, self.gather_idx)
+        for off, shape, c in self.coefs:
+            G[off : off + shape.numel()].view(shape).mul_(c)
+        return G
 
     @staticmethod
     def build(m: RowAttention, H: Tensor) -> _RowPlan | None:
@@ -240,15 +250,15 @@ class _RowPlan:
         dev, dt = H.device, H.dtype
         base = (torch.arange(B, device=dev) * (T * D))[:, None, None, None]
         idx: list[Tensor] = []
-        coef: list[Tensor] = []
+        coef: list[tuple[int, torch.Size, Tensor]] = []
         scatter: list[Tensor] = []
         groups: list[tuple[list[tuple[_Seg, _Seg, Tensor | None]], _Seg]] = []
         offset = 0
 
         def add(i: Tensor, c: Tensor) -> _Seg:
             nonlocal offset
-            idx.append(i.reshape(-1))
-            coef.append(c.expand(i.shape).reshape(-1))
+            idx.append(i.reshape(-1).to(itype))
+            coef.append((offset, i.shape, c.contiguous()))
             seg = (offset, torch.Size((i.shape[0] * i.shape[1], i.shape[2], i.shape[3])))  # batch x heads
             offset += i.numel()
             return seg
@@ -267,6 +277,7 @@ class _RowPlan:
             size += B * heads_ * tk_ * E
         if size > m.max_chunk_elems:
             return None
+        itype = torch.int32 if B * T * D < 2**31 else torch.long  # index_select / index_add_ take either
         for hs, queries, keys, parts in merged:
             tq = torch.arange(T, device=dev)[queries][None, None, :, None] * D
             tk = torch.arange(T, device=dev)[keys][None, None, None, :] * D
@@ -286,7 +297,7 @@ class _RowPlan:
             scatter.append((base + tq + table("v_dst", every, all_cols)[None, :, None, :]).reshape(-1))
             groups.append((segs, v))
         assert offset == size
-        return _RowPlan(torch.cat(idx), torch.cat(coef), groups, torch.cat(scatter))
+        return _RowPlan(torch.cat(idx), coef, groups, torch.cat(scatter).to(itype))
 
 
 class RowMLP(ReLUMLP):
@@ -324,13 +335,25 @@ class RowMLP(ReLUMLP):
             # every group in one gather and one scatter, added into H in (group, unit, write) order
             out.view(-1).index_add_(0, plan.write_idx, plan.values(H))
             return out
+        B, T, _ = H.shape
         for us, tokens in self._groups:
-            g = H[:, tokens][..., self.w1_idx[us]] * self.w1_coef[us]  # (B, T, U, r)
-            pre = g[..., 0]
-            for c in range(1, g.shape[-1]):
-                pre = pre + g[..., c]
-            hid = torch.relu(pre)[..., None] * self.w2_coef[us]  # (B, T, U, o)
-            out[:, tokens].index_add_(2, self.w2_dst[us].reshape(-1), hid.flatten(2))
+            idx, coef, w2 = self.w1_idx[us], self.w1_coef[us], self.w2_coef[us]
+            dst = self.w2_dst[us].reshape(-1)
+            # Tokens in chunks, so that the temporaries below (the gathered reads and their products, the
+            # hidden units, their weighted writes) hold at most max_chunk_elems together: the projection's
+            # scratch units on 10^3 data tokens were ~1 GB at once. Every token's coordinates get the same
+            # additions in the same order, chunked or not.
+            t0, t1, _ = tokens.indices(T)
+            per_token = B * (2 * idx.numel() + idx.shape[0] + w2.numel())
+            per = max(1, self.max_chunk_elems // max(1, per_token))
+            for a in range(t0, t1, per):
+                rows = slice(a, min(a + per, t1))
+                g = H[:, rows][..., idx] * coef  # (B, tokens, U, r)
+                pre = g[..., 0]
+                for c in range(1, g.shape[-1]):
+                    pre = pre + g[..., c]
+                hid = torch.relu(pre)[..., None] * w2  # (B, tokens, U, o)
+                out[:, rows].index_add_(2, dst, hid.flatten(2))
         return out
 
 

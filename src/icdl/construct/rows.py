@@ -543,6 +543,13 @@ def _rows_work(w: CostInputs, mlp_work: int) -> int:
     return 32 * w.steps * (w.examples + 1) * w.spec.num_params + 4 * w.states * w.sizes.T * w.sizes.D
 
 
+# T x D states at the peak of ``icdl construct --variant rows``: the command's prompt and the verifier's,
+# the state before and after the sublayer being checked, and the largest sublayer temporaries (the update's
+# scores and the projection's token chunks, under half a state). Measured 1.5 GB at N=8, K=256, n=1024,
+# L=1 (T x D = 2818 x 9007), 345 MiB for the default N=6, K=64, n=256, L=50 (docs/results/verify_scale.json).
+ROWS_STATES = 5
+
+
 VARIANT = Variant(
     name="rows",
     summary="weights in their own row tokens: D linear in K; 2N+2 sublayers per step",
@@ -554,6 +561,6 @@ VARIANT = Variant(
     # r' ⊙ z of a smooth layer is a product fitted on |z| <= R (z: u or V^T s, the "back" vectors).
     range_needs=RangeNeeds(("z", "back"), products=("derivative",)),
     sizes=rows_sizes,
-    costs=Costs(work=_rows_work),
+    costs=Costs(work=_rows_work, states=ROWS_STATES),
     budget=declared,
 )

@@ -74,11 +74,14 @@ def dense_work(w: CostInputs, mlp_work: int) -> int:
 
 @dataclass(frozen=True)
 class Costs:
-    """A variant's cost formulas: its MLP cost ``(hidden units, FLOPs)`` from the shared hidden count, and
-    its total FLOPs from the MLP FLOPs."""
+    """A variant's cost formulas: its MLP cost ``(hidden units, FLOPs)`` from the shared hidden count, its
+    total FLOPs from the MLP FLOPs, and ``states``: how many ``T x D`` states ``icdl construct`` holds at its
+    peak (the prompts, the states before and after the sublayer being checked, and the sublayers' own
+    temporaries counted in states; None: the estimate's default, for the paper's dense sublayers)."""
 
     mlp: Callable[[CostInputs, int], tuple[int, int]] = dense_mlp
     work: Callable[[CostInputs, int], int] = dense_work
+    states: float | None = None
 
 
 # The paper's costs (Theorem 1's dense MLPs and attention): the default of ``Variant.costs``.
