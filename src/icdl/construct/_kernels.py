@@ -51,6 +51,10 @@ def _ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int)
     ``_ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:
     each product is rounded, then added to the running sum (no fused multiply-add)."""
     out = a(0) * b(0)
+    if out.requires_grad:  # autograd (e.g. icdl align's sensitivities): the same sums, out of place
+        for r in range(1, n):
+            out = out + a(r) * b(r)
+        return out
     tmp = torch.empty_like(out) if n > 1 else out
     for r in range(1, n):
         out.add_(torch.mul(a(r), b(r), out=tmp))
