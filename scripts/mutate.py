@@ -392,7 +392,10 @@ AUDIT21 = [
         "src/icdl/diffusion/metrics.py",
         "/ (m * (m - 1))",
         "/ (m * m)",
-        ("tests/diffusion/test_score_task.py::test_sample_distances", "tests/diffusion/test_score_metrics.py"),
+        (
+            "tests/diffusion/test_score_task.py::test_sample_distances",
+            "tests/diffusion/test_score_metrics.py",
+        ),
         "MMD^2 within-sample term divided by m^2 (biased) instead of m(m-1)",
     ),
     Mutant(
