@@ -35,9 +35,12 @@ SMALL = [
     "train.batch_size=8", "train.warmup=1", "model.layers=1", "model.heads=2", "model.d_model=16",
     "model.d_mlp=32", "task.examples=6", "model.max_points=7", "train.threads=1",
 ]  # fmt: skip
+# 1,000 steps, checkpoints every 10, so the run cannot end in the gap between the test seeing the first
+# checkpoint and signalling it (with 300 steps one CI run on a quiet machine exited 0: finished first).
+LONG_STEPS = 1000
 LONG = [
     *SMALL,
-    "train.steps=300",
+    f"train.steps={LONG_STEPS}",
     "train.checkpoint_every=10",
     "train.log_every=10",
     "train.keep_checkpoints=2",
@@ -66,14 +69,22 @@ def _train_cli(run: Path, sets: list[str]) -> subprocess.CompletedProcess[str]:
 
 def _signal_after_first_checkpoint(run: Path, sig: int) -> tuple[int, str]:
     """Start ``icdl score train`` on LONG, send ``sig`` once a checkpoint exists; (exit code, stderr)."""
+    # SIGINT's default disposition in the child whatever the test runner inherited: a shell's background
+    # job (`cmd &`, e.g. a CI script started with nohup) ignores SIGINT, and Python keeps an ignored SIGINT
+    # ignored, so the child would never see the interrupt this test sends.
     p = subprocess.Popen(
-        _train_args(run, LONG), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV
+        _train_args(run, LONG),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 300
         while not (run / "checkpoints" / "latest").is_file() and time.monotonic() < deadline:
             assert p.poll() is None, "training ended before its first checkpoint"
-            time.sleep(0.02)
+            time.sleep(0.005)
         p.send_signal(sig)
         _, err = p.communicate(timeout=120)
     finally:
@@ -139,10 +150,10 @@ def test_sigkill_then_resume_is_bit_identical(reference: Path, tmp_path: Path) -
     code, _ = _signal_after_first_checkpoint(run, signal.SIGKILL)
     assert code == -signal.SIGKILL
     reached = score_run_step(run)
-    assert reached is not None and 0 < reached < 300  # killed mid-run, after a checkpoint
+    assert reached is not None and 0 < reached < LONG_STEPS  # killed mid-run, after a checkpoint
     p = _train_cli(run, LONG)  # resumes, taking the lock the killed process held
     assert p.returncode == 0, p.stderr
-    assert score_run_step(run) == 300
+    assert score_run_step(run) == LONG_STEPS
     _assert_same_run(run, reference)
 
 
@@ -152,9 +163,9 @@ def test_sigint_exits_130_and_the_run_resumes(reference: Path, tmp_path: Path) -
     lines = err.strip().splitlines()
     assert code == 130 and len(lines) == 1 and lines[0].startswith("icdl: error: "), err
     reached = score_run_step(run)
-    assert reached is not None and 0 < reached < 300
+    assert reached is not None and 0 < reached < LONG_STEPS
     code, _, err = run_cli(["score", "evaluate", str(run), *EVALUATE])  # unfinished: refused
-    assert_one_line_error(code, err, f"reached step {reached} of 300", "--allow-unfinished")
+    assert_one_line_error(code, err, f"reached step {reached} of {LONG_STEPS}", "--allow-unfinished")
     train_score(load_score_config("score-small", LONG), run)
     _assert_same_run(run, reference)
 
