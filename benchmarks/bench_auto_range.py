@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from icdl.construct.verify_report import verdict_label
+
 README = "-N 3 -K 16 --in-dim 8 --out-dim 1 -n 64 -L 10"
 COMMANDS: dict[str, str] = {
     "CLI defaults (N=3 K=8 d_x=4 n=32 L=5)": "",
@@ -161,12 +163,11 @@ def main() -> None:
                 print(f"| {name} | {rng} | {r['error']} ||||||||||")
                 continue
             wr = "" if r["weight_range"] is None else f" ({r['weight_range']:g})"
-            fails = ", ".join(sorted({f.split(":")[0] for f in r["failures"]}))
             print(
                 f"| {name} | {rng} | {r['radius']:g}{wr} | {r['stored']:,} | {r['unique']:,} "
                 f"| {r['max_heads']} | {r['seconds_compile']:.2f} | {r['wall']:.1f} "
                 f"| {r['out_of_range_count']} | {r['max_abs_err_weights']:.2g} "
-                f"| {r['eps_grad'] / r['grad_budget']:.2g} | {r['verdict']} {fails}".rstrip()
+                f"| {r['eps_grad'] / r['grad_budget']:.2g} | {verdict_label(r['verdict'], r['failures'])}"
                 + " |",
                 flush=True,
             )

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from icdl.construct.verify_report import verdict_label
+
 GRID = ((2, 4, 16, 5), (3, 8, 16, 5), (3, 16, 32, 5))
 
 
@@ -75,9 +77,7 @@ def row(variant: str, N: int, K: int, n: int, L: int, eps: float, radius: float 
 def markdown(r: dict[str, Any]) -> str:
     """One table row of ``r`` (a [`row`] result); a FAIL lists its failed conditions' labels."""
     ratio = r["eps_grad"] / r["grad_budget"] if r["grad_budget"] > 0 else float("nan")
-    verdict = r["verdict"]
-    if r["failures"]:
-        verdict += " " + ", ".join(sorted({f.split(":")[0] for f in r["failures"]}))
+    verdict = verdict_label(r["verdict"], r["failures"])
     return (
         f"| {r['variant']} | {r['N']} | {r['K']} | {r['n']} | {r['L']} | {r['sublayers_per_step']} | "
         f"{r['heads_per_step']} | {r['max_heads']} | {r['embedding_dim']} | {r['unique_parameters']:,} | "

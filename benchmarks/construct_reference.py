@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from icdl.construct.verify_report import verdict_label
+
 REFERENCE = ["-N", "3", "-K", "16", "--in-dim", "8", "--out-dim", "1", "-n", "64", "-L", "10"]
 SOFTPLUS = ["-N", "3", "-K", "4", "--in-dim", "3", "--out-dim", "2", "-n", "6", "-L", "3", "--lr", "0.5"]
 SOFTPLUS += ["--activation", "softplus", "--eps", "1e-4", "--seed", "1"]
@@ -91,9 +93,7 @@ def markdown(name: str, d: dict[str, Any]) -> str:
         return "—" if v is None else str(v)
 
     ratio = d["eps_grad"] / d["grad_budget"] if d["grad_budget"] > 0 else math.nan
-    verdict = d["verdict"]
-    if d["failures"]:
-        verdict += " " + ", ".join(sorted({f.split(":")[0] for f in d["failures"]}))
+    verdict = verdict_label(d["verdict"], d["failures"])
     return (
         f"| {name} | {d['sublayers_per_step']} | {d['embedding_dim']} | {d['max_heads']} | "
         f"{d['max_abs_err_weights']:.1e} | {d['max_abs_err_prediction']:.1e} | "

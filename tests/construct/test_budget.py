@@ -188,3 +188,12 @@ def test_declared_errors() -> None:
     soft = SOFTMAX.budget(_model("softmax", "relu"))
     assert 0 < soft.forward <= 1e-2 and soft.derivative == () and soft.r == (0.0, 0.0, 0.0)
     assert sum_error(rows.terms.r_prime[0]) >= rows.terms.r_prime[0].sup_error
+
+
+def test_verdict_label_names_each_failed_condition_once() -> None:
+    from icdl.construct.verify_report import verdict_label
+
+    fails = ["(c) budget: step 1 over", "(b) range: 3 outside", "(c) budget: step 2 over"]
+    assert verdict_label("FAIL", fails) == "FAIL (b) range, (c) budget"
+    assert verdict_label("PASS", []) == "PASS"
+    assert verdict_label("DEGENERATE", []) == "DEGENERATE"

@@ -25,7 +25,14 @@ from typing import Any
 
 from icdl.theory import corollary11_bound
 
-__all__ = ["Divergence", "StepErrors", "VerifyReport", "corollary_bound", "max_or_nan"]
+__all__ = ["Divergence", "StepErrors", "VerifyReport", "corollary_bound", "max_or_nan", "verdict_label"]
+
+
+def verdict_label(verdict: str, failures: list[str]) -> str:
+    """The verdict with the labels of its failed conditions, for a table cell: ``"FAIL (b) range, (c)
+    budget"`` from failures ``"(b) range: ..."`` and ``"(c) budget: ..."`` (each label once, sorted)."""
+    labels = sorted({f.split(":")[0] for f in failures})
+    return " ".join([verdict, ", ".join(labels)]) if labels else verdict
 
 
 def max_or_nan(values: list[float]) -> float:
