@@ -7,7 +7,7 @@ tests/construct/test_layers_bits.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +135,48 @@ def _state_buffer(buffers: list[Tensor], H: Tensor) -> Tensor:
     return buf
 
 
+@dataclass(frozen=True)
+class Written:
+    """Where a sublayer run in place added into the state: the flat positions ``idx`` of
+    ``H.reshape(-1)`` (in the order of the additions; a position may repeat) and, when asked for, the
+    values there before (``before``, aligned with ``idx``). Every other position kept its value."""
+
+    idx: Tensor
+    before: Tensor | None
+
+
+def _plain(m: nn.Module) -> bool:
+    """Whether ``m(H)`` is exactly ``m.forward(H)``: no forward replaced on the instance (a test's or a
+    user's patch) and no module hooks that could see or change what it computes."""
+    from torch.nn.modules import module as _mod
+
+    hooks = (m._forward_hooks, m._forward_pre_hooks, _mod._global_forward_hooks)
+    return "forward" not in m.__dict__ and not any(hooks) and not _mod._global_forward_pre_hooks
+
+
+def run_inplace(
+    m: nn.Module, H: Tensor, buffers: list[Tensor], keep_before: bool
+) -> tuple[Tensor, Written | None]:
+    """``m(H)`` written into the state itself when the sublayer is additions at fixed places
+    ([`Sublayer.delta`][icdl.construct.tables.Sublayer.delta]), with what it wrote (``keep_before``: and
+    the values there before); otherwise [`run_sublayer`][icdl.construct._kernels.run_sublayer] and None.
+    A state that is not one of ``buffers`` (the caller's prompt) is first copied into one: it is never
+    written."""
+    delta: Callable[[Tensor], tuple[Tensor, Tensor] | None] | None = getattr(m, "delta", None)
+    d = delta(H) if delta is not None and _plain(m) else None
+    if d is None:
+        return run_sublayer(m, H, buffers), None
+    idx, values = d
+    if not any(H is b for b in buffers):
+        H = _state_buffer(buffers, H).copy_(H)
+    else:  # H is the buffer written last (the other one may be written next)
+        buffers[:] = [*[b for b in buffers if b is not H], H]
+    flat = H.view(-1)
+    before = flat.index_select(0, idx) if keep_before else None
+    flat.index_add_(0, idx, values)
+    return H, Written(idx, before)
+
+
 def run_sublayer(m: nn.Module, H: Tensor, buffers: list[Tensor] | None) -> Tensor:
     """``m(H)``; with ``buffers`` (not None) and a sublayer that can (``WRITES_INTO``), written into the
     least recently written of two reused state buffers (`_state_buffer`) instead of a new tensor. A forward
@@ -142,3 +184,33 @@ def run_sublayer(m: nn.Module, H: Tensor, buffers: list[Tensor] | None) -> Tenso
     if buffers is None or not getattr(m, "WRITES_INTO", False) or "forward" in m.__dict__:
         return m(H)
     return m(H, out=_state_buffer(buffers, H))
+
+
+# (step, index in the block, sublayer, what it wrote in place, state after it) -> a replacement or None
+LayerTrace = Callable[[int | None, int, nn.Module, Written | None, Tensor], "Tensor | None"]
+
+
+def run_layers(
+    parts: Sequence[tuple[int | None, Sequence[nn.Module]]],
+    H: Tensor,
+    trace: LayerTrace | None,
+    *,
+    reuse: bool,
+    inplace: bool,
+) -> Tensor:
+    """The sublayers of ``parts`` (``(step, layers)`` in order) applied to ``H`` without autograd, ``trace``
+    called after each: the loop of [`CompiledModel.run`][icdl.construct.compile.CompiledModel.run], whose
+    docstring says what ``reuse`` and ``inplace`` do."""
+    buffers: list[Tensor] | None = [] if reuse or inplace else None
+    written: Written | None = None
+    with torch.no_grad():
+        for step, layers in parts:
+            for i, m in enumerate(layers):
+                if inplace and buffers is not None:
+                    H, written = run_inplace(m, H, buffers, keep_before=trace is not None)
+                else:
+                    H = run_sublayer(m, H, buffers)
+                if trace is not None:
+                    new = trace(step, i, m, written, H)
+                    H = H if new is None else new
+    return H

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from icdl import hooks
-from icdl.construct._kernels import run_sublayer
+from icdl.construct._kernels import Written, run_layers
 from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
@@ -73,6 +73,8 @@ class TracePoint:
     step: int | None
     index: int
     info: SublayerInfo
+    # set when the sublayer ran in place (``CompiledModel.run(inplace=True)``): where it wrote, what was there
+    written: Written | None = None
 
     @property
     def name(self) -> str:
@@ -424,29 +426,31 @@ class CompiledModel(nn.Module):
 
     # -- running ----------------------------------------------------------------------------------------
     def run(
-        self, H: Tensor, trace: TraceFn | None = None, readout: bool = True, *, reuse: bool | None = None
+        self,
+        H: Tensor,
+        trace: TraceFn | None = None,
+        readout: bool = True,
+        *,
+        reuse: bool | None = None,
+        inplace: bool | None = None,
     ) -> Tensor:
         """Apply the L blocks (and the readout), calling ``trace(point, H)`` after each sublayer
         ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout).
-        ``reuse`` (default: without ``trace``) writes the states into two buffers in turn, the same
-        values without a fresh state per sublayer: a state given to ``trace`` then lives until the sublayer
-        after next returns (keep a copy to hold it longer); ``H`` is never written."""
+        ``reuse`` (default: without ``trace``) writes the states into two buffers in turn, the same values
+        without a fresh state per sublayer: a traced state lives until the sublayer after next returns.
+        ``inplace`` (default: ``reuse`` without ``trace``) runs the sublayers that are additions at fixed
+        places ([`Sublayer.delta`][icdl.construct.tables.Sublayer.delta]) in the state itself, the same
+        values again: ``point.written`` says where they wrote and what was there, and a traced state lives
+        until the next sublayer. ``H`` is never written."""
         reuse = trace is None if reuse is None else reuse
+        inplace = reuse and trace is None if inplace is None else inplace
         self.check_prompt(H)
         parts: list[tuple[int | None, tuple[Sublayer, ...]]] = [
-            (step, self.block_layers) for step in range(self.steps)
+            (s, self.block_layers) for s in range(self.steps)
         ]
-        if readout:
-            parts.append((None, self.readout_layers))
-        buffers: list[Tensor] | None = [] if reuse else None
-        with torch.no_grad():
-            for step, layers in parts:
-                for i, m in enumerate(layers):
-                    H = run_sublayer(m, H, buffers)
-                    if trace is not None:
-                        new = trace(TracePoint(step, i, m.info), H)
-                        H = H if new is None else new
-        return H
+        parts += [(None, self.readout_layers)] if readout else []
+        traced = None if trace is None else (lambda l, i, m, w, S: trace(TracePoint(l, i, m.info, w), S))
+        return run_layers(parts, H, traced, reuse=reuse, inplace=inplace)
 
     def forward(self, H: Tensor) -> Tensor:
         return self.run(H)
@@ -501,12 +505,9 @@ class CompiledModel(nn.Module):
             f"{'#':>4}  {'name':<20} {'kind':<17} {'lemma':<30} {'heads':>6} {'hidden':>6}  reads -> writes"
         ]
 
-        def line(tag: str, info: SublayerInfo) -> str:
-            return (
-                f"{tag:>4}  {info.name:<20} {info.kind:<17} {info.lemma:<30} "
-                f"{info.heads:>6} {info.hidden:>6}  "
-                f"{', '.join(info.reads)} -> {', '.join(info.writes)}"
-            )
+        def line(tag: str, i: SublayerInfo) -> str:
+            io = f"{', '.join(i.reads)} -> {', '.join(i.writes)}"
+            return f"{tag:>4}  {i.name:<20} {i.kind:<17} {i.lemma:<30} {i.heads:>6} {i.hidden:>6}  {io}"
 
         rows += [line(str(i + 1), info) for i, info in enumerate(self.infos())]
         rows.append(f"      (block applied L = {self.steps} times: {self.num_sublayers} sublayers); readout:")

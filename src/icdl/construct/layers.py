@@ -393,19 +393,25 @@ class ReLUMLP(Sublayer):
 
     WRITES_INTO: ClassVar[bool] = True
 
-    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """All units on all tokens in one gather and one scatter: the writes added into zeros in (unit,
+        write) order for every written position, as the chunked path does, then ``h + acc`` there (every
+        other position keeps h: h + 0 = h). None: the unit-chunked path bounds the memory."""
         self._check(H)
         plan = self._plan(H)
-        if plan is not None:
-            # All units on all tokens in one gather and one scatter; the scatter adds into zeros in (unit,
-            # write) order for every written position, as the chunked path does, and then h + acc there
-            # (every other position is copied: h + 0 = h).
-            acc = torch.zeros(plan.write_pos.numel(), dtype=H.dtype, device=H.device)
-            acc.index_add_(0, plan.write_inv, plan.values(H))
-            new = self._copy(H, out)
-            new.view(-1).index_add_(0, plan.write_pos, acc)
-            return new
-        return self._chunked(H, out)
+        if plan is None:
+            return None
+        acc = torch.zeros(plan.write_pos.numel(), dtype=H.dtype, device=H.device)
+        acc.index_add_(0, plan.write_inv, plan.values(H))
+        return plan.write_pos, acc
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+        d = self.delta(H)
+        if d is None:
+            return self._chunked(H, out)
+        new = self._copy(H, out)
+        new.view(-1).index_add_(0, *d)
+        return new
 
     def _chunked(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
         B, T, _ = H.shape

@@ -129,10 +129,20 @@ class RowAttention(HeadSublayer):
     WRITES_INTO: ClassVar[bool] = True
 
     def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+        d = self.delta(H)
+        if d is None:
+            return self._forward_groups(H, out)
+        new = self._copy(H, out)
+        new.view(-1).index_add_(0, *d)
+        return new
+
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """The flat path's scatter positions and values (None: the per-group path, for prompts whose gather
+        would exceed ``max_chunk_elems``)."""
         self._check(H)
         plan = self._plan(H)
         if plan is None:
-            return self._forward_groups(H, out)
+            return None
         # One gather (with the coefficients) for the Q, K and V entries of every group and part, laid out so
         # that each operand below is a contiguous view; one scatter of every group's values into H, in
         # (group, head, entry) order for every coordinate, as the per-group path adds them.
@@ -151,9 +161,7 @@ class RowAttention(HeadSublayer):
                 S = part if S is None else S.add_(part)  # parts added in order
             assert S is not None
             zs.append(torch.bmm(S.relu_(), G.as_strided(vshape, _strides(vshape), v0)).view(-1))
-        new = self._copy(H, out)
-        new.view(-1).index_add_(0, plan.scatter_idx, zs[0] if len(zs) == 1 else torch.cat(zs))
-        return new
+        return plan.scatter_idx, zs[0] if len(zs) == 1 else torch.cat(zs)
 
     def _forward_groups(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
         out = self._copy(H, buffer)
@@ -327,13 +335,18 @@ class RowMLP(ReLUMLP):
     def _unit_groups(self) -> list[tuple[slice, slice]]:
         return self._groups
 
-    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """Every group in one gather, its writes added into H in (group, unit, write) order (None: the
+        token-chunked path, for prompts whose gather would exceed ``max_chunk_elems``)."""
         self._check(H)
         plan = self._plan(H)
+        return None if plan is None else (plan.write_idx, plan.values(H))
+
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+        d = self.delta(H)
         out = self._copy(H, out)
-        if plan is not None:
-            # every group in one gather and one scatter, added into H in (group, unit, write) order
-            out.view(-1).index_add_(0, plan.write_idx, plan.values(H))
+        if d is not None:
+            out.view(-1).index_add_(0, *d)
             return out
         B, T, _ = H.shape
         for us, tokens in self._groups:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icdl.construct._written import WrittenMap
 from icdl.construct.compile import CompiledModel, TracePoint
 from icdl.construct.contract import Expect, Reference
 from icdl.construct.variants import get_variant
@@ -264,6 +265,7 @@ class StreamCheck:
         # the buffer of `unchanged`'s elementwise comparison (None: states numpy cannot view, torch.equal)
         viewable = H0.device.type == "cpu" and H0.dtype in _NUMPY_DTYPES
         self._ne = np.empty(tuple(H0.shape[1:]), dtype=bool) if viewable else None
+        self._maps: dict[tuple[bool, str], WrittenMap] = {}
 
     def _plan(self, expects: list[Expect]) -> _Plan:
         tols: dict[str, float] = {}
@@ -365,7 +367,7 @@ class StreamCheck:
 
     def __call__(self, pt: TracePoint, H: Tensor) -> None:
         """Check the state ``H`` (B, T, D) after the sublayer at ``pt``; it is the next one's input."""
-        if self.cur._version != self.cur_version:
+        if pt.written is None and self.cur._version != self.cur_version:  # in place only as declared
             raise RuntimeError(
                 f"{pt.describe()} changed its input in place; the streaming check needs "
                 "sublayers that return a new state (out = H + f(H))"
@@ -408,12 +410,15 @@ class StreamCheck:
             out[self.token_rows[e.tokens]] = self.place(e, val)
         return out
 
-    def measure(self, plan: _Plan, S: Tensor) -> list[SlotError]:
+    def measure(
+        self, plan: _Plan, S: Tensor, written: tuple[WrittenMap, Tensor] | None = None
+    ) -> list[SlotError]:
         """The [`SlotError`][icdl.construct.stream.SlotError] of every named slot on the named tokens, in
         layout order: the slots gathered side by side and measured in one pass (the same elementwise
         errors and maxima as one [`slot_error`][icdl.construct.stream.slot_error] per slot, which is what
         a NaN or inf anywhere falls back to). A slot that must hold 0 has ``|got - 0| / max(1, 0) = |got|``
-        as both errors."""
+        as both errors. ``written``: the sublayer ran in place (its map and the old values), so the state
+        before is ``S`` with those put back."""
         j = plan.joint
         errs: dict[str, SlotError] = {}
         if j.zero.labels:
@@ -425,13 +430,22 @@ class StreamCheck:
                 zeros = torch.zeros_like(g)
                 errs[lab] = SlotError(lab, m, m, "finite") if finite else slot_error(lab, g, zeros)
         if j.value.labels:
-            errs.update(self._measure_values(plan, j.value, j.rows, S))
+            errs.update(self._measure_values(plan, j.value, j.rows, S, written))
         return [errs[lab] for lab, _, _ in plan.named]
 
-    def _measure_values(self, plan: _Plan, grp: _Group, rows: slice, S: Tensor) -> dict[str, SlotError]:
+    def _measure_values(
+        self,
+        plan: _Plan,
+        grp: _Group,
+        rows: slice,
+        S: Tensor,
+        written: tuple[WrittenMap, Tensor] | None = None,
+    ) -> dict[str, SlotError]:
         """``measure`` for the slots that hold reference values
         (or keep some of the state before)."""
         got, want = grp.gather(S, rows), grp.gather(self.cur, rows)
+        if written is not None:
+            written[0].patch(want, written[1])
         for i, tokens, cols in grp.places:
             e = plan.expects[i]
             if e.quantity == "zero":
@@ -445,6 +459,18 @@ class StreamCheck:
             return {lab: slot_error(lab, got[:, c0:c1], want[:, c0:c1]) for lab, (c0, c1) in bounds}
         rel = a.div_(want.abs_().clamp_min_(1.0)).amax(0).tolist()
         return {lab: SlotError(lab, max(rel[c0:c1]), max(ab[c0:c1]), "finite") for lab, (c0, c1) in bounds}
+
+    def _written_map(self, pt: TracePoint, plan: _Plan, idx: Tensor, S: Tensor) -> WrittenMap:
+        """The [`WrittenMap`][icdl.construct._written.WrittenMap] of the sublayer at ``pt`` (built once per
+        sublayer and written-positions tensor)."""
+        key = (pt.step is None, pt.name)
+        m = self._maps.get(key)
+        if m is None or m.idx is not idx:
+            j = plan.joint
+            named = [cols for _, cols, _ in plan.named]
+            shape = (int(S.shape[0]), int(S.shape[1]))
+            m = self._maps[key] = WrittenMap.build(idx, shape, plan.rows, named, j.rows, j.value.spans)
+        return m
 
     def unchanged(self, plan: _Plan, S: Tensor) -> bool:
         """Whether every coordinate outside the named slots on the named tokens equals the state before,
@@ -467,12 +493,27 @@ class StreamCheck:
         first failing sublayer is the divergence."""
         # The kept columns are compared bit for bit; while they are unchanged, the named slots are measured on
         # the named tokens only (the other tokens, equal to the state before, add errors of exactly 0).
-        if self.unchanged(plan, S):
-            errs = self.measure(plan, S)
-        else:  # measure the kept slots too, on every token (rare: a bug or a NaN)
-            slots = [*plan.named, *((lab, cols, ()) for lab, cols in plan.keep)]
-            slots.sort(key=lambda item: item[1].start)
-            errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
+        w = pt.written
+        if w is not None and w.before is not None and S.data_ptr() == self.cur.data_ptr():
+            # Run in place: only the written positions can have changed (and the state before is gone,
+            # but for their old values). A NaN already in the state was found where it was written.
+            m = self._written_map(pt, plan, w.idx, S)
+            if m.kept(S, w.before):
+                errs = self.measure(plan, S, (m, w.before))
+                self._record(pt, plan, errs)
+                return
+            self.cur = m.restore(S, w.before)
+        elif self.unchanged(plan, S):
+            self._record(pt, plan, self.measure(plan, S))
+            return
+        # measure the kept slots too, on every token (rare: a bug or a NaN)
+        slots = [*plan.named, *((lab, cols, ()) for lab, cols in plan.keep)]
+        slots.sort(key=lambda item: item[1].start)
+        errs = [slot_error(lab, S[:, cols], self.want(plan, cols, idx)) for lab, cols, idx in slots]
+        self._record(pt, plan, errs)
+
+    def _record(self, pt: TracePoint, plan: _Plan, errs: list[SlotError]) -> None:
+        """Fold one sublayer's slot errors into the largest error and the first divergence."""
         for se in errs:
             if se.kind == "finite":
                 self.max_rel = max(self.max_rel, se.rel)

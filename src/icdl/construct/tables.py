@@ -211,6 +211,15 @@ class Sublayer(nn.Module):
     # with ``reuse=True``).
     WRITES_INTO: ClassVar[bool] = False
 
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """This sublayer's effect on ``H (B, T, D)`` as additions at fixed places: flat positions ``idx``
+        into ``H.reshape(-1)`` and the ``values`` added there, such that ``H`` with
+        ``index_add_(0, idx, values)`` applied is ``forward(H)`` bit for bit (the same additions in the same
+        order); None where the sublayer, at this prompt size, has no such form. A sublayer with one is run in
+        place by [`CompiledModel.run`][icdl.construct.compile.CompiledModel.run] (``inplace``), and the
+        streaming check compares only the positions it wrote."""
+        return None
+
     def __init__(
         self,
         tables: dict[str, Tensor],

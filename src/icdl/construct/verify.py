@@ -170,8 +170,9 @@ def trace(model: CompiledModel, H0: Tensor, check: TraceFn | None = None) -> Tra
         return new
 
     t0 = time.perf_counter()
-    # two state buffers in turn: the streaming check holds only the states before and after a sublayer
-    out = model.run(H0, trace=timed, reuse=True)
+    # two state buffers in turn, and the sublayers that are additions at fixed places run in place: the
+    # streaming check holds only the states before and after a sublayer (or what an in-place one wrote)
+    out = model.run(H0, trace=timed, reuse=True, inplace=True)
     return Trace(H0, out, time.perf_counter() - t0 - spent[0], spent[0])
 
 

@@ -1,0 +1,80 @@
+"""What the streaming check ([`icdl.construct.stream`][icdl.construct.stream]) compares after a sublayer that
+was run in place ([`Written`][icdl.construct._kernels.Written]): such a sublayer changed only the positions
+it added into, so of the coordinates outside the named slots on the named tokens only those it wrote can
+differ from the state before, and the state before is the state after with the written positions' old
+values put back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class WrittenMap:
+    """One sublayer's written positions ``idx`` (flat, into ``H.reshape(-1)``), resolved against one
+    prompt element's ``(T, D)`` state and the check's named region, as indices into ``idx``:
+
+    - ``own``: the positions in batch element 0 (the one the check reads), and ``own_pos`` = ``idx[own]``;
+    - ``outside``: those outside the named slots on the named tokens (they must keep their value), and
+      ``outside_pos`` = ``idx[outside]``;
+    - ``inside``: those inside the measured group's gather (rows x the group's column spans), and
+      ``inside_dst``: their flat positions in that gather.
+    """
+
+    idx: Tensor
+    own: Tensor
+    own_pos: Tensor
+    outside: Tensor
+    outside_pos: Tensor
+    inside: Tensor
+    inside_dst: Tensor
+
+    @staticmethod
+    def build(
+        idx: Tensor,
+        shape: tuple[int, int],
+        named_rows: slice,
+        named_cols: Sequence[slice],
+        group_rows: slice,
+        group_spans: Sequence[slice],
+    ) -> WrittenMap:
+        """The map of ``idx`` for a ``(T, D)`` state whose named region is ``named_rows`` x ``named_cols``
+        and whose measured group gathers ``group_rows`` x ``group_spans`` (side by side, in order)."""
+        T, D = shape
+        pos = idx.to(torch.long)
+        own = torch.nonzero(pos < T * D).view(-1)
+        own_pos = pos[own]
+        named = torch.zeros(T, D, dtype=torch.bool)
+        for cols in named_cols:
+            named[named_rows, cols] = True
+        outside = own[~named.view(-1)[own_pos]]
+        colmap = torch.full((D,), -1, dtype=torch.long)
+        c = 0
+        for sp in group_spans:
+            width = len(range(D)[sp])
+            colmap[sp] = torch.arange(c, c + width)
+            c += width
+        lo, hi, _ = group_rows.indices(T)
+        r, col = own_pos // D - lo, colmap[own_pos % D]
+        keep = (r >= 0) & (r < hi - lo) & (col >= 0)
+        return WrittenMap(idx, own, own_pos, outside, pos[outside], own[keep], (r * c + col)[keep])
+
+    def kept(self, S: Tensor, before: Tensor) -> bool:
+        """Whether every written position outside the named region holds its old value, bit for bit
+        (``==`` as floats: a NaN never equals, so it is measured)."""
+        got = S.reshape(-1).index_select(0, self.outside_pos)
+        return bool(torch.equal(got, before.index_select(0, self.outside)))
+
+    def restore(self, S: Tensor, before: Tensor) -> Tensor:
+        """The state before the sublayer: a copy of ``S (T, D)`` with the written positions' old values."""
+        prev = S.clone(memory_format=torch.contiguous_format)
+        prev.view(-1).index_put_((self.own_pos,), before.index_select(0, self.own))
+        return prev
+
+    def patch(self, gathered: Tensor, before: Tensor) -> None:
+        """Put the old values back into a gather of the group's slots of the state after (in place)."""
+        gathered.view(-1).index_put_((self.inside_dst,), before.index_select(0, self.inside))
