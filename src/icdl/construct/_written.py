@@ -21,8 +21,8 @@ class WrittenMap:
     - ``own``: the positions in batch element 0 (the one the check reads), and ``own_pos`` = ``idx[own]``;
     - ``outside``: those outside the named slots on the named tokens (they must keep their value), and
       ``outside_pos`` = ``idx[outside]``;
-    - ``inside``: those inside the measured group's gather (rows x the group's column spans), and
-      ``inside_dst``: their flat positions in that gather.
+    - ``inside``: those inside the measured group's gather (rows x the group's column spans) that no
+      expected value overwrites there (``covered``), and ``inside_dst``: their flat positions in that gather.
     """
 
     idx: Tensor
@@ -41,9 +41,11 @@ class WrittenMap:
         named_cols: Sequence[slice],
         group_rows: slice,
         group_spans: Sequence[slice],
+        covered: Sequence[tuple[slice, slice]] = (),
     ) -> WrittenMap:
         """The map of ``idx`` for a ``(T, D)`` state whose named region is ``named_rows`` x ``named_cols``
-        and whose measured group gathers ``group_rows`` x ``group_spans`` (side by side, in order)."""
+        and whose measured group gathers ``group_rows`` x ``group_spans`` (side by side, in order), of which
+        the ``(rows, columns)`` blocks ``covered`` (in the gather's coordinates) get expected values."""
         T, D = shape
         pos = idx.to(torch.long)
         own = torch.nonzero(pos < T * D).view(-1)
@@ -61,6 +63,10 @@ class WrittenMap:
         lo, hi, _ = group_rows.indices(T)
         r, col = own_pos // D - lo, colmap[own_pos % D]
         keep = (r >= 0) & (r < hi - lo) & (col >= 0)
+        placed = torch.zeros(hi - lo, c, dtype=torch.bool)
+        for rows, cols in covered:
+            placed[rows, cols] = True
+        keep[keep.clone()] = ~placed[r[keep], col[keep]]
         return WrittenMap(idx, own, own_pos, outside, pos[outside], own[keep], (r * c + col)[keep])
 
     def kept(self, S: Tensor, before: Tensor) -> bool:
@@ -76,5 +82,7 @@ class WrittenMap:
         return prev
 
     def patch(self, gathered: Tensor, before: Tensor) -> None:
-        """Put the old values back into a gather of the group's slots of the state after (in place)."""
-        gathered.view(-1).index_put_((self.inside_dst,), before.index_select(0, self.inside))
+        """Put the old values back into a gather of the group's slots of the state after (in place), where
+        no expected value overwrites them."""
+        if self.inside.numel():
+            gathered.view(-1).index_put_((self.inside_dst,), before.index_select(0, self.inside))

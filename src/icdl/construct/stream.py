@@ -469,7 +469,9 @@ class StreamCheck:
             j = plan.joint
             named = [cols for _, cols, _ in plan.named]
             shape = (int(S.shape[0]), int(S.shape[1]))
-            m = self._maps[key] = WrittenMap.build(idx, shape, plan.rows, named, j.rows, j.value.spans)
+            covered = [(toks, cols) for _, toks, cols in j.value.places]
+            m = WrittenMap.build(idx, shape, plan.rows, named, j.rows, j.value.spans, covered)
+            self._maps[key] = m
         return m
 
     def unchanged(self, plan: _Plan, S: Tensor) -> bool:
