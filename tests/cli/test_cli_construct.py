@@ -178,3 +178,31 @@ def test_a_fail_exits_5_and_names_the_failed_conditions() -> None:
     table = _run(*SOFTMAX_OUT_OF_RANGE)
     assert table.returncode == 5 and "verdict      FAIL" in table.stdout
     assert "conditions   FAILED: (b) range" in table.stdout
+
+
+def _console(*args: str) -> subprocess.CompletedProcess[str]:
+    """The console script's entry (``icdl.cli.run``) with an atexit handler that says when the interpreter's
+    teardown ran."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('TEARDOWN', file=sys.stderr)); "
+        "sys.argv = ['icdl', *sys.argv[1:]]; from icdl.cli import run; run()"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+
+
+def test_construct_exits_without_teardown_after_its_whole_output() -> None:
+    """`icdl construct` skips the interpreter's teardown (torch's takes ~0.5 s) once its report is flushed,
+    with its own exit code; other commands, and `main()` in process, tear down as usual."""
+    args = ("-N", "2", "-K", "4", "--in-dim", "3", "--out-dim", "1", "-n", "8", "-L", "3")
+    r = _console("construct", *args, "--json", "--explain")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["verdict"] == "PASS" and "TEARDOWN" not in r.stderr
+    degenerate = _console("construct", *args, "--seed", "2", "--raw-task")
+    assert degenerate.returncode == 4 and degenerate.stdout.rstrip().endswith("DEGENERATE")
+    assert "TEARDOWN" not in degenerate.stderr
+    bad = _console("construct", *args, "--lr", "-1")
+    assert bad.returncode == 2 and "TEARDOWN" in bad.stderr
+    other = _console("--version")
+    assert other.returncode == 0 and "TEARDOWN" in other.stderr

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from icdl.budget import QUICK_SECONDS, Estimate
+from icdl.cli import skip_teardown
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     check_output,
@@ -222,6 +223,7 @@ def construct(
         emit_json(result)
     else:
         click.echo(_render(result, run, variant=variant))
+    skip_teardown()  # the report is written (and --save's directory and --json's file closed)
     exit_on_verdict(run.report.verdict)
 
 
