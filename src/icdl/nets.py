@@ -350,6 +350,25 @@ class GradTerms:
     A: list[Tensor]
     grad: Tensor
 
+    def first_rows(self, n: int) -> GradTerms:
+        """The terms of the first ``n`` rows, for terms computed with a ``mask`` of 1 on those rows and 0 on
+        the others ([`lemma1_terms`][icdl.nets.lemma1_terms]; e.g. n examples and a query token): the
+        per-example tensors cut to ``(*tasks, n, n_j)`` (views), ``A`` and ``grad`` kept, since a masked row
+        has ``s = 0`` and adds exact zeros to them (up to the summation order of the matrix products). Where
+        ``grad`` is not finite, a masked row's non-finite ``p`` (its 0 times inf is NaN) may be why: then
+        ``A`` is summed over the n rows again."""
+
+        def cut(ts: list[Tensor]) -> list[Tensor]:
+            return [t[..., :n, :] for t in ts]
+
+        p, s = cut(self.p), cut(self.s)
+        A, grad = self.A, self.grad
+        if not bool(torch.isfinite(grad).all()):
+            A = [sj.transpose(-1, -2) @ pj / (2 * n) for sj, pj in zip(s, p[:-1], strict=True)]
+            grad = torch.cat([a.flatten(-2) for a in A], dim=-1)
+        u = self.u[..., :n, :]
+        return GradTerms(pre=cut(self.pre), p=p, r_prime=cut(self.r_prime), u=u, s=s, A=A, grad=grad)
+
 
 def lemma1_terms(
     spec: NetSpec,
