@@ -230,10 +230,11 @@ def test_first_rows_of_a_masked_recursion_are_the_examples_terms(activation: str
             *zip(got.r_prime, want.r_prime, strict=True),
             *zip(got.s, want.s, strict=True),
             *zip(got.A, want.A, strict=True),
+            *zip(got.back, want.back, strict=True),
             (got.u, want.u),
             (got.grad, want.grad),
         ]:
-            assert a.shape == b.shape
+            assert a.shape == b.shape and len(got.back) == spec.depth
             torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
         poisoned.append(not bool(torch.isfinite(masked.grad).all()))
     assert poisoned[0] is False and poisoned[-1] is True  # the NaN query did poison the masked sum

@@ -303,6 +303,8 @@ def test_step_budget_equals_the_plain_propagation(variant, activation) -> None:
                 assert repr((got.total, got.approximation)) == repr(want)
                 terms: GradTerms = lemma1_terms(spec, "squared", w, x, y)
                 assert repr(step_budget(spec, "squared", dec, w, x, y, terms=terms, **kw)) == repr(got)
+                unkept = dataclasses.replace(terms, back=[])  # V^T s formed again
+                assert repr(step_budget(spec, "squared", dec, w, x, y, terms=unkept, **kw)) == repr(got)
     with pytest.raises(ValueError, match="terms of 6 examples"):
         step_budget(spec, "squared", dec, w0, x[:5], y[:5], terms=terms, lr=0.2, tol=1e-9, delta=1e-9)
 

@@ -303,7 +303,7 @@ def _backward(
         out[j - 1] = (E / (2 * n)).reshape(-1)
         mag[j - 1] = (s_abs.T @ p_abs).reshape(-1)
         if j > 1:
-            b = s @ Vs[j - 1]
+            b = ex.back[j - 2] if ex.back else s @ Vs[j - 1]  # V_j^T s(j), kept by the recursion
             e_b = _product(e_s, Vabs[j - 1], s_zero)
             if dec.transpose != 0.0:
                 e_b = e_b + dec.transpose * _live(s, zero).sum(1, keepdim=True)
