@@ -206,7 +206,11 @@ def _forward(spec: NetSpec, dec: Declared, Vabs: list[Tensor], pre: list[Tensor]
             e_z = e_z + dec.forward * live
         act = spec.layer_act(j)
         zero: Tensor | None = None
-        if act.name == "relu":
+        if act.name == "relu" and _zero(e_z):  # the general case below with e_z = 0, in fewer passes
+            zero = z <= 0
+            fw.e_p.append(e_z)
+            fw.e_rp.append(((z > 0) & (z < delta)).to(z.dtype))
+        elif act.name == "relu":
             zero = z + e_z <= 0
             fw.e_p.append(torch.where(zero, 0.0, e_z))
             fw.e_rp.append(_relu_switch(z, e_z, delta))
