@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -200,3 +202,39 @@ def test_backward_deltas_takes_pluggable_products() -> None:
     scaled, _ = backward_deltas(t.r_prime, t.u, Vs, derivative=lambda j, rp, m: c * (rp * m))
     for j in range(1, spec.depth + 1):
         torch.testing.assert_close(scaled[j - 1], c ** (spec.depth - j + 1) * t.s[j - 1], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_first_rows_of_a_masked_recursion_are_the_examples_terms(activation: str) -> None:
+    """The examples' rows of terms over examples and a masked query token are the terms of the examples
+    alone (per-example tensors, A, the gradient), also where the query's forward pass overflows or is NaN
+    (its ``0 * inf`` or ``0 * NaN`` makes the masked gradient NaN)."""
+    spec = NetSpec(3, 5, 3, 2, activation=activation)
+    g = torch.Generator().manual_seed(7)
+    n = 9
+    x = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    y = torch.randn(n, 2, generator=g, dtype=torch.float64)
+    w = nets.init_weights(spec, generator=g, dtype=torch.float64)
+    mask = torch.cat([torch.ones(n, dtype=x.dtype), torch.zeros(1, dtype=x.dtype)])
+    want = nets.lemma1_terms(spec, "squared", w, x, y)
+    assert float(want.grad.abs().max()) > 1e-3  # not vacuous
+    poisoned = []
+    for scale in (1.0, 1e300, math.nan):
+        query = scale * torch.randn(3, generator=g, dtype=x.dtype)
+        x_all, y_all = torch.cat([x, query[None]]), torch.cat([y, torch.zeros(1, 2, dtype=y.dtype)])
+        masked = nets.lemma1_terms(spec, "squared", w, x_all, y_all, mask=mask)
+        got = masked.first_rows(n)
+        for a, b in [
+            *zip(got.pre, want.pre, strict=True),
+            *zip(got.p, want.p, strict=True),
+            *zip(got.r_prime, want.r_prime, strict=True),
+            *zip(got.s, want.s, strict=True),
+            *zip(got.A, want.A, strict=True),
+            *zip(got.back, want.back, strict=True),
+            (got.u, want.u),
+            (got.grad, want.grad),
+        ]:
+            assert a.shape == b.shape and len(got.back) == spec.depth
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+        poisoned.append(not bool(torch.isfinite(masked.grad).all()))
+    assert poisoned[0] is False and poisoned[-1] is True  # the NaN query did poison the masked sum

@@ -340,6 +340,8 @@ class GradTerms:
         A: per-layer gradient matrices ``(1/(2n)) sum_i s_i(j) p_i(j-1)^T`` (eq. 3.5 and 3.7),
             shape ``(*tasks, n_j, n_{j-1})``; row k is the gradient for ``v_{jk}``.
         grad: ``∇L_n(w)``, the row-major concatenation of ``A``, shape ``(*tasks, P)``.
+        back: the vectors multiplied into ``r'``: ``back[N-1] = u``, ``back[j-1] = V_{j+1}^T s(j+1)``
+            ([`backward_deltas`][icdl.nets.backward_deltas]); empty where not kept.
     """
 
     pre: list[Tensor]
@@ -349,6 +351,27 @@ class GradTerms:
     s: list[Tensor]
     A: list[Tensor]
     grad: Tensor
+    back: list[Tensor] = field(default_factory=list)
+
+    def first_rows(self, n: int) -> GradTerms:
+        """The terms of the first ``n`` rows, for terms computed with a ``mask`` of 1 on those rows and 0 on
+        the others ([`lemma1_terms`][icdl.nets.lemma1_terms]; e.g. n examples and a query token): the
+        per-example tensors cut to ``(*tasks, n, n_j)`` (views), ``A`` and ``grad`` kept, since a masked row
+        has ``s = 0`` and adds exact zeros to them (up to the summation order of the matrix products). Where
+        ``grad`` is not finite, a masked row's non-finite ``p`` (its 0 times inf is NaN) may be why: then
+        ``A`` is summed over the n rows again."""
+
+        def cut(ts: list[Tensor]) -> list[Tensor]:
+            return [t[..., :n, :] for t in ts]
+
+        p, s = cut(self.p), cut(self.s)
+        A, grad = self.A, self.grad
+        if not bool(torch.isfinite(grad).all()):
+            A = [sj.transpose(-1, -2) @ pj / (2 * n) for sj, pj in zip(s, p[:-1], strict=True)]
+            grad = torch.cat([a.flatten(-2) for a in A], dim=-1)
+        u = self.u[..., :n, :]
+        pre, rp, back = cut(self.pre), cut(self.r_prime), cut(self.back)
+        return GradTerms(pre=pre, p=p, r_prime=rp, u=u, s=s, A=A, grad=grad, back=back)
 
 
 def lemma1_terms(
@@ -393,10 +416,10 @@ def lemma1_terms(
     uu = (loss.deriv if u is None else u)(ps[-1], y)
     if mask is not None:
         uu = uu * mask[..., None]
-    s, _ = backward_deltas(rp, uu, Vs)
+    s, back = backward_deltas(rp, uu, Vs)
     A = [s[j].transpose(-1, -2) @ ps[j] / (2 * n) for j in range(spec.depth)]
     grad = flatten(spec, A)
-    return GradTerms(pre=pre, p=ps, r_prime=rp, u=uu, s=s, A=A, grad=grad)
+    return GradTerms(pre=pre, p=ps, r_prime=rp, u=uu, s=s, A=A, grad=grad, back=back)
 
 
 #: ``transpose(j, V_{j+1}, s(j+1))``: the product ``V_{j+1}^T s(j+1)`` per row, for layer j = N-1..1.

@@ -6,6 +6,7 @@ condition named."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import pytest
@@ -14,12 +15,13 @@ import torch
 from icdl.construct import compile as compile_mod
 from icdl.construct import compile_gd_transformer, sample_task, verify
 from icdl.construct.budget import Declared, step_budget, sum_error, sums_only
-from icdl.construct.compile import SumTerms
+from icdl.construct.compile import SumTerms, default_tol
 from icdl.construct.rows import declared as rows_declared
 from icdl.construct.softmax import VARIANT as SOFTMAX
 from icdl.construct.terms import Terms
-from icdl.construct.variants import register, unregister
-from icdl.nets import NetSpec, gradient
+from icdl.construct.variants import get_variant, register, unregister
+from icdl.construct.verify import Prompt, compare
+from icdl.nets import GradTerms, NetSpec, get_loss, gradient, lemma1_terms, unflatten
 
 SMOOTH = ("sigmoid", "tanh", "softplus")
 CASES = [
@@ -197,3 +199,126 @@ def test_verdict_label_names_each_failed_condition_once() -> None:
     assert verdict_label("FAIL", fails) == "FAIL (b) range, (c) budget"
     assert verdict_label("PASS", []) == "PASS"
     assert verdict_label("DEGENERATE", []) == "DEGENERATE"
+
+
+@pytest.mark.parametrize(
+    "variant, activation", [("paper", "relu"), ("compact", "tanh"), ("rows", "sigmoid"), ("softmax", "tanh")]
+)
+def test_each_step_budget_is_its_own_from_scratch(variant, activation, assert_nondegenerate) -> None:
+    """verify() computes each step's budget from the exact terms the sublayer check evaluated at that step's
+    start weights; it equals ``step_budget`` from scratch at the transformer's weights ``w̄^{l-1}`` (up to
+    the summation order of a masked query row), and the budgets move between steps (so the terms of another
+    step would be seen)."""
+    model = _model(variant, activation)
+    cfg, spec = model.config, model.spec
+    for seed in SEEDS[:2]:
+        x, y, xq, w0, _ = sample_task(spec, 6, seed=seed)
+        assert_nondegenerate(spec, x, y, w0)
+        rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+        prompt = Prompt.of(model, x, y, xq, w0)
+        H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+        _, cmp = compare(model, H0, prompt, tol=default_tol(cfg.dtype))
+        dec = get_variant(cfg.variant).budget(model)
+        assert cfg.delta is not None
+        want = [
+            step_budget(
+                spec, cfg.loss, dec, w, prompt.x, prompt.y, lr=cfg.lr, tol=rep.tol, delta=cfg.delta
+            ).total
+            for w in cmp.w_tf[: model.steps]
+        ]
+        got = [s.budget_l2 for s in rep.steps]
+        assert got == pytest.approx(want, rel=1e-12, abs=0.0)
+        assert min(abs(a - b) for a, b in itertools.pairwise(want)) > 1e-9 * max(want)
+
+
+def _plain_budget(spec, loss, dec, w, x, y, *, lr, tol, delta):  # type: ignore[no-untyped-def]
+    """The budget of the module docstring, every product formed (the implementation before shared terms
+    and skipped zero products): the independent reference of ``step_budget``."""
+    n = x.shape[0]
+    ex = lemma1_terms(spec, loss, w, x, y)
+    Vs = unflatten(spec, w)
+    e_p = [torch.zeros(n, spec.in_dim, dtype=w.dtype)]
+    e_rp, zeros = [], []
+    live = torch.full((n, 1), float(spec.in_dim), dtype=w.dtype)
+    for j, V in enumerate(Vs, start=1):
+        z = ex.pre[j - 1]
+        e_z = e_p[-1] @ V.abs().T + dec.forward * live
+        act, zero = spec.layer_act(j), None
+        if act.name == "relu":
+            zero = z + e_z <= 0
+            e_p.append(torch.where(zero, 0.0, e_z))
+            e_rp.append(torch.where(z > 0, z - e_z < delta, z + e_z > 0).to(z.dtype))
+        elif act.name == "identity":
+            e_p.append(e_z)
+            e_rp.append(torch.zeros_like(e_z))
+        else:
+            e_p.append(dec.r[j - 1] + act.lipschitz * e_z)
+            e_rp.append(dec.r_prime[j - 1] + act.deriv_lipschitz * e_z)
+        zeros.append(zero)
+        live = (
+            (~zero).sum(1, keepdim=True).to(z.dtype)
+            if zero is not None
+            else torch.full_like(live, z.shape[1])
+        )
+    b, e_b = ex.u, dec.u + get_loss(loss).deriv_lipschitz * e_p[-1]
+    out = [torch.empty(0)] * spec.depth
+    for j in range(spec.depth, 0, -1):
+        rp, s, zero = ex.r_prime[j - 1], ex.s[j - 1], zeros[j - 1]
+        e_s = e_rp[j - 1] * (b.abs() + e_b) + rp.abs() * e_b + dec.derivative_at(j)
+        lv = torch.ones_like(s) if zero is None else (~zero).to(s.dtype)
+        if zero is not None:
+            e_s = torch.where(zero, 0.0, e_s)
+        p_in, e_in = ex.p[j - 1], e_p[j - 1]
+        E = (e_s.T @ (p_in.abs() + e_in) + s.abs().T @ e_in + dec.gradient * lv.sum(0)[:, None]) / (2 * n)
+        out[j - 1] = E.reshape(-1)
+        if j > 1:
+            b, e_b = s @ Vs[j - 1], e_s @ Vs[j - 1].abs() + dec.transpose * lv.sum(1, keepdim=True)
+    E_all = torch.cat(out)
+    approx = float(E_all.norm())
+    tol_term = float((tol * (w.abs() + lr * (ex.grad.abs() + E_all)).clamp_min(1.0) / lr).norm())
+    unit, k = torch.finfo(w.dtype).eps / 2, n + spec.depth * max(spec.widths) + 8
+    mag = torch.cat([(s.abs().T @ p.abs()).reshape(-1) for s, p in zip(ex.s, ex.p[:-1], strict=True)]) / (
+        2 * n
+    )
+    return approx + tol_term + 2 * k * unit / (1 - k * unit) * float(mag.norm()), approx
+
+
+@pytest.mark.parametrize("variant, activation", [*CASES[::2], ("softmax", "relu"), ("rows", "relu")])
+def test_step_budget_equals_the_plain_propagation(variant, activation) -> None:
+    """``step_budget`` (zero error terms' products skipped, |V| and |s|, |p| formed once) equals the plain
+    propagation bit for bit: at random and scaled weights, with relu' window hits (δ = 0.3) and with an
+    infinite weight (where a skipped ``0 @ inf`` would hide a NaN); and from given exact terms."""
+    model = _model(variant, activation)
+    spec = model.spec
+    dec = get_variant(variant).budget(model)
+    for seed in SEEDS:
+        x, y, _, w0, _ = sample_task(spec, 6, seed=seed)
+        w_inf = w0.clone()
+        w_inf[spec.offsets[1] + 1] = math.inf
+        for w in (w0, 3 * w0, w_inf):
+            for delta in (1e-9, 0.3):
+                kw = {"lr": 0.2, "tol": 1e-9, "delta": delta}
+                got = step_budget(spec, "squared", dec, w, x, y, **kw)
+                want = _plain_budget(spec, "squared", dec, w, x, y, **kw)
+                assert repr((got.total, got.approximation)) == repr(want)
+                terms: GradTerms = lemma1_terms(spec, "squared", w, x, y)
+                assert repr(step_budget(spec, "squared", dec, w, x, y, terms=terms, **kw)) == repr(got)
+                unkept = dataclasses.replace(terms, back=[])  # V^T s formed again
+                assert repr(step_budget(spec, "squared", dec, w, x, y, terms=unkept, **kw)) == repr(got)
+    with pytest.raises(ValueError, match="terms of 6 examples"):
+        step_budget(spec, "squared", dec, w0, x[:5], y[:5], terms=terms, lr=0.2, tol=1e-9, delta=1e-9)
+
+
+def test_a_skipped_product_is_the_product() -> None:
+    """A product skipped for a zero factor is what ``@`` gives, and formed where the other factor is not
+    finite (``0 * inf`` is NaN)."""
+    from icdl.construct.budget import _product, _zero
+
+    zeros = torch.zeros(3, 2, dtype=torch.float64)
+    some = torch.rand(3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for other in (torch.tensor([[1.0, 2.0], [0.5, 3.0]]), torch.tensor([[1.0, math.inf], [2.0, 3.0]])):
+        other = other.double()
+        assert _zero(zeros) and not _zero(some) and not _zero(torch.full((2,), math.nan))
+        assert repr(_product(zeros, other, a_zero=True)) == repr(zeros @ other)
+        assert repr(_product(other.T, zeros.T, b_zero=True)) == repr(other.T @ zeros.T)
+        assert torch.equal(_product(some, other), some @ other)

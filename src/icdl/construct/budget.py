@@ -165,6 +165,20 @@ def _relu_switch(z: Tensor, e_z: Tensor, delta: float) -> Tensor:
     return torch.where(z > 0, z - e_z < delta, z + e_z > 0).to(z.dtype)
 
 
+def _zero(t: Tensor) -> bool:
+    """Whether every entry of ``t`` is exactly 0 (a NaN is not)."""
+    return float(t.amax()) == 0.0 and float(t.amin()) == 0.0
+
+
+def _product(a: Tensor, b: Tensor, a_zero: bool = False, b_zero: bool = False) -> Tensor:
+    """``a @ b`` (2-D), without the multiplication where a factor is exactly 0 (``a_zero``, ``b_zero``) and
+    the other finite (its sum is): then the product is exactly 0. The error terms of an exact construction
+    are 0 in most layers (ReLU, exact sums and products: only relu' window hits make any)."""
+    if (a_zero and math.isfinite(float(b.sum()))) or (b_zero and math.isfinite(float(a.sum()))):
+        return torch.zeros(a.shape[0], b.shape[1], dtype=torch.result_type(a, b))
+    return a @ b
+
+
 @dataclass
 class _Forward:
     """The forward part of the budget, per example and entry: ``e_p(0..N)``, ``e_r'(1..N)`` and where a ReLU
@@ -174,21 +188,29 @@ class _Forward:
     e_p: list[Tensor]
     e_rp: list[Tensor]
     zero: list[Tensor | None]
+    e_p_zero: list[bool]  # whether e_p(j) is exactly 0 (no forward error yet)
 
 
-def _forward(spec: NetSpec, dec: Declared, Vs: list[Tensor], pre: list[Tensor], delta: float) -> _Forward:
+def _forward(spec: NetSpec, dec: Declared, Vabs: list[Tensor], pre: list[Tensor], delta: float) -> _Forward:
     """``e_z(j) = |V_j| e_p(j-1) + ε_fwd · #(entries of p̄(j-1) not exactly 0)``, then ``e_p(j)`` and
-    ``e_r'(j)`` (the module docstring). A product whose second factor is exactly 0 is exactly 0
-    ([`icdl.construct.products`][icdl.construct.products]), so known zeros of ``p̄`` add no product error."""
+    ``e_r'(j)`` (the module docstring; ``Vabs``: the ``|V_j|``). A product whose second factor is exactly 0
+    is exactly 0 ([`icdl.construct.products`][icdl.construct.products]), so known zeros of ``p̄`` add no
+    product error."""
     n = pre[0].shape[0]
-    fw = _Forward([torch.zeros(n, spec.in_dim, dtype=pre[0].dtype)], [], [])
+    fw = _Forward([torch.zeros(n, spec.in_dim, dtype=pre[0].dtype)], [], [], [True])
     live = torch.full((n, 1), float(spec.in_dim), dtype=pre[0].dtype)
-    for j, V in enumerate(Vs, start=1):
+    for j, Va in enumerate(Vabs, start=1):
         z = pre[j - 1]
-        e_z = fw.e_p[-1] @ V.abs().T + dec.forward * live
+        e_z = _product(fw.e_p[-1], Va.T, fw.e_p_zero[-1])
+        if dec.forward != 0.0:  # else the count adds exact zeros
+            e_z = e_z + dec.forward * live
         act = spec.layer_act(j)
         zero: Tensor | None = None
-        if act.name == "relu":
+        if act.name == "relu" and _zero(e_z):  # the general case below with e_z = 0, in fewer passes
+            zero = z <= 0
+            fw.e_p.append(e_z)
+            fw.e_rp.append(((z > 0) & (z < delta)).to(z.dtype))
+        elif act.name == "relu":
             zero = z + e_z <= 0
             fw.e_p.append(torch.where(zero, 0.0, e_z))
             fw.e_rp.append(_relu_switch(z, e_z, delta))
@@ -199,11 +221,13 @@ def _forward(spec: NetSpec, dec: Declared, Vs: list[Tensor], pre: list[Tensor], 
             fw.e_p.append(dec.r[j - 1] + act.lipschitz * e_z)
             fw.e_rp.append(dec.r_prime[j - 1] + act.deriv_lipschitz * e_z)
         fw.zero.append(zero)
-        live = (
-            (~zero).sum(1, keepdim=True).to(z.dtype)
-            if zero is not None
-            else torch.full_like(live, z.shape[1])
-        )
+        fw.e_p_zero.append(_zero(fw.e_p[-1]))
+        if dec.forward != 0.0:
+            live = (
+                (~zero).sum(1, keepdim=True).to(z.dtype)
+                if zero is not None
+                else torch.full_like(live, z.shape[1])
+            )
     return fw
 
 
@@ -218,50 +242,73 @@ def step_budget(
     lr: float,
     tol: float,
     delta: float,
+    terms: GradTerms | None = None,
 ) -> StepBudget:
     """The a-priori budget of the gradient applied at weights ``w`` (P,) on the examples ``x`` (n, d_x),
     ``y`` (n, d_y) (the query adds an exact 0 in every variant): see the module docstring. ``delta`` is the
-    relu' step width, ``tol`` the sublayer check's relative tolerance."""
+    relu' step width, ``tol`` the sublayer check's relative tolerance. ``terms``: the exact Lemma 1 terms at
+    ``w`` on these examples where they are already computed (e.g. the examples' rows of the verifier's
+    masked recursion, [`GradTerms.first_rows`][icdl.nets.GradTerms.first_rows]); else computed here."""
     n = x.shape[0]
-    ex = lemma1_terms(spec, loss, w, x, y)
-    Vs = unflatten(spec, w)
-    fw = _forward(spec, dec, Vs, ex.pre, delta)
+    ex = lemma1_terms(spec, loss, w, x, y) if terms is None else terms
+    if ex.p[0].shape[-2] != n:
+        raise ValueError(f"terms of {ex.p[0].shape[-2]} examples for a budget of {n}")
+    w_abs = w.abs()
+    Vs, Vabs = unflatten(spec, w), unflatten(spec, w_abs)
+    fw = _forward(spec, dec, Vabs, ex.pre, delta)
     e_u = dec.u + get_loss(loss).deriv_lipschitz * fw.e_p[-1]
     u_out = 0
     if math.isfinite(dec.u_range):
         u_out = int(((ex.p[-1].abs() + fw.e_p[-1]) > dec.u_range).sum()) + int((y.abs() > dec.u_range).sum())
-    E_all = _backward(spec, dec, ex, Vs, fw, e_u)
+    E_all, mag = _backward(spec, dec, ex, Vs, Vabs, fw, e_u)
     approx = float(E_all.norm())
-    written = w.abs() + lr * (ex.grad.abs() + E_all)
+    written = w_abs + lr * (ex.grad.abs() + E_all)
     tol_term = float((tol * written.clamp_min(1.0) / lr).norm())
     unit = torch.finfo(w.dtype).eps / 2
     k = n + spec.depth * max(spec.widths) + 8
-    pairs = zip(ex.s, ex.p[:-1], strict=True)
-    mag = torch.cat([(s.abs().T @ p.abs()).reshape(-1) for s, p in pairs]) / (2 * n)
     roundoff = 2 * k * unit / (1 - k * unit) * float(mag.norm())  # the surrogate's and the true gradient's
     return StepBudget(approx + tol_term + roundoff, approx, tol_term, roundoff, u_out)
 
 
+def _live(s: Tensor, zero: Tensor | None) -> Tensor:
+    """1 where a layer's ``s̄`` is not known to be exactly 0 (``zero``: a ReLU layer's known zeros), else 0."""
+    return torch.ones_like(s) if zero is None else (~zero).to(s.dtype)
+
+
 def _backward(
-    spec: NetSpec, dec: Declared, ex: GradTerms, Vs: list[Tensor], fw: _Forward, e_u: Tensor
-) -> Tensor:
+    spec: NetSpec,
+    dec: Declared,
+    ex: GradTerms,
+    Vs: list[Tensor],
+    Vabs: list[Tensor],
+    fw: _Forward,
+    e_u: Tensor,
+) -> tuple[Tensor, Tensor]:
     """``|Ā - A|`` entrywise (P,): the backward recursion ``e_s``, ``e_b`` and the gradient sum (the module
-    docstring). Where a ReLU layer's ``r̄'`` is exactly 0, ``s̄`` is exactly 0 (its product too)."""
+    docstring). Where a ReLU layer's ``r̄'`` is exactly 0, ``s̄`` is exactly 0 (its product too). Also
+    ``|s|^T |p| / (2n)`` (P,), the magnitude of the gradient sum (its round-off)."""
     n = ex.u.shape[0]
     b, e_b = ex.u, e_u
     out: list[Tensor] = [torch.empty(0)] * spec.depth
+    mag: list[Tensor] = [torch.empty(0)] * spec.depth
     for j in range(spec.depth, 0, -1):
         rp, s, zero = ex.r_prime[j - 1], ex.s[j - 1], fw.zero[j - 1]
         e_s = fw.e_rp[j - 1] * (b.abs() + e_b) + rp.abs() * e_b + dec.derivative_at(j)
-        live = torch.ones_like(s)
         if zero is not None:
             e_s = torch.where(zero, 0.0, e_s)
-            live = (~zero).to(s.dtype)
-        p_in, e_in = ex.p[j - 1], fw.e_p[j - 1]
-        E = (e_s.T @ (p_in.abs() + e_in) + s.abs().T @ e_in + dec.gradient * live.sum(0)[:, None]) / (2 * n)
-        out[j - 1] = E.reshape(-1)
+        p_abs, s_abs, e_in, in_zero = ex.p[j - 1].abs(), s.abs(), fw.e_p[j - 1], fw.e_p_zero[j - 1]
+        s_zero = _zero(e_s)
+        E = _product(e_s.T, p_abs if in_zero else p_abs + e_in, s_zero) + _product(
+            s_abs.T, e_in, b_zero=in_zero
+        )
+        # the products' counts (entries of s̄ not exactly 0) add exact zeros where they are declared exact
+        if dec.gradient != 0.0:
+            E = E + dec.gradient * _live(s, zero).sum(0)[:, None]
+        out[j - 1] = (E / (2 * n)).reshape(-1)
+        mag[j - 1] = (s_abs.T @ p_abs).reshape(-1)
         if j > 1:
-            V = Vs[j - 1]
-            b = s @ V
-            e_b = e_s @ V.abs() + dec.transpose * live.sum(1, keepdim=True)
-    return torch.cat(out)
+            b = ex.back[j - 2] if ex.back else s @ Vs[j - 1]  # V_j^T s(j), kept by the recursion
+            e_b = _product(e_s, Vabs[j - 1], s_zero)
+            if dec.transpose != 0.0:
+                e_b = e_b + dec.transpose * _live(s, zero).sum(1, keepdim=True)
+    return torch.cat(out), torch.cat(mag) / (2 * n)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,7 +31,10 @@ from icdl.construct.compile import CompiledModel, TracePoint
 from icdl.construct.contract import Expect, Reference
 from icdl.construct.variants import get_variant
 from icdl.construct.verify_report import Divergence
-from icdl.nets import GradTerms, gradient, lemma1_terms
+from icdl.nets import GradTerms, lemma1_terms
+
+if TYPE_CHECKING:
+    from icdl.construct.layout import Slot
 
 __all__ = ["Comparison", "Prompt", "SlotError", "StreamCheck", "recursion", "slot_error"]
 
@@ -219,6 +223,17 @@ def _group(
     return _Group(tuple(lab for lab, _, _ in named), tuple(spans), tuple(bounds), places)
 
 
+def _spans(slots: list[Slot]) -> list[slice]:
+    """The columns of ``slots`` as few contiguous ranges, in column order."""
+    spans: list[slice] = []
+    for s in sorted(slots, key=lambda s: s.offset):
+        if spans and spans[-1].stop == s.offset:
+            spans[-1] = slice(spans[-1].start, s.offset + s.size)
+        else:
+            spans.append(slice(s.offset, s.offset + s.size))
+    return spans
+
+
 class StreamCheck:
     """The callback ``(point, H) -> None`` that checks each sublayer's output as the model runs (batch element
     0), and the state it keeps: the state before the sublayer, the current step's reference, the step-end
@@ -262,6 +277,7 @@ class StreamCheck:
         self.acc = self.fresh()
         self.applied: Tensor | None = None
         self.last = len(model.block_layers) - 1
+        self.scratch_spans = _spans(self.layout.scratch_slots())
         # the buffer of `unchanged`'s elementwise comparison (None: states numpy cannot view, torch.equal)
         viewable = H0.device.type == "cpu" and H0.dtype in _NUMPY_DTYPES
         self._ne = np.empty(tuple(H0.shape[1:]), dtype=bool) if viewable else None
@@ -526,15 +542,21 @@ class StreamCheck:
 
     def end_step(self, S: Tensor) -> None:
         """After the block's last sublayer: weight replication, scratch, the applied gradient, new w."""
-        layout, p = self.layout, self.prompt
+        layout = self.layout
         W = layout.weight_copies(S)
-        self.spread = max(self.spread, float((W - W[0]).abs().max()))
-        self.scratch_max = max(self.scratch_max, float(S[:, layout.scratch_indices()].abs().max()))
+        if W.shape[0] > 1:  # one copy spreads by 0 (or NaN, which max ignores)
+            self.spread = max(self.spread, float((W - W[0]).abs().max()))
+        # the scratch columns as contiguous spans (views: no gather); a NaN in any is the maximum, as in one
+        scratch = [float(S[:, sp].abs().max()) for sp in self.scratch_spans]
+        most = math.nan if any(map(math.isnan, scratch)) else max(scratch, default=0.0)
+        self.scratch_max = max(self.scratch_max, most)
         # The gradient the transformer applied: read before the projection when a sublayer is expected
         # to write w - eta grad, else from the step's end (exact without projection).
         w_new = layout.read_weights(S).clone()
         g_tf = (self.step_w - (self.applied if self.applied is not None else w_new)) / self.model.config.lr
-        true = gradient(self.model.spec, self.model.config.loss, self.step_w, p.x, p.y)
+        # ∇L_n at the step's start weights: the examples' rows of the step's exact recursion (Lemma 1)
+        assert self.ref.w is self.step_w
+        true = self.ref.exact.first_rows(self.prompt.n).grad
         self.grad_err.append(float((g_tf - true).norm()))
         self.applied = None
         self.step_w = w_new

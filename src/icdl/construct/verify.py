@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -198,6 +198,10 @@ class _Counters:
     window: int = 0
     range: int = 0
     gate_margin: float = math.inf
+    # the variant's declared errors, and the a-priori budget of each step so far with the step-start weights
+    # it is at (`_budget`)
+    declared: Declared | None = None
+    budgets: list[tuple[Tensor, StepBudget]] = field(default_factory=list)
 
 
 def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
@@ -220,6 +224,25 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
     for a, b in zip(u.a, u.b, strict=True):
         arg = float((a[0] * ref.sur.p[-1] + a[1] * y_all + b).abs().max())
         c.gate_margin = min(c.gate_margin, cfg.gate - arg)
+
+
+def _budget(model: CompiledModel, ref: Reference, c: _Counters, prompt: Prompt, tol: float) -> None:
+    """The a-priori budget of the step starting at ``ref.w``
+    ([`step_budget`][icdl.construct.budget.step_budget]) from the exact Lemma 1 terms the sublayer check
+    evaluated there (their examples' rows: the query's u and s are 0), for the first ``model.steps``
+    references (the last one is the readout's, at the final weights)."""
+    if len(c.budgets) >= model.steps:
+        return
+    cfg = model.config
+    assert cfg.delta is not None
+    if c.declared is None:
+        c.declared = get_variant(cfg.variant).budget(model)
+    ex = ref.exact.first_rows(prompt.n)
+    x, y = prompt.x, prompt.y
+    b = step_budget(
+        model.spec, cfg.loss, c.declared, ref.w, x, y, lr=cfg.lr, tol=tol, delta=cfg.delta, terms=ex
+    )
+    c.budgets.append((ref.w, b))
 
 
 def verify(
@@ -250,9 +273,12 @@ def verify(
     H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
     counters = _Counters()
     y_all = prompt.y_all
-    tr, cmp = compare(
-        model, H0, prompt, tol=tol, on_step=lambda ref: _count(model, ref, counters, prompt.n, y_all)
-    )
+
+    def on_step(ref: Reference) -> None:
+        _count(model, ref, counters, prompt.n, y_all)
+        _budget(model, ref, counters, prompt, tol)
+
+    tr, cmp = compare(model, H0, prompt, tol=tol, on_step=on_step)
     return report(Checked(model, prompt, tr, cmp, counters, tol, t_start), lipschitz_iters=lipschitz_iters)
 
 
@@ -303,12 +329,18 @@ def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
         lf = estimate_lipschitz(model, [*cmp.w_tf, *traj_gd], p.x, p.y, iters=lipschitz_iters)
     else:
         lf = 0.0
-    declared = get_variant(cfg.variant).budget(model)
+    declared = c.counters.declared
+    if declared is None:
+        declared = get_variant(cfg.variant).budget(model)
     assert cfg.delta is not None
-    budgets = [
-        step_budget(model.spec, cfg.loss, declared, w, p.x, p.y, lr=cfg.lr, tol=c.tol, delta=cfg.delta)
-        for w in cmp.w_tf[:L]
-    ]
+    shared = c.counters.budgets  # computed as the check ran, from its exact terms at the same weights
+    if len(shared) == L and all(w is v for (w, _), v in zip(shared, cmp.w_tf, strict=False)):
+        budgets = [b for _, b in shared]
+    else:
+        budgets = [
+            step_budget(model.spec, cfg.loss, declared, w, p.x, p.y, lr=cfg.lr, tol=c.tol, delta=cfg.delta)
+            for w in cmp.w_tf[:L]
+        ]
     eps = max_or_nan(cmp.grad_err)
     return _GDCheck(traj_gd, torch.stack(cmp.w_tf), seconds, eps, lf, estimated, declared, budgets)
 
