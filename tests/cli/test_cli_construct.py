@@ -206,3 +206,37 @@ def test_construct_exits_without_teardown_after_its_whole_output() -> None:
     assert bad.returncode == 2 and "TEARDOWN" in bad.stderr
     other = _console("--version")
     assert other.returncode == 0 and "TEARDOWN" in other.stderr
+
+
+@pytest.mark.parametrize("was_enabled", [True, False])
+def test_paused_gc_restores_the_collector_and_freezes_only_in_the_console(was_enabled: bool) -> None:
+    import gc
+
+    from icdl.cli import paused_gc
+
+    frozen = gc.get_freeze_count()
+    (gc.enable if was_enabled else gc.disable)()
+    try:
+        with paused_gc():
+            assert not gc.isenabled()
+        assert gc.isenabled() == was_enabled
+        assert gc.get_freeze_count() == frozen  # main() in process: a test's garbage stays collectable
+    finally:
+        gc.enable()
+
+
+def test_the_console_freezes_what_a_command_import_created() -> None:
+    """In the console script's process, the objects torch's import creates are frozen (the collector does
+    not walk them again); the command still runs and tears down as usual."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
+    code = (
+        "import atexit, gc, sys; "
+        "atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), gc.isenabled(), file=sys.stderr)); "
+        "sys.argv = ['icdl', *sys.argv[1:]]; from icdl.cli import run; run()"
+    )
+    args = ["theory", "--depth", "2", "--width", "3", "--in-dim", "2", "--out-dim", "1", "--steps", "1"]
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    count, enabled = r.stderr.split("FROZEN")[1].split()
+    assert int(count) > 100_000 and enabled == "True"

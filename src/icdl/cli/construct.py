@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from icdl.budget import QUICK_SECONDS, Estimate
-from icdl.cli import skip_teardown
+from icdl.cli import paused_gc, skip_teardown
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     check_output,
@@ -69,7 +69,8 @@ class VariantChoice(click.Choice):
 
     @property  # type: ignore[override]
     def choices(self) -> Sequence[str]:
-        from icdl.construct.variants import VARIANTS
+        with paused_gc():  # the first import of torch
+            from icdl.construct.variants import VARIANTS
 
         return tuple(VARIANTS)
 
