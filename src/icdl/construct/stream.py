@@ -367,6 +367,16 @@ class StreamCheck:
             self.on_step(ref)
         return ref
 
+    def value(self, e: Expect) -> Tensor:
+        """``self.ref.value(e)``, evaluated once per GD step and quantity (kept in the step's
+        ``Reference.cache``): a quantity's value depends only on the reference, its name and layer (or the
+        callable itself)."""
+        values: dict[tuple[object, int | None], Tensor] = self.ref.cache.setdefault("stream.values", {})
+        key = (e.quantity, e.layer)
+        if key not in values:
+            values[key] = self.ref.value(e)
+        return values[key]
+
     def place(self, e: Expect, val: Tensor) -> Tensor:
         """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
         per data token (built-in quantities) or per selected token."""
@@ -443,8 +453,9 @@ class StreamCheck:
             finite = all(map(math.isfinite, ab))
             for lab, (c0, c1) in zip(j.zero.labels, j.zero.bounds, strict=True):
                 g, m = got[:, c0:c1], max(ab[c0:c1])
-                zeros = torch.zeros_like(g)
-                errs[lab] = SlotError(lab, m, m, "finite") if finite else slot_error(lab, g, zeros)
+                errs[lab] = (
+                    SlotError(lab, m, m, "finite") if finite else slot_error(lab, g, torch.zeros_like(g))
+                )
         if j.value.labels:
             errs.update(self._measure_values(plan, j.value, j.rows, S, written))
         return [errs[lab] for lab, _, _ in plan.named]
@@ -459,15 +470,18 @@ class StreamCheck:
     ) -> dict[str, SlotError]:
         """``measure`` for the slots that hold reference values
         (or keep some of the state before)."""
-        got, want = grp.gather(S, rows), grp.gather(self.cur, rows)
-        if written is not None:
+        got = grp.gather(S, rows)
+        if written is not None:  # the state before is S with the written positions' old values
+            want = got.clone() if self.cur.data_ptr() == S.data_ptr() else grp.gather(self.cur, rows)
             written[0].patch(want, written[1])
+        else:
+            want = grp.gather(self.cur, rows)
         for i, tokens, cols in grp.places:
             e = plan.expects[i]
             if e.quantity == "zero":
                 want[tokens, cols] = 0.0
             else:
-                want[tokens, cols] = self.place(e, self.ref.value(e))
+                want[tokens, cols] = self.place(e, self.value(e))
         bounds = list(zip(grp.labels, grp.bounds, strict=True))
         a = (got - want).abs_()
         ab = a.amax(0).tolist()  # NaN and inf propagate into the column maxima
