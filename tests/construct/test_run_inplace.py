@@ -127,7 +127,7 @@ def test_written_map_against_loops(seed: int) -> None:
     covered = [(slice(0, 2), slice(1, 4)), (slice(4, 5), slice(0, 5))]  # rows, columns of the gather
     m = WrittenMap.build(idx, (T, D), named_rows, named_cols, grows, spans, covered)
     own, outside, inside = _plain_map(idx, T, D, named_rows, named_cols, grows, spans, covered)
-    assert m.own.tolist() == own and m.outside.tolist() == outside
+    assert m.own().tolist() == own and m.outside.tolist() == outside
     assert sorted(zip(m.inside.tolist(), m.inside_dst.tolist(), strict=True)) == sorted(inside)
     assert len(own) < len(idx) and outside and inside  # every case is exercised
 

@@ -18,7 +18,8 @@ class WrittenMap:
     """One sublayer's written positions ``idx`` (flat, into ``H.reshape(-1)``), resolved against one
     prompt element's ``(T, D)`` state and the check's named region, as indices into ``idx``:
 
-    - ``own``: the positions in batch element 0 (the one the check reads), and ``own_pos`` = ``idx[own]``;
+    - the positions in batch element 0 (the one the check reads) of its ``size`` = T x D entries: ``own()``,
+      computed when needed (only a failing check restores the state before);
     - ``outside``: those outside the named slots on the named tokens (they must keep their value), and
       ``outside_pos`` = ``idx[outside]``;
     - ``inside``: those inside the measured group's gather (rows x the group's column spans) that no
@@ -26,8 +27,7 @@ class WrittenMap:
     """
 
     idx: Tensor
-    own: Tensor
-    own_pos: Tensor
+    size: int
     outside: Tensor
     outside_pos: Tensor
     inside: Tensor
@@ -67,7 +67,11 @@ class WrittenMap:
         for rows, cols in covered:
             placed[rows, cols] = True
         keep[keep.clone()] = ~placed[r[keep], col[keep]]
-        return WrittenMap(idx, own, own_pos, outside, pos[outside], own[keep], (r * c + col)[keep])
+        return WrittenMap(idx, T * D, outside, pos[outside], own[keep], (r * c + col)[keep])
+
+    def own(self) -> Tensor:
+        """The indices into ``idx`` of the positions in batch element 0."""
+        return torch.nonzero(self.idx.to(torch.long) < self.size).view(-1)
 
     def kept(self, S: Tensor, before: Tensor) -> bool:
         """Whether every written position outside the named region holds its old value, bit for bit
@@ -78,7 +82,8 @@ class WrittenMap:
     def restore(self, S: Tensor, before: Tensor) -> Tensor:
         """The state before the sublayer: a copy of ``S (T, D)`` with the written positions' old values."""
         prev = S.clone(memory_format=torch.contiguous_format)
-        prev.view(-1).index_put_((self.own_pos,), before.index_select(0, self.own))
+        own = self.own()
+        prev.view(-1).index_put_((self.idx.to(torch.long)[own],), before.index_select(0, own))
         return prev
 
     def patch(self, gathered: Tensor, before: Tensor) -> None:
