@@ -367,16 +367,6 @@ class StreamCheck:
             self.on_step(ref)
         return ref
 
-    def value(self, e: Expect) -> Tensor:
-        """``self.ref.value(e)``, evaluated once per GD step and quantity (kept in the step's
-        ``Reference.cache``): a quantity's value depends only on the reference, its name and layer (or the
-        callable itself)."""
-        values: dict[tuple[object, int | None], Tensor] = self.ref.cache.setdefault("stream.values", {})
-        key = (e.quantity, e.layer)
-        if key not in values:
-            values[key] = self.ref.value(e)
-        return values[key]
-
     def place(self, e: Expect, val: Tensor) -> Tensor:
         """The expected value on the tokens ``e.tokens`` selects: ``val`` has a row per token of the prompt,
         per data token (built-in quantities) or per selected token."""
@@ -481,7 +471,7 @@ class StreamCheck:
             if e.quantity == "zero":
                 want[tokens, cols] = 0.0
             else:
-                want[tokens, cols] = self.place(e, self.value(e))
+                want[tokens, cols] = self.place(e, self.ref.value(e))
         bounds = list(zip(grp.labels, grp.bounds, strict=True))
         a = (got - want).abs_()
         ab = a.amax(0).tolist()  # NaN and inf propagate into the column maxima
