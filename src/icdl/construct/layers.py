@@ -407,11 +407,7 @@ class ReLUMLP(Sublayer):
 
     def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         d = self.delta(H)
-        if d is None:
-            return self._chunked(H, out)
-        new = self._copy(H, out)
-        new.view(-1).index_add_(0, *d)
-        return new
+        return self._chunked(H, out) if d is None else self._added(H, out, d)
 
     def _chunked(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
         B, T, _ = H.shape

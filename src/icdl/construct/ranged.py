@@ -130,11 +130,7 @@ class RowAttention(HeadSublayer):
 
     def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         d = self.delta(H)
-        if d is None:
-            return self._forward_groups(H, out)
-        new = self._copy(H, out)
-        new.view(-1).index_add_(0, *d)
-        return new
+        return self._forward_groups(H, out) if d is None else self._added(H, out, d)
 
     def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
         """The flat path's scatter positions and values (None: the per-group path, for prompts whose gather

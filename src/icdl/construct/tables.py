@@ -303,6 +303,13 @@ class Sublayer(nn.Module):
         if H.dim() != 3 or H.shape[-1] != self.dim:
             raise ValueError(f"expected H of shape (B, T, {self.dim}), got {tuple(H.shape)}")
 
+    def _added(self, H: Tensor, out: Tensor | None, d: tuple[Tensor, Tensor]) -> Tensor:
+        """``H`` (copied, into ``out`` when given) with the additions ``d = (idx, values)`` of
+        [`delta`][icdl.construct.tables.Sublayer.delta]: the forward of a sublayer that has one."""
+        new = self._copy(H, out)
+        new.view(-1).index_add_(0, *d)
+        return new
+
     @staticmethod
     def _copy(H: Tensor, out: Tensor | None) -> Tensor:
         """A contiguous copy of ``H``: into ``out`` when given (a state buffer reused across sublayers,
