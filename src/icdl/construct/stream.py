@@ -8,7 +8,9 @@ variant's [`Expect`][icdl.construct.contract.Expect]s name (the surrogate recurs
 step-start weights), on the tokens they name, and every other coordinate must keep its value. The check
 does that in two parts: the coordinates no Expect names are compared **bit for bit** with the state before the
 sublayer (one elementwise ``!=`` over the state into a reused boolean buffer, the named slots on the named
-tokens let through); only when one of them differs (a bug, or a NaN the state already had) are those slots
+tokens let through; for a sublayer run in place, ``point.written``, only the positions it added into can
+differ, and those are compared with their old values, `icdl.construct._written`); only when one of them
+differs (a bug, or a NaN the state already had) are those slots
 measured as well, on every token. Each named slot is measured on its own columns
 (``max |got - want| / max(1, |want|)``, NaN and inf named), on the named tokens while the rest is unchanged,
 so an unchanged coordinate, whose error is 0, never decides the maximum or the first divergence: the findings
