@@ -13,12 +13,12 @@ import math
 
 import pytest
 import torch
-from test_verify_streaming import _model, _old_compare, _same
+from test_verify_streaming import _both, _model, _same
 from torch import Tensor
 
 from icdl.construct.compile import CompiledModel, TracePoint, default_tol
 from icdl.construct.stream import StreamCheck
-from icdl.construct.verify import Prompt, _count, _Counters, compare
+from icdl.construct.verify import Prompt
 
 
 def _plant(model: CompiledModel, index: int, token: int, col: int, value: float) -> None:
@@ -62,25 +62,21 @@ def _free_named_position(model: CompiledModel, prompt: Prompt) -> tuple[int, int
 
 
 def _findings(model: CompiledModel, prompt: Prompt):
-    tol = default_tol(model.config.dtype)
-    c_old, c_new = _Counters(), _Counters()
-    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    """The old walk's and the streaming check's findings; the streaming run must have run in place."""
     points: list[TracePoint] = []
     run = model.run
 
     def spy(H: Tensor, trace=None, readout: bool = True, **kw) -> Tensor:
         def seen(pt: TracePoint, S: Tensor):
-            points.append(pt)
+            if kw.get("inplace"):  # the streaming check's run (the old walk traces fresh states)
+                points.append(pt)
             return trace(pt, S) if trace is not None else None
 
         return run(H, trace=seen, readout=readout, **kw)
 
     model.run = spy  # type: ignore[method-assign]
     try:
-        _, new = compare(
-            model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
-        )
+        _, old, _, _, new, _ = _both(model, prompt)
     finally:
         del model.run
     assert sum(pt.written is not None for pt in points) > len(points) // 2  # the in-place path ran

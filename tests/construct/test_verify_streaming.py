@@ -155,6 +155,19 @@ def _old_compare(model: CompiledModel, prompt: Prompt, tol: float, on_step) -> t
     return out, walk
 
 
+def _both(model: CompiledModel, prompt: Prompt):
+    """The old traced walk and the streaming comparison of ``model`` on ``prompt``, each with its own range
+    counters: ``(out_old, old, c_old, trace, new, c_new)``."""
+    tol = default_tol(model.config.dtype)
+    c_old, c_new = _Counters(), _Counters()
+    out_old, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    tr, new = compare(
+        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
+    )
+    return out_old, old, c_old, tr, new, c_new
+
+
 # (variant, activation, extra options): every variant, ReLU and smooth, with and without the box
 SETUPS: list[tuple[str, str, dict]] = [
     ("paper", "relu", {"projection": "box", "box": 0.5}),
@@ -191,13 +204,7 @@ def test_streaming_equals_the_traced_walk(variant, activation, opts, seed, asser
     model, task = _model(variant, activation, seed, opts)
     assert_nondegenerate(model.spec, task[0], task[1], task[3])
     prompt = Prompt.of(model, *task)
-    tol = default_tol(model.config.dtype)
-    c_old, c_new = _Counters(), _Counters()
-    out_old, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
-    tr, new = compare(
-        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
-    )
+    out_old, old, c_old, tr, new, c_new = _both(model, prompt)
     assert torch.equal(tr.out, out_old)
     assert new.first == old.first
     assert new.max_rel == old.max_rel and new.spread == old.spread and new.scratch_max == old.scratch_max
@@ -263,13 +270,7 @@ def test_a_planted_error_gives_the_same_findings(variant: str, value: float) -> 
     model, task = _model(variant, "relu", 2, {"radius": 4.0} if variant == "softmax" else {})
     _bad_weight(model, task, 1, value)
     prompt = Prompt.of(model, *task)
-    tol = default_tol(model.config.dtype)
-    c_old, c_new = _Counters(), _Counters()
-    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
-    _, new = compare(
-        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
-    )
+    _, old, _, _, new, _ = _both(model, prompt)
     assert new.first is not None and new.first == old.first
     assert _same(new.max_rel, old.max_rel) and new.grad_err == pytest.approx(old.grad_err, nan_ok=True)
     assert repr(new.per_step) == repr(old.per_step)
@@ -329,13 +330,7 @@ def test_a_write_outside_the_named_slots_is_found(variant: str) -> None:
     model, task = _model(variant, "relu", 2, {})
     _misdirect(model, 1)
     prompt = Prompt.of(model, *task)
-    tol = default_tol(model.config.dtype)
-    c_old, c_new = _Counters(), _Counters()
-    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
-    _, new = compare(
-        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
-    )
+    _, old, _, _, new, _ = _both(model, prompt)
     assert old.first is not None and (old.first.index, old.first.slot) == (1, "X")
     assert new.first == old.first and _same(new.max_rel, old.max_rel)
 
@@ -370,13 +365,7 @@ def test_a_named_slot_written_on_a_token_not_named_is_found() -> None:
     model, task = _model("rows", "relu", 2, {})
     prompt = Prompt.of(model, *task)
     index = _misdirect_named(model, prompt)
-    tol = default_tol(model.config.dtype)
-    c_old, c_new = _Counters(), _Counters()
-    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
-    _, new = compare(
-        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
-    )
+    _, old, _, _, new, _ = _both(model, prompt)
     assert old.first is not None and old.first.index == index
     assert new.first == old.first and _same(new.max_rel, old.max_rel)
 
@@ -403,11 +392,6 @@ def test_a_slot_that_must_hold_zero_is_measured_as_the_whole_state(value: float)
         return out
 
     m.forward = forward  # type: ignore[method-assign]
-    tol = default_tol(model.config.dtype)
-    c_old, c_new = _Counters(), _Counters()
-    _, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
-    _, new = compare(
-        model, H0, prompt, tol=tol, on_step=lambda r: _count(model, r, c_new, prompt.n, prompt.y_all)
-    )
+    _, old, _, _, new, _ = _both(model, prompt)
     assert old.first is not None and (old.first.index, old.first.slot) == (index, slot.label)
     assert new.first == old.first and _same(new.max_rel, old.max_rel)
