@@ -96,7 +96,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="icdl")
+@click.version_option(__version__, "-V", "--version", prog_name="icdl")
 def cli() -> None:
     """icdl — a transformer that trains a deep network by gradient descent in its forward pass.
 

@@ -15,10 +15,14 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import check_output, count, emit_json, guard, yes_option
-from icdl.icl.align import DEFAULT_BASELINES, AlignOptions
+from icdl.cli._common import VariantChoice, check_output, count, emit_json, guard, yes_option
 
-_D = AlignOptions()
+# AlignOptions' defaults (icdl.icl.align), written out here so that --help does not import torch;
+# tests/cli/test_cli_defaults.py checks each against AlignOptions, which validates the values again.
+_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
+_GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
+_GD_STEPS = (1, 3, 10, 30)
+_GD_INITS = (0.1, 1.0)
 
 
 def _ints(value: str | None) -> tuple[int, ...] | None:
@@ -85,11 +89,11 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 
 @click.command(name="align")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--prompts", type=count(2), default=_D.prompts, show_default=True, help="Test prompts.")
+@click.option("--prompts", type=count(2), default=128, show_default=True, help="Test prompts.")
 @click.option("--ks", default=None, metavar="LIST", help="k values [1,2,3,5,10,...,E,K].")
 @click.option(
     "--baselines",
-    default=",".join(DEFAULT_BASELINES),
+    default=",".join(_BASELINES),
     show_default=True,
     metavar="LIST",
     help=(
@@ -98,16 +102,16 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     ),
 )
 @click.option(
-    "--gd-lrs", default=None, metavar="LIST", help=f"GD step sizes [{','.join(map(str, _D.gd_lrs))}]."
+    "--gd-lrs", default=None, metavar="LIST", help=f"GD step sizes [{','.join(map(str, _GD_LRS))}]."
 )
 @click.option(
-    "--gd-steps", default=None, metavar="LIST", help=f"GD step counts L [{','.join(map(str, _D.gd_steps))}]."
+    "--gd-steps", default=None, metavar="LIST", help=f"GD step counts L [{','.join(map(str, _GD_STEPS))}]."
 )
 @click.option(
     "--gd-inits",
     default=None,
     metavar="LIST",
-    help=f"GD initial scales (times He) [{','.join(map(str, _D.gd_inits))}].",
+    help=f"GD initial scales (times He) [{','.join(map(str, _GD_INITS))}].",
 )
 @click.option(
     "--compiled-ks",
@@ -118,18 +122,24 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 @click.option(
     "--compiled-prompts",
     type=count(1),
-    default=_D.compiled_prompts,
+    default=16,
     show_default=True,
     help="Prompts the compiled model runs on (the first ones).",
 )
 @click.option(
     "--compiled-max-steps",
     type=count(1),
-    default=_D.compiled_max_steps,
+    default=10,
     show_default=True,
     help="Compile the best GD point with at most this many steps.",
 )
-@click.option("--variant", default=_D.compiled_variant, show_default=True, help="Construction variant.")
+@click.option(
+    "--variant",
+    type=VariantChoice(),
+    default="compact",
+    show_default=True,
+    help="Construction variant of the compiled model (as in icdl construct).",
+)
 @click.option("--seed", type=count(0), default=None, help="Test seed [the evaluation seed].")
 @click.option("--partial", is_flag=True, help="Align an unfinished run's newest checkpoint.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Also copy JSON and plots to DIR.")
@@ -143,7 +153,7 @@ def align(
     yes: bool = False,
 ) -> None:  # fmt: skip
     """Agreement of a run's ICL predictions with baselines, GD on the target and a compiled model."""
-    from icdl.icl.align import align_estimate, align_run, result_path
+    from icdl.icl.align import AlignOptions, align_estimate, align_run, result_path
     from icdl.icl.align_plots import plot_alignment
     from icdl.icl.evaluate import checkpoint_info
     from icdl.icl.suites import EVAL_SEED
@@ -159,9 +169,9 @@ def align(
         prompts=prompts,
         ks=_ints(ks),
         baselines=names,
-        gd_lrs=_floats(gd_lrs, _D.gd_lrs),
-        gd_steps=_D.gd_steps if steps is None else steps,
-        gd_inits=_floats(gd_inits, _D.gd_inits),
+        gd_lrs=_floats(gd_lrs, _GD_LRS),
+        gd_steps=_GD_STEPS if steps is None else steps,
+        gd_inits=_floats(gd_inits, _GD_INITS),
         compiled_ks=_ints(compiled_ks),
         compiled_prompts=compiled_prompts,
         compiled_max_steps=compiled_max_steps,

@@ -12,14 +12,16 @@ icdl approx softplus --plot out/softplus.png
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import torch
 
 from icdl.budget import QUICK_SECONDS
 from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
 from icdl.io import atomic_write
-from icdl.relu_sums import ReluSum, fit_estimate, relu_sum_for, target_function
+
+if TYPE_CHECKING:  # imported when the command runs: --help does not wait for torch
+    from icdl.relu_sums import ReluSum
 
 FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 
@@ -27,7 +29,10 @@ FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     """Function, sum (with the flat extension beyond ±R) and error, written atomically as PNG, PDF or SVG
     (by the suffix of ``path``)."""
+    import torch
     from matplotlib.figure import Figure  # not pyplot: no backend is chosen or switched
+
+    from icdl.relu_sums import target_function
 
     fmt = FIGURE_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -96,6 +101,8 @@ def approx(
     check_output(plot, "--plot")
     if plot is not None and plot.suffix.lower() not in FIGURE_FORMATS:
         raise user_error(f"cannot write plot {str(plot)!r}: the name must end in .png, .pdf or .svg")
+    from icdl.relu_sums import fit_estimate, relu_sum_for
+
     guard(fit_estimate(function, eps=eps, radius=radius), yes, max_seconds=QUICK_SECONDS)
     s = relu_sum_for(function, eps=eps, radius=radius, delta=delta)
     if plot is not None:

@@ -16,16 +16,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from icdl.budget import QUICK_SECONDS, Estimate
-from icdl.cli import paused_gc, skip_teardown
+from icdl.cli import skip_teardown
 from icdl.cli._common import (
     POSITIVE_FLOAT,
+    VariantChoice,
     check_output,
     emit_json,
     guard,
@@ -58,25 +58,6 @@ def exit_on_verdict(verdict: str) -> None:
     code = verdict_exit_code(verdict)
     if code is not None:
         sys.exit(code)
-
-
-class VariantChoice(click.Choice):
-    """``--variant``: the names registered in [`icdl.construct.variants`][icdl.construct.variants], looked up
-    when first needed (so that ``icdl --help`` does not import torch)."""
-
-    def __init__(self) -> None:
-        super().__init__([], case_sensitive=True)
-
-    @property  # type: ignore[override]
-    def choices(self) -> Sequence[str]:
-        with paused_gc():  # the first import of torch
-            from icdl.construct.variants import VARIANTS
-
-        return tuple(VARIANTS)
-
-    @choices.setter
-    def choices(self, value: Sequence[str]) -> None:  # click's __init__ assigns it; the registry rules
-        pass
 
 
 @click.command(name="construct")

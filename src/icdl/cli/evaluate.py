@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from icdl.cli._common import (
-    BOUNDED_INT,
     POSITIVE_FLOAT,
     check_output,
     count,
@@ -22,7 +21,6 @@ from icdl.cli._common import (
     guard,
     yes_option,
 )
-from icdl.icl.evaluate import POOLINGS, EvalOptions
 from icdl.icl.suites import DEFAULT_PROMPTS, EVAL_SEED, suite_names
 
 
@@ -63,7 +61,9 @@ def _summary_lines(res: dict) -> list[str]:
     return lines
 
 
-_D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions validates the values
+# EvalOptions' defaults and lower bounds (icdl.icl.evaluate), written out here so that --help does not import
+# torch; tests/cli/test_cli_defaults.py checks each against EvalOptions, which validates the values again.
+_POOLINGS = ("pooled", "batch_mean")
 
 
 @click.command(name="evaluate")
@@ -89,49 +89,41 @@ _D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions 
 @click.option("--seed", type=count(0), default=None, help=f"Test seed [{EVAL_SEED}].")
 @click.option(
     "--pooling",
-    type=click.Choice(POOLINGS),
-    default=_D.pooling,
+    type=click.Choice(_POOLINGS),
+    default="pooled",
     show_default=True,
     help="R² over all prompts at each k (pooled), or the mean of per-batch R² (batch_mean).",
 )
-@click.option(
-    "--resamples", type=BOUNDED_INT, default=_D.resamples, show_default=True, help="Bootstrap resamples."
-)
+@click.option("--resamples", type=count(10), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option(
     "--mlp-prompts",
-    type=BOUNDED_INT,
-    default=_D.mlp_prompts,
+    type=count(2),
+    default=64,
     show_default=True,
     help="Prompts the per-prompt MLP baseline is trained on (the first ones).",
 )
 @click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
-@click.option(
-    "--mlp-width", type=BOUNDED_INT, default=_D.mlp_width, show_default=True, help="MLP baseline width."
-)
-@click.option(
-    "--mlp-epochs", type=BOUNDED_INT, default=_D.mlp_epochs, show_default=True, help="MLP Adam epochs."
-)
-@click.option(
-    "--mlp-lr", type=POSITIVE_FLOAT, default=_D.mlp_lr, show_default=True, help="MLP Adam step size."
-)
+@click.option("--mlp-width", type=count(1), default=200, show_default=True, help="MLP baseline width.")
+@click.option("--mlp-epochs", type=count(1), default=100, show_default=True, help="MLP Adam epochs.")
+@click.option("--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True, help="MLP Adam step size.")
 @click.option(
     "--gd-steps",
-    type=BOUNDED_INT,
-    default=_D.gd_steps,
+    type=count(1),
+    default=10,
     show_default=True,
     help="GD steps of the tuned-GD baseline on the target architecture.",
 )
 @click.option(
     "--gd-prompts",
-    type=BOUNDED_INT,
-    default=_D.gd_prompts,
+    type=count(2),
+    default=128,
     show_default=True,
     help="Prompts the tuned-GD baseline runs on (the first ones).",
 )
 @click.option(
     "--mlp-tuned-prompts",
-    type=BOUNDED_INT,
-    default=_D.mlp_tuned_prompts,
+    type=count(2),
+    default=320,
     show_default=True,
     help="Test prompts the tuned MLP baseline (mlp_tuned) is fitted on (the first ones).",
 )
@@ -165,6 +157,7 @@ def evaluate(
     """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
     from icdl.errors import InputError
     from icdl.icl.evaluate import (
+        EvalOptions,
         checkpoint_info,
         evaluate_estimate,
         evaluate_run,
@@ -181,7 +174,7 @@ def evaluate(
         raise InputError(f"unknown suite {suite!r}; choose one of {', '.join(suite_names())}, all")
     opts = EvalOptions(
         baselines=parse_baselines(baselines),
-        pooling=pooling,  # type: ignore[arg-type]  # click.Choice(POOLINGS) checked it
+        pooling=pooling,  # type: ignore[arg-type]  # click.Choice(_POOLINGS) checked it
         resamples=resamples,
         mlp_prompts=mlp_prompts,
         mlp_ks=_ks(mlp_ks),

@@ -29,8 +29,6 @@ from icdl.cli._common import (
     relu_sum_options,
     yes_option,
 )
-from icdl.nets import NetSpec, get_activation, get_loss
-from icdl.theory_report import compute, compute_estimate
 
 
 def _float(x: float) -> float:
@@ -167,6 +165,10 @@ def theory(
     yes: bool,
 ) -> None:
     """Print the paper's sizes, head counts, error bounds and FLOPs for an N-layer network."""
+    # Imported here, not at the top: both import torch, which --help must not wait for.
+    from icdl.nets import NetSpec, get_activation, get_loss
+    from icdl.theory_report import compute, compute_estimate
+
     get_activation(activation)
     get_loss(loss)
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]
