@@ -97,6 +97,13 @@ class VariantChoice(click.Choice):
         return super().convert(value, param, ctx)
 
 
+def examples(*lines: str) -> str:
+    """A command's ``epilog`` for ``--help``: ``Examples:`` and one command line each, printed as written
+    (click's ``\\b`` keeps the lines from being rewrapped). tests/cli/test_cli_examples.py parses each line
+    with its command, so an example cannot name an option that does not exist."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def emit_json(obj: Any) -> None:
     """Print one JSON object on stdout (NaN/inf become null, numbers stay numbers)."""
     json.dump(clean_json(obj), sys.stdout, indent=2)

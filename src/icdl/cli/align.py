@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import VariantChoice, check_output, count, emit_json, guard, yes_option
+from icdl.cli._common import VariantChoice, check_output, count, emit_json, examples, guard, yes_option
+from icdl.icl.suites import EVAL_SEED
 
 # AlignOptions' defaults (icdl.icl.align), written out here so that --help does not import torch;
 # tests/cli/test_cli_defaults.py checks each against AlignOptions, which validates the values again.
@@ -87,10 +88,19 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     return lines
 
 
-@click.command(name="align")
+@click.command(
+    name="align",
+    epilog=examples("icdl align runs/tiny", "icdl align runs/tiny --variant paper --out align-tiny"),
+)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--prompts", type=count(2), default=128, show_default=True, help="Test prompts.")
-@click.option("--ks", default=None, metavar="LIST", help="k values [1,2,3,5,10,...,E,K].")
+@click.option(
+    "--ks",
+    default=None,
+    metavar="LIST",
+    show_default="1,2,3,5,10,...,E,K",
+    help="k values (E: training length).",
+)
 @click.option(
     "--baselines",
     default=",".join(_BASELINES),
@@ -102,22 +112,28 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     ),
 )
 @click.option(
-    "--gd-lrs", default=None, metavar="LIST", help=f"GD step sizes [{','.join(map(str, _GD_LRS))}]."
+    "--gd-lrs", default=None, metavar="LIST", show_default=",".join(map(str, _GD_LRS)), help="GD step sizes."
 )
 @click.option(
-    "--gd-steps", default=None, metavar="LIST", help=f"GD step counts L [{','.join(map(str, _GD_STEPS))}]."
+    "--gd-steps",
+    default=None,
+    metavar="LIST",
+    show_default=",".join(map(str, _GD_STEPS)),
+    help="GD step counts L.",
 )
 @click.option(
     "--gd-inits",
     default=None,
     metavar="LIST",
-    help=f"GD initial scales (times He) [{','.join(map(str, _GD_INITS))}].",
+    show_default=",".join(map(str, _GD_INITS)),
+    help="GD initial scales (times He).",
 )
 @click.option(
     "--compiled-ks",
     default=None,
     metavar="LIST",
-    help="k values of the compiled model [5,10,E]; none skips it.",
+    show_default="5,10,E",
+    help="k values of the compiled model; none skips it.",
 )
 @click.option(
     "--compiled-prompts",
@@ -140,7 +156,9 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     show_default=True,
     help="Construction variant of the compiled model (as in icdl construct).",
 )
-@click.option("--seed", type=count(0), default=None, help="Test seed [the evaluation seed].")
+@click.option(
+    "--seed", type=count(0), default=EVAL_SEED, show_default=True, help="Test seed (the evaluation seed)."
+)
 @click.option("--partial", is_flag=True, help="Align an unfinished run's newest checkpoint.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Also copy JSON and plots to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
@@ -149,14 +167,13 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 def align(
     run_dir: Path, prompts: int, ks: str | None, baselines: str, gd_lrs: str | None, gd_steps: str | None,
     gd_inits: str | None, compiled_ks: str | None, compiled_prompts: int, compiled_max_steps: int,
-    variant: str, seed: int | None, partial: bool, out: Path | None, as_json: bool, quiet: bool,
+    variant: str, seed: int, partial: bool, out: Path | None, as_json: bool, quiet: bool,
     yes: bool = False,
 ) -> None:  # fmt: skip
     """Agreement of a run's ICL predictions with baselines, GD on the target and a compiled model."""
     from icdl.icl.align import AlignOptions, align_estimate, align_run, result_path
     from icdl.icl.align_plots import plot_alignment
     from icdl.icl.evaluate import checkpoint_info
-    from icdl.icl.suites import EVAL_SEED
     from icdl.icl.train import read_run_config
     from icdl.io import atomic_write
 
@@ -180,7 +197,7 @@ def align(
     cfg = read_run_config(run_dir)
     guard(align_estimate(cfg, opts), yes)
     res = align_run(
-        run_dir, opts, seed=EVAL_SEED if seed is None else seed, allow_partial=partial,
+        run_dir, opts, seed=seed, allow_partial=partial,
         progress=False if quiet else None,
     )  # fmt: skip
     path = result_path(run_dir)

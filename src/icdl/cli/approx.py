@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from icdl.budget import QUICK_SECONDS
-from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
+from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, examples, guard, user_error, yes_option
 from icdl.io import atomic_write
 
 if TYPE_CHECKING:  # imported when the command runs: --help does not wait for torch
@@ -63,7 +63,12 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
         raise user_error(f"cannot write plot {str(path)!r}: {exc.strerror or exc}") from None
 
 
-@click.command(name="approx")
+@click.command(
+    name="approx",
+    epilog=examples(
+        "icdl approx sigmoid --eps 1e-3 --range 10", 'icdl approx "tanh\'" --plot tanh-deriv.png'
+    ),
+)
 @click.argument("function")
 @click.option("--eps", type=POSITIVE_FLOAT, default=1e-3, show_default=True, help="Target sup error.")
 @click.option(

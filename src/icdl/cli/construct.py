@@ -28,6 +28,7 @@ from icdl.cli._common import (
     VariantChoice,
     check_output,
     emit_json,
+    examples,
     guard,
     network_options,
     relu_sum_options_auto,
@@ -60,7 +61,14 @@ def exit_on_verdict(verdict: str) -> None:
         sys.exit(code)
 
 
-@click.command(name="construct")
+@click.command(
+    name="construct",
+    epilog=examples(
+        "icdl construct -N 3 -K 8 -L 5",
+        "icdl construct --activation sigmoid --range auto",
+        "icdl construct --variant rows --save saved-model --json",
+    ),
+)
 @network_options
 @click.option("--steps", "-L", type=click.IntRange(min=0), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="GD step size eta.")
@@ -91,7 +99,8 @@ def exit_on_verdict(verdict: str) -> None:
     "--delta",
     type=POSITIVE_FLOAT,
     default=None,
-    help="Window of the relu' step (default 1e-9 in float64, 1e-5 in float32).",
+    show_default="1e-9 in float64, 1e-5 in float32",
+    help="Window of the relu' step.",
 )
 @click.option(
     "--projection",
@@ -112,7 +121,8 @@ def exit_on_verdict(verdict: str) -> None:
     "--tol",
     type=POSITIVE_FLOAT,
     default=None,
-    help="Relative tolerance of the sublayer check (default 1e-9 in float64, 1e-4 in float32).",
+    show_default="1e-9 in float64, 1e-4 in float32",
+    help="Relative tolerance of the sublayer check.",
 )
 @click.option(
     "--save",

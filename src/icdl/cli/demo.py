@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import check_output, count, guard, yes_option
+from icdl.cli._common import check_output, count, examples, guard, yes_option
 
 
 def _banner(title: str) -> None:
@@ -29,7 +29,7 @@ def _banner(title: str) -> None:
     click.echo("=" * max(0, 74 - len(title)))
 
 
-@click.command(name="demo")
+@click.command(name="demo", epilog=examples("icdl demo", "icdl demo --skip-train"))
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -38,7 +38,13 @@ def _banner(title: str) -> None:
     help="Directory for the demo's pretraining run, evaluation and report.",
 )
 @click.option("--skip-train", is_flag=True, help="Only the construction part (seconds).")
-@click.option("--steps", type=count(1), default=None, help="Override the pretraining steps.")
+@click.option(
+    "--steps",
+    type=count(1),
+    default=None,
+    show_default="the demo preset's train.steps",
+    help="Pretraining steps.",
+)
 @yes_option
 @click.pass_context
 def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes: bool = False) -> None:

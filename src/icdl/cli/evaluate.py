@@ -18,6 +18,7 @@ from icdl.cli._common import (
     check_output,
     count,
     emit_json,
+    examples,
     guard,
     yes_option,
 )
@@ -66,7 +67,9 @@ def _summary_lines(res: dict) -> list[str]:
 _POOLINGS = ("pooled", "batch_mean")
 
 
-@click.command(name="evaluate")
+@click.command(
+    name="evaluate", epilog=examples("icdl evaluate runs/tiny", "icdl evaluate runs/tiny --suite all --json")
+)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option(
     "--suite",
@@ -76,7 +79,11 @@ _POOLINGS = ("pooled", "batch_mean")
     help=f"Suite to evaluate: {', '.join(suite_names())}, or 'all'.",
 )
 @click.option(
-    "--prompts", type=count(2), default=None, help=f"Test prompts per condition [{DEFAULT_PROMPTS}]."
+    "--prompts",
+    type=count(2),
+    default=DEFAULT_PROMPTS,
+    show_default=True,
+    help="Test prompts per condition.",
 )
 @click.option(
     "--baselines",
@@ -84,9 +91,10 @@ _POOLINGS = ("pooled", "batch_mean")
     metavar="LIST",
     help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd, ridge_tuned, kernel, "
     "mlp_tuned (minutes, in all but no suite's default), gd_target (slow, not in all); "
-    "all; none [suite's].",
+    "all; none.",
+    show_default="the suite's",
 )
-@click.option("--seed", type=count(0), default=None, help=f"Test seed [{EVAL_SEED}].")
+@click.option("--seed", type=count(0), default=EVAL_SEED, show_default=True, help="Test seed.")
 @click.option(
     "--pooling",
     type=click.Choice(_POOLINGS),
@@ -102,7 +110,9 @@ _POOLINGS = ("pooled", "batch_mean")
     show_default=True,
     help="Prompts the per-prompt MLP baseline is trained on (the first ones).",
 )
-@click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
+@click.option(
+    "--mlp-ks", default=None, metavar="LIST", show_default="1,5,10,E,K", help="k values for the MLP baseline."
+)
 @click.option("--mlp-width", type=count(1), default=200, show_default=True, help="MLP baseline width.")
 @click.option("--mlp-epochs", type=count(1), default=100, show_default=True, help="MLP Adam epochs.")
 @click.option("--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True, help="MLP Adam step size.")
@@ -135,9 +145,9 @@ _POOLINGS = ("pooled", "batch_mean")
 def evaluate(
     run_dir: Path,
     suite: str,
-    prompts: int | None,
+    prompts: int,
     baselines: str | None,
-    seed: int | None,
+    seed: int,
     pooling: str,
     resamples: int,
     mlp_prompts: int,
@@ -187,7 +197,7 @@ def evaluate(
         cost=not no_cost,
     )
     cfg = read_run_config(run_dir)
-    test_seed = EVAL_SEED if seed is None else seed
+    test_seed = seed
     for name in names:
         guard(evaluate_estimate(cfg, name, prompts=prompts, seed=test_seed, options=opts), yes)
     out = {}
@@ -196,7 +206,7 @@ def evaluate(
             run_dir,
             name,
             prompts=prompts,
-            seed=EVAL_SEED if seed is None else seed,
+            seed=seed,
             options=opts,
             force=force,
             progress=False if quiet else None,

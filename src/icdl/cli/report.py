@@ -12,23 +12,30 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import check_output, count, guard, yes_option
-from icdl.icl.suites import suite_names
+from icdl.cli._common import check_output, count, examples, guard, yes_option
+from icdl.icl.suites import DEFAULT_PROMPTS, suite_names
 
 
-@click.command(name="report")
+@click.command(
+    name="report",
+    epilog=examples("icdl report runs/tiny", "icdl report runs/tiny runs/cpu-small --out report-both"),
+)
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Output folder [RUN_DIR/report for one run, ./report for several].",
+    show_default="RUN_DIR/report for one run, ./report for several",
+    help="Output folder.",
 )
 @click.option(
     "--suites",
+    "--suite",
+    "suites",
     default=None,
     metavar="LIST",
-    help=f"Comma-separated suites out of {', '.join(suite_names())} [all but depth].",
+    show_default="all but depth",
+    help=f"Comma-separated suites out of {', '.join(suite_names())}.",
 )
 @click.option(
     "--evaluate",
@@ -38,9 +45,19 @@ from icdl.icl.suites import suite_names
     show_default=True,
     help="Which missing suites to evaluate on demand.",
 )
-@click.option("--prompts", type=count(2), default=None, help="Test prompts for on-demand evaluation.")
 @click.option(
-    "--baselines", default=None, metavar="LIST", help="Baselines for on-demand evaluation [suite's]."
+    "--prompts",
+    type=count(2),
+    default=DEFAULT_PROMPTS,
+    show_default=True,
+    help="Test prompts for on-demand evaluation.",
+)
+@click.option(
+    "--baselines",
+    default=None,
+    metavar="LIST",
+    show_default="the suite's",
+    help="Baselines for on-demand evaluation.",
 )
 @click.option(
     "--format",
@@ -60,7 +77,7 @@ def report(
     out: Path | None,
     suites: str | None,
     evaluate: str,
-    prompts: int | None,
+    prompts: int,
     baselines: str | None,
     figure_format: str,
     dpi: int,

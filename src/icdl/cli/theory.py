@@ -24,6 +24,7 @@ from icdl.cli._common import (
     POSITIVE_FLOAT,
     count,
     emit_json,
+    examples,
     guard,
     network_options,
     relu_sum_options,
@@ -109,14 +110,17 @@ def _render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command(name="theory")
+@click.command(
+    name="theory",
+    epilog=examples("icdl theory -N 3 -K 8 -L 10", "icdl theory --activation sigmoid -L 10 --json"),
+)
 @network_options
-@click.option("--steps", type=count(1), required=True, help="GD steps L.")
+@click.option("--steps", "-L", type=count(1), required=True, help="GD steps L.")
 @relu_sum_options
 @click.option(
     "--projection", type=click.Choice(["none", "box"]), default="none", show_default=True, help="Proj_W."
 )
-@click.option("--examples", type=count(1), default=10, show_default=True, help="Examples n.")
+@click.option("--examples", "-n", type=count(1), default=10, show_default=True, help="In-context examples n.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="Step size eta.")
 @click.option("--bound-x", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_x >= ||x||_2.")
 @click.option("--bound-y", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_y >= ||y||_2.")
@@ -132,7 +136,8 @@ def _render(r: dict[str, Any]) -> str:
     "--grad-eps",
     type=POSITIVE_FLOAT,
     default=None,
-    help="Per-step gradient error eps of Thm 1 [default: --eps].",
+    show_default="--eps",
+    help="Per-step gradient error eps of Thm 1.",
 )
 @click.option(
     "--corrected-bounds",
