@@ -20,10 +20,10 @@ from icdl.icl.suites import EVAL_SEED
 
 # AlignOptions' defaults (icdl.icl.align), written out here so that --help does not import torch;
 # tests/cli/test_cli_defaults.py checks each against AlignOptions, which validates the values again.
-_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
-_GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
-_GD_STEPS = (1, 3, 10, 30)
-_GD_INITS = (0.1, 1.0)
+DEFAULT_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
+GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
+GD_STEPS = (1, 3, 10, 30)
+GD_INITS = (0.1, 1.0)
 
 
 def _ints(value: str | None) -> tuple[int, ...] | None:
@@ -103,7 +103,7 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 )
 @click.option(
     "--baselines",
-    default=",".join(_BASELINES),
+    default=",".join(DEFAULT_BASELINES),
     show_default=True,
     metavar="LIST",
     help=(
@@ -112,20 +112,20 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     ),
 )
 @click.option(
-    "--gd-lrs", default=None, metavar="LIST", show_default=",".join(map(str, _GD_LRS)), help="GD step sizes."
+    "--gd-lrs", default=None, metavar="LIST", show_default=",".join(map(str, GD_LRS)), help="GD step sizes."
 )
 @click.option(
     "--gd-steps",
     default=None,
     metavar="LIST",
-    show_default=",".join(map(str, _GD_STEPS)),
+    show_default=",".join(map(str, GD_STEPS)),
     help="GD step counts L.",
 )
 @click.option(
     "--gd-inits",
     default=None,
     metavar="LIST",
-    show_default=",".join(map(str, _GD_INITS)),
+    show_default=",".join(map(str, GD_INITS)),
     help="GD initial scales (times He).",
 )
 @click.option(
@@ -186,9 +186,9 @@ def align(
         prompts=prompts,
         ks=_ints(ks),
         baselines=names,
-        gd_lrs=_floats(gd_lrs, _GD_LRS),
-        gd_steps=_GD_STEPS if steps is None else steps,
-        gd_inits=_floats(gd_inits, _GD_INITS),
+        gd_lrs=_floats(gd_lrs, GD_LRS),
+        gd_steps=GD_STEPS if steps is None else steps,
+        gd_inits=_floats(gd_inits, GD_INITS),
         compiled_ks=_ints(compiled_ks),
         compiled_prompts=compiled_prompts,
         compiled_max_steps=compiled_max_steps,

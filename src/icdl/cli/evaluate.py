@@ -64,7 +64,7 @@ def _summary_lines(res: dict) -> list[str]:
 
 # EvalOptions' defaults and lower bounds (icdl.icl.evaluate), written out here so that --help does not import
 # torch; tests/cli/test_cli_defaults.py checks each against EvalOptions, which validates the values again.
-_POOLINGS = ("pooled", "batch_mean")
+POOLINGS = ("pooled", "batch_mean")
 
 
 @click.command(
@@ -97,7 +97,7 @@ _POOLINGS = ("pooled", "batch_mean")
 @click.option("--seed", type=count(0), default=EVAL_SEED, show_default=True, help="Test seed.")
 @click.option(
     "--pooling",
-    type=click.Choice(_POOLINGS),
+    type=click.Choice(POOLINGS),
     default="pooled",
     show_default=True,
     help="R² over all prompts at each k (pooled), or the mean of per-batch R² (batch_mean).",
@@ -184,7 +184,7 @@ def evaluate(
         raise InputError(f"unknown suite {suite!r}; choose one of {', '.join(suite_names())}, all")
     opts = EvalOptions(
         baselines=parse_baselines(baselines),
-        pooling=pooling,  # type: ignore[arg-type]  # click.Choice(_POOLINGS) checked it
+        pooling=pooling,  # type: ignore[arg-type]  # click.Choice(POOLINGS) checked it
         resamples=resamples,
         mlp_prompts=mlp_prompts,
         mlp_ks=_ks(mlp_ks),
