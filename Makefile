@@ -3,8 +3,13 @@ PY ?= python3
 
 .PHONY: install test test-all lint typecheck bench demo docs docs-serve tutorial
 
+# The README's CPU route: torch's CPU build from PyTorch's CPU wheel index, before icdl (so pip never pulls
+# a CUDA build). `make install TORCH_INDEX=` keeps pip's own index (a machine whose pip is set up already);
+# on a GPU machine install the CUDA torch first (README, "Set-up") and run `pip install -e '.[dev,interp]'`.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 install:
-	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -e '.[dev,interp]'
 
 # Fast tier: two workers with one thread each (two 2-thread workers on 2 cores run ~12x slower).
