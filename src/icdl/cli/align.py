@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from icdl.cli import paused_gc
 from icdl.cli._common import VariantChoice, check_output, count, emit_json, examples, guard, yes_option
 from icdl.icl.suites import EVAL_SEED
 
@@ -171,10 +172,11 @@ def align(
     yes: bool = False,
 ) -> None:  # fmt: skip
     """Agreement of a run's ICL predictions with baselines, GD on the target and a compiled model."""
-    from icdl.icl.align import AlignOptions, align_estimate, align_run, result_path
-    from icdl.icl.align_plots import plot_alignment
-    from icdl.icl.evaluate import checkpoint_info
-    from icdl.icl.train import read_run_config
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.icl.align import AlignOptions, align_estimate, align_run, result_path
+        from icdl.icl.align_plots import plot_alignment
+        from icdl.icl.evaluate import checkpoint_info
+        from icdl.icl.train import read_run_config
     from icdl.io import atomic_write
 
     checkpoint_info(run_dir)  # missing run, no checkpoint, score run: one line, exit 2

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from icdl.budget import QUICK_SECONDS
+from icdl.cli import paused_gc
 from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, examples, guard, user_error, yes_option
 from icdl.io import atomic_write
 
@@ -106,7 +107,8 @@ def approx(
     check_output(plot, "--plot")
     if plot is not None and plot.suffix.lower() not in FIGURE_FORMATS:
         raise user_error(f"cannot write plot {str(plot)!r}: the name must end in .png, .pdf or .svg")
-    from icdl.relu_sums import fit_estimate, relu_sum_for
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.relu_sums import fit_estimate, relu_sum_for
 
     guard(fit_estimate(function, eps=eps, radius=radius), yes, max_seconds=QUICK_SECONDS)
     s = relu_sum_for(function, eps=eps, radius=radius, delta=delta)

@@ -53,6 +53,18 @@ def verdict_exit_code(verdict: str) -> int | None:
     return {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(verdict)
 
 
+#: The line ``icdl construct`` adds to a FAIL on a range condition at a fixed ``--range``.
+RANGE_HINT = (
+    "an argument left the fitted range [-R, R]: rerun with --range auto (R from a-priori bounds along this "
+    "prompt's whole GD trajectory; docs/construction.md, 'Ranges')"
+)
+
+
+def range_hint(verdict: str, failures: list[str], *, auto: bool) -> bool:
+    """Whether to suggest ``--range auto``: the verdict FAILs on the range condition (b) at a fixed R."""
+    return verdict == "FAIL" and not auto and any(f.startswith("(b) range") for f in failures)
+
+
 def exit_on_verdict(verdict: str) -> None:
     """End the command with [`verdict_exit_code`][icdl.cli.construct.verdict_exit_code] unless the verdict
     is PASS (call it after the report is printed)."""
@@ -407,6 +419,8 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"verdict      {report.verdict}"
         + (f" (task drawn {run.task_draws} times)" if run.task_draws > 1 else ""),
     ]
+    if range_hint(report.verdict, report.failures, auto=bool(r["range_auto"])):
+        lines.append(f"hint         {RANGE_HINT}")
     if r["saved"] is not None:
         lines.append(f"saved        {r['saved']}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from icdl.cli import paused_gc
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     check_output,
@@ -166,14 +167,16 @@ def evaluate(
 ) -> None:
     """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
     from icdl.errors import InputError
-    from icdl.icl.evaluate import (
-        EvalOptions,
-        checkpoint_info,
-        evaluate_estimate,
-        evaluate_run,
-        parse_baselines,
-        result_path,
-    )
+
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.icl.evaluate import (
+            EvalOptions,
+            checkpoint_info,
+            evaluate_estimate,
+            evaluate_run,
+            parse_baselines,
+            result_path,
+        )
     from icdl.icl.suites import suite_names
     from icdl.icl.train import read_run_config
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from icdl.cli import paused_gc
 from icdl.cli._common import check_output, count, examples, guard, yes_option
 from icdl.icl.suites import DEFAULT_PROMPTS, suite_names
 
@@ -85,10 +86,11 @@ def report(
     yes: bool = False,
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
-    from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_estimate, parse_baselines
-    from icdl.icl.report import REPORT_SUITES, build_report
-    from icdl.icl.suites import EVAL_SEED, suite_names
-    from icdl.icl.train import read_run_config
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_estimate, parse_baselines
+        from icdl.icl.report import REPORT_SUITES, build_report
+        from icdl.icl.suites import EVAL_SEED, suite_names
+        from icdl.icl.train import read_run_config
 
     if out is None:
         out = run_dirs[0] / "report" if len(run_dirs) == 1 else Path("report")

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from icdl.budget import QUICK_SECONDS
+from icdl.cli import paused_gc
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     count,
@@ -171,8 +172,9 @@ def theory(
 ) -> None:
     """Print the paper's sizes, head counts, error bounds and FLOPs for an N-layer network."""
     # Imported here, not at the top: both import torch, which --help must not wait for.
-    from icdl.nets import NetSpec, get_activation, get_loss
-    from icdl.theory_report import compute, compute_estimate
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.nets import NetSpec, get_activation, get_loss
+        from icdl.theory_report import compute, compute_estimate
 
     get_activation(activation)
     get_loss(loss)

@@ -125,9 +125,8 @@ def train(
             loss += f" (label variance {result.label_var:.4g}; ratio {result.loss / result.label_var:.3f})"
         click.echo(
             f"trained {result.step} steps (from {result.start_step}) in {result.seconds:.1f} s; "
-            f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}",
-            err=True,
-        )
+            f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}"
+        )  # the command's result, on stdout (the progress bar is on stderr)
 
 
 def _launch(argv: list[str], nproc: int) -> None:
