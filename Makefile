@@ -32,8 +32,12 @@ demo:
 # The docs site (mkdocs-material + mkdocstrings): warnings are errors. The tutorial page (docs/tutorial.md) is
 # executed at every build (mkdocs-jupyter), outputs and figures included; the other pages' code blocks run
 # in `make test` (tests/test_docs.py).
+# scripts/jupyter (on JUPYTER_CONFIG_PATH): the build talks to the tutorial's kernel over IPC sockets, not
+# unencrypted TCP on localhost (which the kernel warns about at every build).
+JUPYTER_DOCS = JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
+
 docs:
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	$(JUPYTER_DOCS) NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 docs-serve:
 	$(PY) -m mkdocs serve
