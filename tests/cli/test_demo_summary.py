@@ -4,6 +4,7 @@ stdout, and a FAIL on the range condition that suggests ``--range auto``."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,22 @@ def test_softmax_fail_at_defaults_suggests_range_auto(capsys: pytest.CaptureFixt
     assert code == 5
     assert out.rstrip().endswith(f"hint         {RANGE_HINT}")
     assert "--range auto" in RANGE_HINT
+
+
+def test_evaluate_summary_explains_its_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """'ICL matches (1-15)' next to two different means is explained once, under the table."""
+    run = tmp_path / "run"
+    sets = ("train.steps=2", "train.checkpoint_every=2", "train.keep_checkpoints=1")
+    code, _, err = _cli(
+        capsys, "train", "tiny", "-q", "--out", str(run), *(a for s in sets for a in ("--set", s))
+    )
+    assert code == 0, err
+    code, out, err = _cli(capsys, "evaluate", str(run), "--prompts", "16", "--resamples", "10",
+                          "--baselines", "averaging", "--no-cost", "-q")  # fmt: skip
+    assert code == 0 and out == "", err  # --quiet: nothing
+    code, out, err = _cli(capsys, "evaluate", str(run), "--prompts", "16", "--resamples", "10",
+                          "--baselines", "averaging", "--no-cost")  # fmt: skip
+    assert code == 0, err
+    assert "   ICL " in out and re.search(r"ICL (beats|matches|trails) \(", out), out
+    footnote = [ln for ln in out.splitlines() if "paired bootstrap band" in ln]
+    assert len(footnote) == 1 and "'matches' means no difference is resolved" in footnote[0]

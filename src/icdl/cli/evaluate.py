@@ -60,7 +60,20 @@ def _summary_lines(res: dict) -> list[str]:
             if comp:
                 verdicts = "   ICL " + ", ".join(f"{v['verdict']} ({k})" for k, v in comp["ranges"].items())
             lines.append(f"    {pname:<22}{''.join(vals)}{verdicts}")
+    if any(c["comparisons"] for c in res["conditions"].values()):
+        level = res.get("options", {}).get("level", 0.9)
+        lines.append(verdict_footnote(level))
     return lines
+
+
+def verdict_footnote(level: float) -> str:
+    """What ``ICL beats / matches / trails (a-b)`` next to a baseline means (the paired band of
+    [`icdl.icl.evaluate`][icdl.icl.evaluate])."""
+    return (
+        f"  ICL beats / matches / trails (a-b): the {level:.0%} paired bootstrap band of the mean of "
+        "R²(ICL) - R²(baseline) over k = a..b lies above 0 / contains 0 / lies below 0; 'matches' means no "
+        "difference is resolved at these prompts, not equal R² (compare the two means)"
+    )
 
 
 # EvalOptions' defaults and lower bounds (icdl.icl.evaluate), written out here so that --help does not import
