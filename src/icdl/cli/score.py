@@ -447,9 +447,9 @@ def sample_cmd(
     "--examples",
     "-n",
     type=click.IntRange(1, 512),
-    default=16,
+    default=32,
     show_default=True,
-    help="In-context examples n.",
+    help="In-context examples n (the default of icdl construct).",
 )
 @click.option("--steps", "-L", type=click.IntRange(0, 200), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.01, show_default=True, help="GD step size.")

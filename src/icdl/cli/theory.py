@@ -121,7 +121,14 @@ def _render(r: dict[str, Any]) -> str:
 @click.option(
     "--projection", type=click.Choice(["none", "box"]), default="none", show_default=True, help="Proj_W."
 )
-@click.option("--examples", "-n", type=count(1), default=10, show_default=True, help="In-context examples n.")
+@click.option(
+    "--examples",
+    "-n",
+    type=count(1),
+    default=32,
+    show_default=True,
+    help="In-context examples n (the default of icdl construct).",
+)
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="Step size eta.")
 @click.option("--bound-x", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_x >= ||x||_2.")
 @click.option("--bound-y", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_y >= ||y||_2.")
