@@ -140,6 +140,8 @@ def test_theory_and_construct_share_short_options() -> None:
     theory, construct = shorts(("theory",)), shorts(("construct",))
     for name in ("depth", "width", "steps", "examples"):
         assert theory[name] == construct[name], name
+    defaults = [_defaults(p)["examples"] for p in (("theory",), ("construct",), ("score", "construct"))]
+    assert len(set(defaults)) == 1, defaults  # one default for n wherever it is an option
 
 
 def test_align_variant_is_a_choice() -> None:
