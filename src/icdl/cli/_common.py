@@ -74,7 +74,7 @@ def count(low: int, high: int = MAX_COUNT) -> click.IntRange:
 
 
 #: The built-in construction variants, as [`icdl.construct.variants.VARIANTS`][icdl.construct.variants] lists
-#: them, named here so that ``--help`` shows them without importing torch (tests/cli/test_cli_defaults.py
+#: them, named here so that ``--help`` shows them without importing torch (tests/cli/test_cli_one_tool.py
 #: checks that they are the registry's).
 BUILTIN_VARIANTS: tuple[str, ...] = ("paper", "compact", "no-ewml", "rows", "softmax")
 
@@ -99,7 +99,7 @@ class VariantChoice(click.Choice):
 
 def examples(*lines: str) -> str:
     """A command's ``epilog`` for ``--help``: ``Examples:`` and one command line each, printed as written
-    (click's ``\\b`` keeps the lines from being rewrapped). tests/cli/test_cli_examples.py parses each line
+    (click's ``\\b`` keeps the lines from being rewrapped). tests/cli/test_cli_one_tool.py parses each line
     with its command, so an example cannot name an option that does not exist."""
     return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 

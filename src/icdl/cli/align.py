@@ -20,7 +20,7 @@ from icdl.cli._common import VariantChoice, check_output, count, emit_json, exam
 from icdl.icl.suites import EVAL_SEED
 
 # AlignOptions' defaults (icdl.icl.align), written out here so that --help does not import torch;
-# tests/cli/test_cli_defaults.py checks each against AlignOptions, which validates the values again.
+# tests/cli/test_cli_one_tool.py checks each against AlignOptions, which validates the values again.
 DEFAULT_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
 GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
 GD_STEPS = (1, 3, 10, 30)

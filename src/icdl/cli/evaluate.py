@@ -77,7 +77,7 @@ def verdict_footnote(level: float) -> str:
 
 
 # EvalOptions' defaults and lower bounds (icdl.icl.evaluate), written out here so that --help does not import
-# torch; tests/cli/test_cli_defaults.py checks each against EvalOptions, which validates the values again.
+# torch; tests/cli/test_cli_one_tool.py checks each against EvalOptions, which validates the values again.
 POOLINGS = ("pooled", "batch_mean")
 
 
