@@ -3,8 +3,13 @@ PY ?= python3
 
 .PHONY: install test test-all lint typecheck bench demo docs docs-serve tutorial
 
+# The README's CPU route: torch's CPU build from PyTorch's CPU wheel index, before icdl (so pip never pulls
+# a CUDA build). `make install TORCH_INDEX=` keeps pip's own index (a machine whose pip is set up already);
+# on a GPU machine install the CUDA torch first (README, "Set-up") and run `pip install -e '.[dev,interp]'`.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 install:
-	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -e '.[dev,interp]'
 
 # Fast tier: two workers with one thread each (two 2-thread workers on 2 cores run ~12x slower).
@@ -27,8 +32,12 @@ demo:
 # The docs site (mkdocs-material + mkdocstrings): warnings are errors. The tutorial page (docs/tutorial.md) is
 # executed at every build (mkdocs-jupyter), outputs and figures included; the other pages' code blocks run
 # in `make test` (tests/test_docs.py).
+# scripts/jupyter (on JUPYTER_CONFIG_PATH): the build talks to the tutorial's kernel over IPC sockets, not
+# unencrypted TCP on localhost (which the kernel warns about at every build).
+JUPYTER_DOCS = JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
+
 docs:
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	$(JUPYTER_DOCS) NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 docs-serve:
 	$(PY) -m mkdocs serve

@@ -271,3 +271,17 @@ def test_a_feature_between_the_probe_points_is_caught() -> None:
     err = float((s(dense) - tent(dense)).abs().max())
     assert err <= eps
     assert s.sup_error <= eps
+
+
+def test_repr_is_one_line_summary_not_every_coefficient() -> None:
+    """A notebook cell or REPL shows target, arguments, term count, range and error in one line."""
+    s = relu_sum_for("sigmoid", eps=1e-3, radius=10.0)
+    text = repr(s)
+    assert "\n" not in text and len(text) < 120, text
+    assert text.startswith("ReluSum('sigmoid', 1 arg, ") and f"{s.num_terms} terms on [-10, 10]" in text
+    assert f"measured sup error {s.sup_error:.1e}" in text and "eps 1.0e-03" in text
+    assert s.num_terms > 5 and f"{s.c[0].item():.4f}" not in text  # no coefficients listed
+    exact = relu_sum_for("relu")
+    assert repr(exact) == "ReluSum('relu', 1 arg, 1 term on [-10, 10], exact)"
+    two = loss_derivative_sum("squared", radius=4.0)
+    assert repr(two) == 'ReluSum("squared\'", 2 args, 2 terms on [-4, 4]^2, exact)'

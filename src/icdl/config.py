@@ -34,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from icdl.errors import InputError
 from icdl.io import read_text
-from icdl.nets import ACTIVATIONS
 
 __all__ = [
     "Config",
@@ -172,6 +171,10 @@ class TaskConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _check(self) -> TaskConfig:
+        # Imported here: icdl.nets imports torch, and the CLI reads suite and preset names from modules that
+        # import this one before printing --help (which must not wait for torch).
+        from icdl.nets import ACTIVATIONS
+
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown task.activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}"

@@ -75,6 +75,15 @@ class ReluSum:
                 f"need a (H,) or (H, k), b (H,), c (H,); got {self.a.shape}, {self.b.shape}, {self.c.shape}"
             )
 
+    def __repr__(self) -> str:
+        """One line for a REPL or a notebook cell: target, arguments, terms, range and error (not every
+        coefficient; those are ``a``, ``b``, ``c`` and ``terms()``)."""
+        k = self.num_args
+        h = self.num_terms
+        box = f"[-{self.radius:g}, {self.radius:g}]" + (f"^{k}" if k > 1 else "")
+        err = "exact" if self.exact else f"eps {self.eps:.1e}, measured sup error {self.sup_error:.1e}"
+        return f"ReluSum({self.target!r}, {k} arg{'s' * (k > 1)}, {h} term{'s' * (h != 1)} on {box}, {err})"
+
     @property
     def num_args(self) -> int:
         """k, the number of arguments."""

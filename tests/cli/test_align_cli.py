@@ -76,7 +76,7 @@ def test_align_help(tmp_path: Path) -> None:
         (["RUN", "--ks", "1,99"], "exceed the test prompts' longest k"),
         (["RUN", "--baselines", "ridge,nope"], "unknown baseline 'nope'"),
         (["RUN", "--gd-lrs", "0.1,x"], "not a comma-separated list of numbers"),
-        (["RUN", "--variant", "nope"], "unknown variant"),
+        (["RUN", "--variant", "nope"], "'nope' is not one of 'paper', 'compact'"),
     ],
 )
 def test_align_bad_input_is_one_line(

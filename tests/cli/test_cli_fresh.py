@@ -61,6 +61,12 @@ def test_version() -> None:
     assert r.returncode == 0 and __version__ in r.stdout
 
 
+def test_dash_capital_v_is_version() -> None:
+    r, long = run("-V"), run("--version")
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout == long.stdout and r.stdout.strip()
+
+
 def test_no_arguments_prints_help_exit_2() -> None:
     r = run()
     assert r.returncode == 2

@@ -95,8 +95,12 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="icdl")
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="\b\nExamples:\n  icdl demo\n  icdl construct -N 3 -K 8 -L 5\n  icdl construct --help",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="icdl")
 def cli() -> None:
     """icdl — a transformer that trains a deep network by gradient descent in its forward pass.
 

@@ -58,13 +58,50 @@ RANGE_OR_AUTO = RangeOrAuto()
 RANGE_DEFAULT: float | str = 10.0
 
 
-# Any integer of sane size; the library (e.g. EvalOptions) checks the lower bounds.
-BOUNDED_INT = click.IntRange(min=-MAX_COUNT, max=MAX_COUNT)
+class Count(click.IntRange):
+    """An integer option type in ``[low, high]``; ``--help`` shows ``x>=low`` when the ceiling is only the
+    sanity cap `MAX_COUNT` (a real limit would be named; that one is never the reason a value is refused)."""
+
+    def _describe_range(self) -> str:
+        if self.max == MAX_COUNT and self.min is not None:
+            return f"x>={self.min}"
+        return super()._describe_range()
 
 
 def count(low: int, high: int = MAX_COUNT) -> click.IntRange:
-    """An integer option type in ``[low, high]`` (default ceiling `MAX_COUNT`)."""
-    return click.IntRange(min=low, max=high)
+    """An integer option type in ``[low, high]`` (default ceiling `MAX_COUNT`, not shown in ``--help``)."""
+    return Count(min=low, max=high)
+
+
+#: The built-in construction variants, as [`icdl.construct.variants.VARIANTS`][icdl.construct.variants] lists
+#: them, named here so that ``--help`` shows them without importing torch (tests/cli/test_cli_one_tool.py
+#: checks that they are the registry's).
+BUILTIN_VARIANTS: tuple[str, ...] = ("paper", "compact", "no-ewml", "rows", "softmax")
+
+
+class VariantChoice(click.Choice):
+    """``--variant`` (``icdl construct``, ``icdl align``): ``--help`` lists `BUILTIN_VARIANTS`; a value is
+    checked against the registry [`icdl.construct.variants`][icdl.construct.variants] (imported then, with
+    torch), so a variant registered at run time is accepted too."""
+
+    def __init__(self) -> None:
+        super().__init__(BUILTIN_VARIANTS, case_sensitive=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from icdl.cli import paused_gc
+
+        with paused_gc():  # the first import of torch
+            from icdl.construct.variants import VARIANTS
+
+        self.choices = tuple(VARIANTS)
+        return super().convert(value, param, ctx)
+
+
+def examples(*lines: str) -> str:
+    """A command's ``epilog`` for ``--help``: ``Examples:`` and one command line each, printed as written
+    (click's ``\\b`` keeps the lines from being rewrapped). tests/cli/test_cli_one_tool.py parses each line
+    with its command, so an example cannot name an option that does not exist."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def emit_json(obj: Any) -> None:

@@ -15,10 +15,16 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import check_output, count, emit_json, guard, yes_option
-from icdl.icl.align import DEFAULT_BASELINES, AlignOptions
+from icdl.cli import paused_gc
+from icdl.cli._common import VariantChoice, check_output, count, emit_json, examples, guard, yes_option
+from icdl.icl.suites import EVAL_SEED
 
-_D = AlignOptions()
+# AlignOptions' defaults (icdl.icl.align), written out here so that --help does not import torch;
+# tests/cli/test_cli_one_tool.py checks each against AlignOptions, which validates the values again.
+DEFAULT_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
+GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
+GD_STEPS = (1, 3, 10, 30)
+GD_INITS = (0.1, 1.0)
 
 
 def _ints(value: str | None) -> tuple[int, ...] | None:
@@ -83,10 +89,19 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     return lines
 
 
-@click.command(name="align")
+@click.command(
+    name="align",
+    epilog=examples("icdl align runs/tiny", "icdl align runs/tiny --variant paper --out align-tiny"),
+)
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--prompts", type=count(2), default=_D.prompts, show_default=True, help="Test prompts.")
-@click.option("--ks", default=None, metavar="LIST", help="k values [1,2,3,5,10,...,E,K].")
+@click.option("--prompts", type=count(2), default=128, show_default=True, help="Test prompts.")
+@click.option(
+    "--ks",
+    default=None,
+    metavar="LIST",
+    show_default="1,2,3,5,10,...,E,K",
+    help="k values (E: training length).",
+)
 @click.option(
     "--baselines",
     default=",".join(DEFAULT_BASELINES),
@@ -98,39 +113,53 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     ),
 )
 @click.option(
-    "--gd-lrs", default=None, metavar="LIST", help=f"GD step sizes [{','.join(map(str, _D.gd_lrs))}]."
+    "--gd-lrs", default=None, metavar="LIST", show_default=",".join(map(str, GD_LRS)), help="GD step sizes."
 )
 @click.option(
-    "--gd-steps", default=None, metavar="LIST", help=f"GD step counts L [{','.join(map(str, _D.gd_steps))}]."
+    "--gd-steps",
+    default=None,
+    metavar="LIST",
+    show_default=",".join(map(str, GD_STEPS)),
+    help="GD step counts L.",
 )
 @click.option(
     "--gd-inits",
     default=None,
     metavar="LIST",
-    help=f"GD initial scales (times He) [{','.join(map(str, _D.gd_inits))}].",
+    show_default=",".join(map(str, GD_INITS)),
+    help="GD initial scales (times He).",
 )
 @click.option(
     "--compiled-ks",
     default=None,
     metavar="LIST",
-    help="k values of the compiled model [5,10,E]; none skips it.",
+    show_default="5,10,E",
+    help="k values of the compiled model; none skips it.",
 )
 @click.option(
     "--compiled-prompts",
     type=count(1),
-    default=_D.compiled_prompts,
+    default=16,
     show_default=True,
     help="Prompts the compiled model runs on (the first ones).",
 )
 @click.option(
     "--compiled-max-steps",
     type=count(1),
-    default=_D.compiled_max_steps,
+    default=10,
     show_default=True,
     help="Compile the best GD point with at most this many steps.",
 )
-@click.option("--variant", default=_D.compiled_variant, show_default=True, help="Construction variant.")
-@click.option("--seed", type=count(0), default=None, help="Test seed [the evaluation seed].")
+@click.option(
+    "--variant",
+    type=VariantChoice(),
+    default="compact",
+    show_default=True,
+    help="Construction variant of the compiled model (as in icdl construct).",
+)
+@click.option(
+    "--seed", type=count(0), default=EVAL_SEED, show_default=True, help="Test seed (the evaluation seed)."
+)
 @click.option("--partial", is_flag=True, help="Align an unfinished run's newest checkpoint.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Also copy JSON and plots to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
@@ -139,15 +168,15 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 def align(
     run_dir: Path, prompts: int, ks: str | None, baselines: str, gd_lrs: str | None, gd_steps: str | None,
     gd_inits: str | None, compiled_ks: str | None, compiled_prompts: int, compiled_max_steps: int,
-    variant: str, seed: int | None, partial: bool, out: Path | None, as_json: bool, quiet: bool,
+    variant: str, seed: int, partial: bool, out: Path | None, as_json: bool, quiet: bool,
     yes: bool = False,
 ) -> None:  # fmt: skip
     """Agreement of a run's ICL predictions with baselines, GD on the target and a compiled model."""
-    from icdl.icl.align import align_estimate, align_run, result_path
-    from icdl.icl.align_plots import plot_alignment
-    from icdl.icl.evaluate import checkpoint_info
-    from icdl.icl.suites import EVAL_SEED
-    from icdl.icl.train import read_run_config
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.icl.align import AlignOptions, align_estimate, align_run, result_path
+        from icdl.icl.align_plots import plot_alignment
+        from icdl.icl.evaluate import checkpoint_info
+        from icdl.icl.train import read_run_config
     from icdl.io import atomic_write
 
     checkpoint_info(run_dir)  # missing run, no checkpoint, score run: one line, exit 2
@@ -159,9 +188,9 @@ def align(
         prompts=prompts,
         ks=_ints(ks),
         baselines=names,
-        gd_lrs=_floats(gd_lrs, _D.gd_lrs),
-        gd_steps=_D.gd_steps if steps is None else steps,
-        gd_inits=_floats(gd_inits, _D.gd_inits),
+        gd_lrs=_floats(gd_lrs, GD_LRS),
+        gd_steps=GD_STEPS if steps is None else steps,
+        gd_inits=_floats(gd_inits, GD_INITS),
         compiled_ks=_ints(compiled_ks),
         compiled_prompts=compiled_prompts,
         compiled_max_steps=compiled_max_steps,
@@ -170,7 +199,7 @@ def align(
     cfg = read_run_config(run_dir)
     guard(align_estimate(cfg, opts), yes)
     res = align_run(
-        run_dir, opts, seed=EVAL_SEED if seed is None else seed, allow_partial=partial,
+        run_dir, opts, seed=seed, allow_partial=partial,
         progress=False if quiet else None,
     )  # fmt: skip
     path = result_path(run_dir)

@@ -12,14 +12,17 @@ icdl approx softplus --plot out/softplus.png
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import torch
 
 from icdl.budget import QUICK_SECONDS
-from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, guard, user_error, yes_option
+from icdl.cli import paused_gc
+from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, examples, guard, user_error, yes_option
 from icdl.io import atomic_write
-from icdl.relu_sums import ReluSum, fit_estimate, relu_sum_for, target_function
+
+if TYPE_CHECKING:  # imported when the command runs: --help does not wait for torch
+    from icdl.relu_sums import ReluSum
 
 FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 
@@ -27,7 +30,10 @@ FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     """Function, sum (with the flat extension beyond ±R) and error, written atomically as PNG, PDF or SVG
     (by the suffix of ``path``)."""
+    import torch
     from matplotlib.figure import Figure  # not pyplot: no backend is chosen or switched
+
+    from icdl.relu_sums import target_function
 
     fmt = FIGURE_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -58,7 +64,12 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
         raise user_error(f"cannot write plot {str(path)!r}: {exc.strerror or exc}") from None
 
 
-@click.command(name="approx")
+@click.command(
+    name="approx",
+    epilog=examples(
+        "icdl approx sigmoid --eps 1e-3 --range 10", 'icdl approx "tanh\'" --plot tanh-deriv.png'
+    ),
+)
 @click.argument("function")
 @click.option("--eps", type=POSITIVE_FLOAT, default=1e-3, show_default=True, help="Target sup error.")
 @click.option(
@@ -96,6 +107,9 @@ def approx(
     check_output(plot, "--plot")
     if plot is not None and plot.suffix.lower() not in FIGURE_FORMATS:
         raise user_error(f"cannot write plot {str(plot)!r}: the name must end in .png, .pdf or .svg")
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.relu_sums import fit_estimate, relu_sum_for
+
     guard(fit_estimate(function, eps=eps, radius=radius), yes, max_seconds=QUICK_SECONDS)
     s = relu_sum_for(function, eps=eps, radius=radius, delta=delta)
     if plot is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from icdl.cli._common import examples
 from icdl.errors import InputError
 from icdl.io import one_line, read_json
 
@@ -109,13 +110,13 @@ def check_construction(d: Path) -> list[Item]:
     return [_guarded(d, one)]
 
 
-@click.command(name="check")
+@click.command(name="check", epilog=examples("icdl check runs/tiny", "icdl check saved-model"))
 @click.argument("path", type=click.Path(path_type=Path))
 def check(path: Path) -> None:
     """Verify a run directory or a saved construction (hashes of every file); exit 2 if anything fails.
 
     PATH is a run directory (checkpoints, evaluation caches) or a directory written by
-    `icdl construct --save` (content hash).
+    icdl construct --save (content hash).
     """
     if (path / "config.yaml").is_file():
         items = check_run(path)

@@ -16,18 +16,19 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from icdl.budget import QUICK_SECONDS, Estimate
-from icdl.cli import paused_gc, skip_teardown
+from icdl.cli import skip_teardown
 from icdl.cli._common import (
     POSITIVE_FLOAT,
+    VariantChoice,
     check_output,
     emit_json,
+    examples,
     guard,
     network_options,
     relu_sum_options_auto,
@@ -52,6 +53,18 @@ def verdict_exit_code(verdict: str) -> int | None:
     return {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(verdict)
 
 
+#: The line ``icdl construct`` adds to a FAIL on a range condition at a fixed ``--range``.
+RANGE_HINT = (
+    "an argument left the fitted range [-R, R]: rerun with --range auto (R from a-priori bounds along this "
+    "prompt's whole GD trajectory; docs/construction.md, 'Ranges')"
+)
+
+
+def range_hint(verdict: str, failures: list[str], *, auto: bool) -> bool:
+    """Whether to suggest ``--range auto``: the verdict FAILs on the range condition (b) at a fixed R."""
+    return verdict == "FAIL" and not auto and any(f.startswith("(b) range") for f in failures)
+
+
 def exit_on_verdict(verdict: str) -> None:
     """End the command with [`verdict_exit_code`][icdl.cli.construct.verdict_exit_code] unless the verdict
     is PASS (call it after the report is printed)."""
@@ -60,26 +73,14 @@ def exit_on_verdict(verdict: str) -> None:
         sys.exit(code)
 
 
-class VariantChoice(click.Choice):
-    """``--variant``: the names registered in [`icdl.construct.variants`][icdl.construct.variants], looked up
-    when first needed (so that ``icdl --help`` does not import torch)."""
-
-    def __init__(self) -> None:
-        super().__init__([], case_sensitive=True)
-
-    @property  # type: ignore[override]
-    def choices(self) -> Sequence[str]:
-        with paused_gc():  # the first import of torch
-            from icdl.construct.variants import VARIANTS
-
-        return tuple(VARIANTS)
-
-    @choices.setter
-    def choices(self, value: Sequence[str]) -> None:  # click's __init__ assigns it; the registry rules
-        pass
-
-
-@click.command(name="construct")
+@click.command(
+    name="construct",
+    epilog=examples(
+        "icdl construct -N 3 -K 8 -L 5",
+        "icdl construct --activation sigmoid --range auto",
+        "icdl construct --variant rows --save saved-model --json",
+    ),
+)
 @network_options
 @click.option("--steps", "-L", type=click.IntRange(min=0), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="GD step size eta.")
@@ -110,7 +111,8 @@ class VariantChoice(click.Choice):
     "--delta",
     type=POSITIVE_FLOAT,
     default=None,
-    help="Window of the relu' step (default 1e-9 in float64, 1e-5 in float32).",
+    show_default="1e-9 in float64, 1e-5 in float32",
+    help="Window of the relu' step.",
 )
 @click.option(
     "--projection",
@@ -131,7 +133,8 @@ class VariantChoice(click.Choice):
     "--tol",
     type=POSITIVE_FLOAT,
     default=None,
-    help="Relative tolerance of the sublayer check (default 1e-9 in float64, 1e-4 in float32).",
+    show_default="1e-9 in float64, 1e-4 in float32",
+    help="Relative tolerance of the sublayer check.",
 )
 @click.option(
     "--save",
@@ -416,6 +419,8 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"verdict      {report.verdict}"
         + (f" (task drawn {run.task_draws} times)" if run.task_draws > 1 else ""),
     ]
+    if range_hint(report.verdict, report.failures, auto=bool(r["range_auto"])):
+        lines.append(f"hint         {RANGE_HINT}")
     if r["saved"] is not None:
         lines.append(f"saved        {r['saved']}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import check_output, count, guard, yes_option
+from icdl.cli._common import check_output, count, examples, guard, yes_option
 
 
 def _banner(title: str) -> None:
@@ -29,7 +29,7 @@ def _banner(title: str) -> None:
     click.echo("=" * max(0, 74 - len(title)))
 
 
-@click.command(name="demo")
+@click.command(name="demo", epilog=examples("icdl demo", "icdl demo --skip-train"))
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -38,7 +38,13 @@ def _banner(title: str) -> None:
     help="Directory for the demo's pretraining run, evaluation and report.",
 )
 @click.option("--skip-train", is_flag=True, help="Only the construction part (seconds).")
-@click.option("--steps", type=count(1), default=None, help="Override the pretraining steps.")
+@click.option(
+    "--steps",
+    type=count(1),
+    default=None,
+    show_default="the demo preset's train.steps",
+    help="Pretraining steps.",
+)
 @yes_option
 @click.pass_context
 def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes: bool = False) -> None:
@@ -66,9 +72,31 @@ def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes
         lr=0.5, eps=1e-4, seed=0,
     )  # fmt: skip
 
-    if skip_train:
-        return
-    _run_icl_part(ctx, out, steps, yes)
+    # A construction whose verdict is not PASS ends the demo there (exit 5 or 4): past it, both passed.
+    ran = ["approx sigmoid (a ReLU sum, Definition 4)", "construct: ReLU network, 5 GD steps (verdict PASS)",
+           "construct: sigmoid network, 5 GD steps (verdict PASS)"]  # fmt: skip
+    report = None
+    if not skip_train:
+        _run_icl_part(ctx, out, steps, yes)
+        ran += [f"train demo -> {out / 'run'}", "evaluate in-distribution and centred", "report"]
+        report = out / "report" / "report.md"
+    for line in summary_lines(ran, report, out / "run" / "eval"):
+        click.echo(line)
+
+
+def summary_lines(ran: list[str], report: Path | None, eval_dir: Path) -> list[str]:
+    """The demo's closing summary: what ran, what passed, where the report (and the evaluation JSON) is."""
+    lines = ["", "== Summary " + "=" * 66]
+    lines += [f"ran     {item}" for item in ran]
+    lines.append(
+        "passed  both constructions against reference GD: verdict PASS (ReLU exact to round-off, sigmoid "
+        "within its a-priori error budget; docs/construction.md)"
+    )
+    if report is None:
+        lines.append("report  none (--skip-train: no pretraining, evaluation or report)")
+    else:
+        lines.append(f"report  {report} (figures next to it); evaluation JSON in {eval_dir}")
+    return lines
 
 
 def _run_icl_part(ctx: click.Context, out: Path, steps: int | None, yes: bool) -> None:

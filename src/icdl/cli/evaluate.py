@@ -13,16 +13,16 @@ from pathlib import Path
 
 import click
 
+from icdl.cli import paused_gc
 from icdl.cli._common import (
-    BOUNDED_INT,
     POSITIVE_FLOAT,
     check_output,
     count,
     emit_json,
+    examples,
     guard,
     yes_option,
 )
-from icdl.icl.evaluate import POOLINGS, EvalOptions
 from icdl.icl.suites import DEFAULT_PROMPTS, EVAL_SEED, suite_names
 
 
@@ -60,13 +60,30 @@ def _summary_lines(res: dict) -> list[str]:
             if comp:
                 verdicts = "   ICL " + ", ".join(f"{v['verdict']} ({k})" for k, v in comp["ranges"].items())
             lines.append(f"    {pname:<22}{''.join(vals)}{verdicts}")
+    if any(c["comparisons"] for c in res["conditions"].values()):
+        level = res.get("options", {}).get("level", 0.9)
+        lines.append(verdict_footnote(level))
     return lines
 
 
-_D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions validates the values
+def verdict_footnote(level: float) -> str:
+    """What ``ICL beats / matches / trails (a-b)`` next to a baseline means (the paired band of
+    [`icdl.icl.evaluate`][icdl.icl.evaluate])."""
+    return (
+        f"  ICL beats / matches / trails (a-b): the {level:.0%} paired bootstrap band of the mean of "
+        "R²(ICL) - R²(baseline) over k = a..b lies above 0 / contains 0 / lies below 0; 'matches' means no "
+        "difference is resolved at these prompts, not equal R² (compare the two means)"
+    )
 
 
-@click.command(name="evaluate")
+# EvalOptions' defaults and lower bounds (icdl.icl.evaluate), written out here so that --help does not import
+# torch; tests/cli/test_cli_one_tool.py checks each against EvalOptions, which validates the values again.
+POOLINGS = ("pooled", "batch_mean")
+
+
+@click.command(
+    name="evaluate", epilog=examples("icdl evaluate runs/tiny", "icdl evaluate runs/tiny --suite all --json")
+)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option(
     "--suite",
@@ -76,7 +93,11 @@ _D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions 
     help=f"Suite to evaluate: {', '.join(suite_names())}, or 'all'.",
 )
 @click.option(
-    "--prompts", type=count(2), default=None, help=f"Test prompts per condition [{DEFAULT_PROMPTS}]."
+    "--prompts",
+    type=count(2),
+    default=DEFAULT_PROMPTS,
+    show_default=True,
+    help="Test prompts per condition.",
 )
 @click.option(
     "--baselines",
@@ -84,54 +105,49 @@ _D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions 
     metavar="LIST",
     help="Comma-separated: zero, averaging, least-squares, ridge, knn, mlp, gd, ridge_tuned, kernel, "
     "mlp_tuned (minutes, in all but no suite's default), gd_target (slow, not in all); "
-    "all; none [suite's].",
+    "all; none.",
+    show_default="the suite's",
 )
-@click.option("--seed", type=count(0), default=None, help=f"Test seed [{EVAL_SEED}].")
+@click.option("--seed", type=count(0), default=EVAL_SEED, show_default=True, help="Test seed.")
 @click.option(
     "--pooling",
     type=click.Choice(POOLINGS),
-    default=_D.pooling,
+    default="pooled",
     show_default=True,
     help="R² over all prompts at each k (pooled), or the mean of per-batch R² (batch_mean).",
 )
-@click.option(
-    "--resamples", type=BOUNDED_INT, default=_D.resamples, show_default=True, help="Bootstrap resamples."
-)
+@click.option("--resamples", type=count(10), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option(
     "--mlp-prompts",
-    type=BOUNDED_INT,
-    default=_D.mlp_prompts,
+    type=count(2),
+    default=64,
     show_default=True,
     help="Prompts the per-prompt MLP baseline is trained on (the first ones).",
 )
-@click.option("--mlp-ks", default=None, metavar="LIST", help="k values for the MLP baseline [1,5,10,E,K].")
 @click.option(
-    "--mlp-width", type=BOUNDED_INT, default=_D.mlp_width, show_default=True, help="MLP baseline width."
+    "--mlp-ks", default=None, metavar="LIST", show_default="1,5,10,E,K", help="k values for the MLP baseline."
 )
-@click.option(
-    "--mlp-epochs", type=BOUNDED_INT, default=_D.mlp_epochs, show_default=True, help="MLP Adam epochs."
-)
-@click.option(
-    "--mlp-lr", type=POSITIVE_FLOAT, default=_D.mlp_lr, show_default=True, help="MLP Adam step size."
-)
+@click.option("--mlp-width", type=count(1), default=200, show_default=True, help="MLP baseline width.")
+@click.option("--mlp-epochs", type=count(1), default=100, show_default=True, help="MLP Adam epochs.")
+@click.option("--mlp-lr", type=POSITIVE_FLOAT, default=5e-3, show_default=True, help="MLP Adam step size.")
 @click.option(
     "--gd-steps",
-    type=BOUNDED_INT,
-    default=_D.gd_steps,
+    type=count(1),
+    default=10,
     show_default=True,
     help="GD steps of the tuned-GD baseline on the target architecture.",
 )
 @click.option(
     "--gd-prompts",
-    type=BOUNDED_INT,
-    default=_D.gd_prompts,
+    type=count(2),
+    default=128,
     show_default=True,
     help="Prompts the tuned-GD baseline runs on (the first ones).",
 )
 @click.option(
     "--mlp-tuned-prompts",
-    type=BOUNDED_INT,
-    default=_D.mlp_tuned_prompts,
+    type=count(2),
+    default=320,
     show_default=True,
     help="Test prompts the tuned MLP baseline (mlp_tuned) is fitted on (the first ones).",
 )
@@ -143,9 +159,9 @@ _D = EvalOptions()  # the CLI's defaults are EvalOptions' defaults; EvalOptions 
 def evaluate(
     run_dir: Path,
     suite: str,
-    prompts: int | None,
+    prompts: int,
     baselines: str | None,
-    seed: int | None,
+    seed: int,
     pooling: str,
     resamples: int,
     mlp_prompts: int,
@@ -164,13 +180,16 @@ def evaluate(
 ) -> None:
     """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
     from icdl.errors import InputError
-    from icdl.icl.evaluate import (
-        checkpoint_info,
-        evaluate_estimate,
-        evaluate_run,
-        parse_baselines,
-        result_path,
-    )
+
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.icl.evaluate import (
+            EvalOptions,
+            checkpoint_info,
+            evaluate_estimate,
+            evaluate_run,
+            parse_baselines,
+            result_path,
+        )
     from icdl.icl.suites import suite_names
     from icdl.icl.train import read_run_config
 
@@ -194,7 +213,7 @@ def evaluate(
         cost=not no_cost,
     )
     cfg = read_run_config(run_dir)
-    test_seed = EVAL_SEED if seed is None else seed
+    test_seed = seed
     for name in names:
         guard(evaluate_estimate(cfg, name, prompts=prompts, seed=test_seed, options=opts), yes)
     out = {}
@@ -203,7 +222,7 @@ def evaluate(
             run_dir,
             name,
             prompts=prompts,
-            seed=EVAL_SEED if seed is None else seed,
+            seed=seed,
             options=opts,
             force=force,
             progress=False if quiet else None,

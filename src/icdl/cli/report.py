@@ -12,23 +12,31 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import check_output, count, guard, yes_option
-from icdl.icl.suites import suite_names
+from icdl.cli import paused_gc
+from icdl.cli._common import check_output, count, examples, guard, yes_option
+from icdl.icl.suites import DEFAULT_PROMPTS, suite_names
 
 
-@click.command(name="report")
+@click.command(
+    name="report",
+    epilog=examples("icdl report runs/tiny", "icdl report runs/tiny runs/cpu-small --out report-both"),
+)
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Output folder [RUN_DIR/report for one run, ./report for several].",
+    show_default="RUN_DIR/report for one run, ./report for several",
+    help="Output folder.",
 )
 @click.option(
     "--suites",
+    "--suite",
+    "suites",
     default=None,
     metavar="LIST",
-    help=f"Comma-separated suites out of {', '.join(suite_names())} [all but depth].",
+    show_default="all but depth",
+    help=f"Comma-separated suites out of {', '.join(suite_names())}.",
 )
 @click.option(
     "--evaluate",
@@ -38,9 +46,19 @@ from icdl.icl.suites import suite_names
     show_default=True,
     help="Which missing suites to evaluate on demand.",
 )
-@click.option("--prompts", type=count(2), default=None, help="Test prompts for on-demand evaluation.")
 @click.option(
-    "--baselines", default=None, metavar="LIST", help="Baselines for on-demand evaluation [suite's]."
+    "--prompts",
+    type=count(2),
+    default=DEFAULT_PROMPTS,
+    show_default=True,
+    help="Test prompts for on-demand evaluation.",
+)
+@click.option(
+    "--baselines",
+    default=None,
+    metavar="LIST",
+    show_default="the suite's",
+    help="Baselines for on-demand evaluation.",
 )
 @click.option(
     "--format",
@@ -60,7 +78,7 @@ def report(
     out: Path | None,
     suites: str | None,
     evaluate: str,
-    prompts: int | None,
+    prompts: int,
     baselines: str | None,
     figure_format: str,
     dpi: int,
@@ -68,10 +86,11 @@ def report(
     yes: bool = False,
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
-    from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_estimate, parse_baselines
-    from icdl.icl.report import REPORT_SUITES, build_report
-    from icdl.icl.suites import EVAL_SEED, suite_names
-    from icdl.icl.train import read_run_config
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_estimate, parse_baselines
+        from icdl.icl.report import REPORT_SUITES, build_report
+        from icdl.icl.suites import EVAL_SEED, suite_names
+        from icdl.icl.train import read_run_config
 
     if out is None:
         out = run_dirs[0] / "report" if len(run_dirs) == 1 else Path("report")

@@ -27,6 +27,7 @@ from icdl.cli._common import (
     check_output,
     count,
     emit_json,
+    examples,
     guard,
     overrides_option,
     yes_option,
@@ -137,7 +138,7 @@ def _run_or_preset(fn: Any) -> Any:
     return click.argument("run", type=click.Path(path_type=Path), required=False)(fn)
 
 
-@click.group(name="score")
+@click.group(name="score", epilog=examples("icdl score train score-small", "icdl score construct -d 2 -L 5"))
 def score() -> None:
     """In-context score estimation for diffusion models (docs/score.md).
 
@@ -146,14 +147,17 @@ def score() -> None:
     """
 
 
-@score.command(name="train")
+@score.command(
+    name="train", epilog=examples("icdl score train score-small --set train.steps=200 --out runs/score-short")
+)
 @click.argument("config")
 @overrides_option
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Run directory [runs/<preset>]; a run already in it is resumed from its newest checkpoint.",
+    show_default="runs/<preset>",
+    help="Run directory; a run already in it is resumed from its newest checkpoint.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
@@ -170,8 +174,8 @@ def train_cmd(
 ) -> None:
     """Pretrain (or resume) the ICL score model. CONFIG: a score preset (score-small) or a YAML path.
 
-    The run directory has the layout of ``icdl train`` (checkpoints, manifests, metrics.jsonl, a lock);
-    exit codes as for ``icdl train``: 2 bad input, 3 a non-finite loss (the run stops), 130 interrupted
+    The run directory has the layout of icdl train (checkpoints, manifests, metrics.jsonl, a lock);
+    exit codes as for icdl train: 2 bad input, 3 a non-finite loss (the run stops), 130 interrupted
     (resumable).
     """
     from icdl.diffusion.budget import score_train_estimate
@@ -226,7 +230,13 @@ def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple
     return None, load_score_config(preset or "")
 
 
-@score.command(name="evaluate")
+@score.command(
+    name="evaluate",
+    epilog=examples(
+        "icdl score evaluate runs/score-small --plot score-curves.png",
+        "icdl score evaluate --baselines-only score-small",
+    ),
+)
 @_run_or_preset
 @click.option(
     "--prompts", type=click.IntRange(2, 100_000), default=256, show_default=True, help="Test prompts."
@@ -277,7 +287,7 @@ def evaluate_cmd(
     """Score-error curves per number of in-context examples, against baselines (90% bootstrap bands).
 
     Estimators: the ICL model, a context-trained MLP, plain GD on the bias-free ReLU score network (what
-    `icdl score construct` compiles), the prior -x, the task's population score, a Gaussian fit, the
+    icdl score construct compiles), the prior -x, the task's population score, a Gaussian fit, the
     empirical score, and the --baselines tuned on held-out prompts (--tune-seed): GD from the start that
     outputs -x (at --mlp-ks), a KDE and a mixture fit.
     """
@@ -323,7 +333,9 @@ def evaluate_cmd(
         click.echo(f"  {name:<14}" + " ".join(f"{c['mse'][k]:9.4f}" for k in ks_show))
 
 
-@score.command(name="sample")
+@score.command(
+    name="sample", epilog=examples("icdl score sample runs/score-small --ks 5,10,20 --plot w2.png")
+)
 @_run_or_preset
 @click.option(
     "--ks", "ks_text", default="5,10,20,40", show_default=True, help="Context sizes k (comma-separated)."
@@ -413,7 +425,10 @@ def sample_cmd(
     click.echo(f"  exact score {f['exact_sw']:.3f}; two true samples {f['true_sw']:.3f}")
 
 
-@score.command(name="construct")
+@score.command(
+    name="construct",
+    epilog=examples("icdl score construct -d 2 -N 3 -K 8 -L 5", "icdl score construct --json"),
+)
 @click.option(
     "--dim",
     "-d",
@@ -432,9 +447,9 @@ def sample_cmd(
     "--examples",
     "-n",
     type=click.IntRange(1, 512),
-    default=16,
+    default=32,
     show_default=True,
-    help="In-context examples n.",
+    help="In-context examples n (the default of icdl construct).",
 )
 @click.option("--steps", "-L", type=click.IntRange(0, 200), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.01, show_default=True, help="GD step size.")

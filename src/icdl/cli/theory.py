@@ -20,17 +20,17 @@ from typing import Any
 import click
 
 from icdl.budget import QUICK_SECONDS
+from icdl.cli import paused_gc
 from icdl.cli._common import (
     POSITIVE_FLOAT,
     count,
     emit_json,
+    examples,
     guard,
     network_options,
     relu_sum_options,
     yes_option,
 )
-from icdl.nets import NetSpec, get_activation, get_loss
-from icdl.theory_report import compute, compute_estimate
 
 
 def _float(x: float) -> float:
@@ -111,14 +111,24 @@ def _render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command(name="theory")
+@click.command(
+    name="theory",
+    epilog=examples("icdl theory -N 3 -K 8 -L 10", "icdl theory --activation sigmoid -L 10 --json"),
+)
 @network_options
-@click.option("--steps", type=count(1), required=True, help="GD steps L.")
+@click.option("--steps", "-L", type=count(1), required=True, help="GD steps L.")
 @relu_sum_options
 @click.option(
     "--projection", type=click.Choice(["none", "box"]), default="none", show_default=True, help="Proj_W."
 )
-@click.option("--examples", type=count(1), default=10, show_default=True, help="Examples n.")
+@click.option(
+    "--examples",
+    "-n",
+    type=count(1),
+    default=32,
+    show_default=True,
+    help="In-context examples n (the default of icdl construct).",
+)
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="Step size eta.")
 @click.option("--bound-x", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_x >= ||x||_2.")
 @click.option("--bound-y", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="B_y >= ||y||_2.")
@@ -134,7 +144,8 @@ def _render(r: dict[str, Any]) -> str:
     "--grad-eps",
     type=POSITIVE_FLOAT,
     default=None,
-    help="Per-step gradient error eps of Thm 1 [default: --eps].",
+    show_default="--eps",
+    help="Per-step gradient error eps of Thm 1.",
 )
 @click.option(
     "--corrected-bounds",
@@ -167,6 +178,11 @@ def theory(
     yes: bool,
 ) -> None:
     """Print the paper's sizes, head counts, error bounds and FLOPs for an N-layer network."""
+    # Imported here, not at the top: both import torch, which --help must not wait for.
+    with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        from icdl.nets import NetSpec, get_activation, get_loss
+        from icdl.theory_report import compute, compute_estimate
+
     get_activation(activation)
     get_loss(loss)
     spec = NetSpec(depth, width, in_dim, out_dim, activation=activation, output=output)  # type: ignore[arg-type]

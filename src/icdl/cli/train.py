@@ -1,6 +1,6 @@
 """``icdl train CONFIG [--set key=value ...] [--out DIR]`` — pretrain an ICL transformer.
 
-CONFIG is a preset name (``tiny``, ``cpu-small``, ``paper-relu``, ``paper-softmax``) or a YAML path.
+CONFIG is a preset name (``icdl train --help`` lists every bundled one) or a YAML path.
 Resumes when DIR already holds a checkpoint of the same config. Under ``torchrun`` it trains with
 DistributedDataParallel (``train.batch_size`` is the global batch). Exit codes: 0 ok (also when the run
 was already complete: nothing is trained and that is said), 2 bad input, an unwritable ``--out``, a
@@ -15,18 +15,34 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import check_output, count, emit_json, guard, overrides_option, yes_option
+from icdl.cli._common import check_output, count, emit_json, examples, guard, overrides_option, yes_option
+from icdl.config import list_presets
 from icdl.errors import InputError
+
+_HELP = f"""Pretrain an ICL transformer (resumable; torchrun for data parallel).
+
+CONFIG is a preset name ({", ".join(list_presets())}) or a YAML path. Resumes from --out when it holds a
+checkpoint of the same config.
+"""
 
 # Exit code of a run stopped by a non-finite loss (1 is reserved for bugs, 2 for bad input).
 EXIT_DIVERGED = 3
 
 
-@click.command(name="train")
+@click.command(
+    name="train",
+    help=_HELP,
+    epilog=examples("icdl train tiny", "icdl train cpu-small --set train.steps=500 --out runs/short"),
+)
 @click.argument("config")
 @overrides_option
 @click.option(
-    "--out", "out", type=click.Path(path_type=Path), default=None, help="Run directory [runs/<preset>]."
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    show_default="runs/<preset>",
+    help="Run directory.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
@@ -52,11 +68,9 @@ def train(
     nproc: int | None = None,
     yes: bool = False,
 ) -> None:
-    """Pretrain an ICL transformer (resumable; torchrun for data parallel).
-
-    CONFIG is a preset name (tiny, cpu-small, paper-relu, paper-softmax) or a YAML path. Resumes from
-    --out when it holds a checkpoint of the same config.
-    """
+    """Pretrain an ICL transformer (resumable; torchrun for data parallel). CONFIG is a bundled preset's
+    name (``icdl.config.list_presets``) or a YAML path; resumes from ``--out`` when it holds a
+    checkpoint of the same config."""
     from icdl.config import dump_config, load_config
 
     cfg = load_config(config, overrides)
@@ -111,9 +125,8 @@ def train(
             loss += f" (label variance {result.label_var:.4g}; ratio {result.loss / result.label_var:.3f})"
         click.echo(
             f"trained {result.step} steps (from {result.start_step}) in {result.seconds:.1f} s; "
-            f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}",
-            err=True,
-        )
+            f"loss {loss}; {result.num_params} parameters; run dir {result.run_dir}"
+        )  # the command's result, on stdout (the progress bar is on stderr)
 
 
 def _launch(argv: list[str], nproc: int) -> None:
