@@ -249,6 +249,6 @@ def test_the_compiled_point_is_the_best_gd_point_with_at_most_the_maximum_steps(
         for L in opts.gd_steps
     }
     per[align.gd_name(0.3, 3, 1.0)]["r2"] = [math.nan, 0.9]  # not finite at every k: left out
-    want_L = max(L for L in opts.gd_steps if cap is None or L <= cap)
+    want_L = max(L for L in opts.gd_steps if cap is None or cap >= L)
     want = align.gd_name(0.3 if want_L != 3 else 0.1, want_L, 1.0)
     assert align._best_gd(per, opts, cap) == want
