@@ -1,7 +1,7 @@
 # One place for the commands the README and CI use.
 PY ?= python3
 
-.PHONY: install test test-all lint typecheck bench demo docs docs-serve tutorial
+.PHONY: install test test-all lint typecheck bench demo docs docs-serve tutorial mutate mutate-score
 
 # The README's CPU route: torch's CPU build from PyTorch's CPU wheel index, before icdl (so pip never pulls
 # a CUDA build). `make install TORCH_INDEX=` keeps pip's own index (a machine whose pip is set up already);
@@ -45,3 +45,14 @@ docs-serve:
 # docs/tutorial.md as an executed notebook with its figures (written to docs/tutorial.ipynb, not committed).
 tutorial:
 	$(PY) scripts/run_tutorial.py docs/tutorial.ipynb
+
+# Mutation testing with mutmut 3 (outside CI; pip install -e '.[mutate]'): the files and tests in
+# [tool.mutmut] (pyproject.toml). Resumable: an interrupted run goes on where it stopped. A shard is a
+# mutant-name glob, e.g. `make mutate MUTANTS='icdl.construct.ranges*'`. docs/testing.md has the scores.
+MUTANTS ?=
+mutate:
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 mutmut run --max-children 1 $(if $(MUTANTS),"$(MUTANTS)",)
+	$(PY) scripts/mutation_score.py
+
+mutate-score:
+	$(PY) scripts/mutation_score.py --json docs/results/mutation_score.json

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -104,3 +105,30 @@ def test_every_variant_round_trips(tmp_path, variant: str) -> None:
     loaded = load(save(model, tmp_path / variant))
     assert torch.equal(loaded(H), model(H))
     assert loaded.infos() == model.infos() and loaded.config.variant == variant
+
+
+@pytest.mark.parametrize("value", [-0.0, math.nan], ids=["neg-zero", "nan"])
+def test_a_re_hashed_table_differing_only_in_its_bits_is_refused(tmp_path, value: float) -> None:
+    """Stored tables are compared with a fresh compile by bytes: a 0.0 coefficient rewritten as -0.0
+    (equal as a value) or as NaN, with the content hash recomputed so only that comparison can see it, is
+    refused; the untouched save loads."""
+    from safetensors.torch import load as load_bytes
+    from safetensors.torch import save as save_bytes
+
+    from icdl.construct.store import content_hash
+
+    path = _saved(tmp_path)
+    load(path)  # the untouched save loads
+    w, m = path / "weights.safetensors", path / "model.json"
+    tensors = dict(load_bytes(w.read_bytes()))
+    key = next(k for k, t in tensors.items() if t.is_floating_point() and bool((t == 0).any()))
+    t = tensors[key].clone()
+    t.view(-1)[int(torch.nonzero(t.view(-1) == 0)[0])] = value
+    tensors[key] = t
+    weights = save_bytes(tensors)
+    w.write_bytes(weights)
+    meta = json.loads(m.read_text())
+    meta["content_sha256"] = content_hash(meta, weights)
+    m.write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=f"tensor {key} differs"):
+        load(path)

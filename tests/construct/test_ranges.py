@@ -330,3 +330,34 @@ def test_estimate_gets_the_resolved_range(monkeypatch: pytest.MonkeyPatch) -> No
     )
     assert cfg.weight_range is not None
     assert seen["radius"] == max(cfg.radius, cfg.weight_range) != 10.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("point", ["none", "a", "b"])
+def test_interval_matrix_product_contains_every_product_of_members(seed: int, point: str) -> None:
+    """The midpoint-radius product (Rump) of interval matrices contains ``A @ B`` for every member A, B:
+    sampled members and corners, centres of both signs (a radius without |centre| is too small there)."""
+    from icdl.construct.ranges import _Iv, _matmul
+
+    g = torch.Generator().manual_seed(seed)
+
+    def iv(rows: int, cols: int, exact: bool) -> _Iv:
+        c = torch.randn(rows, cols, generator=g, dtype=torch.float64) * 2
+        r = torch.zeros_like(c) if exact else torch.rand(rows, cols, generator=g, dtype=torch.float64)
+        return _Iv(c - r, c + r)
+
+    a, b = iv(3, 4, point == "a"), iv(4, 5, point == "b")
+    assert bool((a.lo < 0).any()) and bool((b.hi > 0).any())  # centres of both signs
+    out = _matmul(a, b)
+    assert bool((out.lo <= out.hi).all())
+    for _ in range(200):
+        corner = torch.rand(2, generator=g) < 0.5
+        ta = torch.rand(a.lo.shape, generator=g, dtype=torch.float64)
+        tb = torch.rand(b.lo.shape, generator=g, dtype=torch.float64)
+        if bool(corner[0]):
+            ta = ta.round()
+        if bool(corner[1]):
+            tb = tb.round()
+        A, B = a.lo + ta * (a.hi - a.lo), b.lo + tb * (b.hi - b.lo)
+        prod = A @ B
+        assert bool((prod >= out.lo - 1e-12).all() and (prod <= out.hi + 1e-12).all())

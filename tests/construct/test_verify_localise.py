@@ -242,3 +242,48 @@ def test_non_finite_values_are_named_with_default_options(
     assert div.kind in ("nan", "inf") or (variant == "softmax" and math.isinf(value))
     json.dumps(rep.to_dict())  # still a JSON-ready report
     assert rep.table()
+
+
+def _zeroing_cases() -> list[tuple[str, int, str]]:
+    """(variant, block index, scratch slot) for every sublayer whose expected effects zero a slot."""
+    from icdl.construct.variants import get_variant
+
+    cases = []
+    for variant in VARIANT_OPTIONS:
+        model, _ = _small(variant)
+        v = get_variant(variant)
+        for i, m in enumerate(model.block):
+            zeros = [e.slot for e in v.effects(m.info, model.layout) if e.quantity == "zero"]
+            if zeros:
+                cases += [(variant, i, s) for s in sorted({zeros[0], zeros[-1]})]
+    assert {c[0] for c in cases} == set(VARIANT_OPTIONS)  # every variant zeroes its scratch somewhere
+    return cases
+
+
+@pytest.mark.parametrize("value", [-0.5, 0.5, -1e-6, math.nan], ids=["neg", "pos", "tiny-neg", "nan"])
+@pytest.mark.parametrize("token", [0, -1], ids=["first", "query"])
+@pytest.mark.parametrize("variant, index, slot", _zeroing_cases())
+def test_a_left_over_in_a_slot_that_must_be_zero_is_named(
+    variant: str, index: int, slot: str, token: int, value: float, assert_nondegenerate
+) -> None:
+    """A sublayer that must leave a scratch slot at exactly 0 and leaves a value there — negative, positive,
+    tiny or NaN, on one token only — FAILs at that sublayer and slot (the left-over is measured as |got|)."""
+    model, prompt = _small(variant)
+    assert_nondegenerate(model.spec, prompt[0], prompt[1], prompt[3])
+    col = next(s.offset for s in model.layout.slots if s.label == slot)
+    calls = [0]
+
+    def leave(module, inputs, out):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] == 1:  # step 0 only
+            out = out.clone()
+            out[:, token, col] = value if math.isnan(value) else out[:, token, col] + value
+        return out
+
+    model.block[index].register_forward_hook(leave)
+    rep = verify(model, *prompt, lipschitz_iters=0)
+    div = rep.first_divergence
+    assert div is not None and rep.verdict == "FAIL"
+    assert (div.step, div.index, div.slot) == (0, index, slot)
+    if not math.isnan(value):
+        assert div.kind == "finite" and div.error == pytest.approx(abs(value), rel=1e-9)

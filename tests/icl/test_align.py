@@ -170,11 +170,17 @@ def test_truncated_prompt_equals_full_prompt_for_the_icl_model() -> None:
             torch.testing.assert_close(sens.last_point(model)(xs[:, : k + 1], ys[:, : k + 1]), full[:, k])
 
 
-def test_a_predictor_reading_the_query_label_is_refused() -> None:
+@pytest.mark.parametrize("coef", [2.0, -2.0, -1e-9])
+@pytest.mark.parametrize("only_one", [False, True])
+def test_a_predictor_reading_the_query_label_is_refused(coef: float, only_one: bool) -> None:
+    """Any dependence on the query's own label is refused: of either sign, however small, and on one
+    prompt of the batch alone."""
     xs, ys = _prompts()
     x, y = sens.leaves(xs, ys)
+    mask = torch.zeros(x.shape[0], 1, dtype=x.dtype)
+    mask[-1 if only_one else slice(None)] = 1.0
     with pytest.raises(InputError, match="not causal"):
-        sens.sensitivities([y[:, -1] * 2 + x[:, -1, :1]], x, y)
+        sens.sensitivities([y[:, -1] * coef * mask + x[:, -1, :1]], x, y)
 
 
 def test_relu_kernel_gradient_is_finite_and_value_unchanged() -> None:
@@ -230,3 +236,19 @@ def test_mlp_tuned_is_aligned_through_its_training(tmp_path) -> None:  # type: i
     cmp = align._compare(s, s)
     assert cmp["r2"] == pytest.approx(1.0, abs=1e-12) and cmp["cos_y"] == pytest.approx(1.0, abs=1e-12)
     assert cmp["n_y"] == 6
+
+
+@pytest.mark.parametrize("cap", [1, 3, 10, 30, None])
+def test_the_compiled_point_is_the_best_gd_point_with_at_most_the_maximum_steps(cap: int | None) -> None:
+    """The compiled model compiles the best-aligned GD point among L <= compiled_max_steps, the maximum
+    itself included: scores grow with L, so the choice is the largest L allowed."""
+    opts = align.AlignOptions(gd_lrs=(0.1, 0.3), gd_steps=(1, 3, 10, 30), gd_inits=(1.0,))
+    per = {
+        align.gd_name(lr, L, 1.0): {"r2": [0.01 * L + 0.001 * lr, 0.01 * L]}
+        for lr in opts.gd_lrs
+        for L in opts.gd_steps
+    }
+    per[align.gd_name(0.3, 3, 1.0)]["r2"] = [math.nan, 0.9]  # not finite at every k: left out
+    want_L = max(L for L in opts.gd_steps if cap is None or cap >= L)
+    want = align.gd_name(0.3 if want_L != 3 else 0.1, want_L, 1.0)
+    assert align._best_gd(per, opts, cap) == want

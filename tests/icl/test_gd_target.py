@@ -162,3 +162,38 @@ def test_dropping_a_diverged_step_size_leaves_the_others_and_marks_it_failed() -
     assert bool((nan_k[1:] >= nan_k[:-1]).all())
     assert bool(dropped[1][nan_k].isnan().all())
     torch.testing.assert_close(dropped[1][~nan_k], kept[1][~nan_k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("steps", [[1, 5, 20], list(range(1, 21))])
+def test_dropping_marks_the_checkpoint_of_the_step_where_nan_appears(steps: list[int]) -> None:
+    """Dropping changes nothing but the bookkeeping: the dropped step size's trajectory is NaN exactly
+    where a prompt of its k is NaN without dropping — including the checkpoint of the very step where the
+    NaN appears (with every step a checkpoint, that step is always one)."""
+    spec = nets.NetSpec(2, 5, 3, 1, output="linear")
+    xs, ys = _prompts(4, 6, 3, 12, spec)
+    base = GDTargetBaseline(spec)
+    lrs = [0.1, 1e30]
+    kept = base.trajectories(xs, ys, lrs, steps)
+    dropped = base.trajectories(xs, ys, lrs, steps, drop_nan=True)
+    nan_k = kept[1].isnan().any(1, keepdim=True).expand_as(kept[1])
+    first = nan_k[1:] & ~nan_k[:-1]  # (checkpoint, k) where a NaN first shows
+    assert bool(first.any())  # non-vacuous: NaN appears at a checkpoint after the start
+    assert bool(dropped[1][nan_k].isnan().all())
+    torch.testing.assert_close(dropped[1][~nan_k], kept[1][~nan_k], rtol=0, atol=0)
+
+
+def test_large_negative_predictions_fall_back_like_large_positive_ones() -> None:
+    """The divergence guard is on |prediction|: a finite prediction far below -bound is as blown up as
+    one far above +bound, and falls back to the start."""
+    spec = nets.NetSpec(2, 5, 3, 1, output="linear")
+    xv, yv = _prompts(8, 6, 3, 8, spec)
+    base = GDTargetBaseline(spec, lr_grid=(0.5,), steps_grid=(5,))
+    base.tune(xv, yv)
+    xs, ys = _prompts(16, 6, 3, 7, spec)
+    xs = xs * 3.0  # large inputs: 0.5 blows up on some prompts, to both signs
+    traj = base.trajectory(xs, ys, 0.5, [5])
+    neg = traj[1].isfinite() & (traj[1] < -base.bound)
+    assert bool(neg.any()) and bool((traj[1] > base.bound).any())  # non-vacuous, both signs
+    preds = base(xs, ys)
+    assert float(preds.abs().max()) <= base.bound
+    torch.testing.assert_close(preds[neg], traj[0][neg], rtol=0, atol=0)

@@ -71,3 +71,29 @@ def test_under_torchrun_the_option_is_refused(tmp_path: Path) -> None:
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "one launcher" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("exitcode", "want"), [(-9, 1), (-15, 1), (2, 2), (3, 3)])
+def test_a_worker_killed_by_a_signal_is_reported_with_a_positive_code(
+    monkeypatch: pytest.MonkeyPatch, exitcode: int, want: int
+) -> None:
+    """torch's elastic agent reports a worker killed by signal s as exit code -s; the launcher turns that
+    into EXIT_SIGNALLED (a process exit code must be positive: -9 would become 247 in the shell) and keeps
+    a worker's own positive code."""
+    from torch.distributed.elastic.multiprocessing import errors
+    from torch.distributed.launcher import api
+
+    from icdl.icl import launch
+
+    def fake_launch(config, entrypoint):  # type: ignore[no-untyped-def]
+        def run(*args: str) -> None:
+            failure = errors.ProcessFailure(local_rank=1, pid=123, exitcode=exitcode, error_file="")
+            raise errors.ChildFailedError("icdl", {1: failure})
+
+        return run
+
+    monkeypatch.setattr(api, "elastic_launch", fake_launch)
+    with pytest.raises(launch.LaunchFailed) as info:
+        launch.launch(["train", "tiny"], 2)
+    assert info.value.exit_code == want and info.value.exit_code > 0
+    assert info.value.rank == 1
