@@ -90,6 +90,8 @@ def fill(text: str, root: Path = ROOT) -> str:
     """``text`` with its json markers and curves tables regenerated from the committed JSON."""
     text = fill_json(text, root)
     for name in sorted(set(CURVES.findall(text))):
+        if not (root / "docs" / "results" / "curves" / f"{name}.json").is_file():
+            raise InputError(f"curves marker {name!r}: no docs/results/curves/{name}.json")
         text = fill_markers(text, _load(root, f"docs/results/curves/{name}.json"))
     return text
 
