@@ -36,7 +36,7 @@ def test_docs_numbers_agree_with_their_json(path: Path) -> None:
 
 def test_readme_results_carry_markers() -> None:
     text = (ROOT / "README.md").read_text()
-    assert len(docs_numbers.MARKER.findall(text)) >= 80
+    assert len(docs_numbers.MARKER.findall(text)) >= 200  # README's results tables and prose
     assert len(docs_numbers.CURVES.findall(text)) >= 3
 
 
