@@ -28,6 +28,7 @@ from icdl.icl import kernels as kr
 from icdl.icl import metrics
 from icdl.icl.gd_target import GDTargetBaseline
 from icdl.icl.tasks import net_spec, sample_batch
+from icdl.io import portable_path
 
 SHOW_K = (5, 10, 20, 30, 40)
 
@@ -88,7 +89,7 @@ def main() -> None:
         )
     if args.out is not None:
         report = {
-            "args": vars(args) | {"out": str(args.out)},
+            "args": vars(args) | {"out": portable_path(args.out)},
             "task": task.model_dump(mode="json"),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),

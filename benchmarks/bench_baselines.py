@@ -31,6 +31,7 @@ from icdl import nets
 from icdl.icl import baselines as bl
 from icdl.icl import kernels as kr
 from icdl.icl import metrics
+from icdl.io import portable_path
 
 SHOW_K = (0, 1, 2, 5, 10, 20, 30, 45)
 
@@ -144,7 +145,11 @@ def main() -> None:
     print(f"  MLP: {per_k:.1f} s per k on {args.mlp_prompts} prompts; best epochs {epochs}", flush=True)
 
     if args.out is not None:
-        report = {"args": vars(args) | {"out": str(args.out)}, "torch": torch.__version__, "rows": rows}
+        report = {
+            "args": vars(args) | {"out": portable_path(args.out)},
+            "torch": torch.__version__,
+            "rows": rows,
+        }
         fd, tmp = tempfile.mkstemp(dir=args.out.parent or ".", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(report, f, indent=1)

@@ -8,17 +8,23 @@ the trajectory error ||w_TF - w_GD||_2 after L steps and Corollary 1.1 at the bu
 range ratio of a product factor along the reference trajectory (<= 1: the products' range assumption
 holds) and the verdict (docs/construction.md, "What PASS guarantees").
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py                  # the docs table
+    OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py --out docs/results/softmax_eps.json  # the docs
     OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py --point 2,3,2,1,6,3 --eps 1e-2,1e-3
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 
-def row(spec_args: tuple[int, ...], act: str, eps: float, radius: float, seed: int) -> str:
+def row(
+    spec_args: tuple[int, ...], act: str, eps: float, radius: float, seed: int
+) -> tuple[str, dict[str, Any]]:
+    """One markdown row of the table and the same measurements as a dict (for ``--out``)."""
     import torch
 
     from icdl.construct import compile_gd_transformer, sample_task, verify
@@ -47,11 +53,36 @@ def row(spec_args: tuple[int, ...], act: str, eps: float, radius: float, seed: i
     s = model.summary()
     hidden = sum(m.info.hidden for m in model.block_layers)
     heads = sum(m.info.heads for m in model.block_layers)
+    data = {
+        "activation": act,
+        "eps": eps,
+        "sublayers_per_step": model.sublayers_per_step,
+        "heads": heads,
+        "embedding_dim": s["embedding_dim"],
+        "hidden": hidden,
+        "unique_parameters": s["parameters"]["unique"],
+        "seconds_compile": t_compile,
+        "seconds_forward": t_forward,
+        "max_abs_err_weights": rep.max_abs_err_weights,
+        "max_abs_err_prediction": rep.max_abs_err_prediction,
+        "eps_grad": rep.eps_grad,
+        "grad_budget": rep.grad_budget,
+        "trajectory_error": rep.trajectory_error,
+        "corollary_bound_budget": rep.corollary_bound_budget,
+        "range_ratio": ratio,
+        "verdict": rep.verdict,
+    }
+    return data_row(data), data
+
+
+def data_row(d: dict[str, Any]) -> str:
+    """The markdown row of one measurement."""
     return (
-        f"| {act} | {eps:.0e} | {model.sublayers_per_step} | {heads} | {s['embedding_dim']} | {hidden} | "
-        f"{s['parameters']['unique']} | {t_compile:.2f} | {t_forward:.2f} | {rep.max_abs_err_weights:.1e} | "
-        f"{rep.max_abs_err_prediction:.1e} | {rep.eps_grad:.1e} | {rep.grad_budget:.1e} | "
-        f"{rep.trajectory_error:.1e} | {rep.corollary_bound_budget:.1e} | {ratio:.2f} | {rep.verdict} |"
+        f"| {d['activation']} | {d['eps']:.0e} | {d['sublayers_per_step']} | {d['heads']} | "
+        f"{d['embedding_dim']} | {d['hidden']} | {d['unique_parameters']} | {d['seconds_compile']:.2f} | "
+        f"{d['seconds_forward']:.2f} | {d['max_abs_err_weights']:.1e} | {d['max_abs_err_prediction']:.1e} | "
+        f"{d['eps_grad']:.1e} | {d['grad_budget']:.1e} | {d['trajectory_error']:.1e} | "
+        f"{d['corollary_bound_budget']:.1e} | {d['range_ratio']:.2f} | {d['verdict']} |"
     )
 
 
@@ -62,6 +93,7 @@ def main() -> None:
     ap.add_argument("--eps", default="1e-2,1e-3,1e-4", help="comma-separated eps values")
     ap.add_argument("--radius", type=float, default=10.0, help="range R assumed for the product factors")
     ap.add_argument("--seed", type=int, default=0, help="prompt seed (icdl.construct.sample_task)")
+    ap.add_argument("--out", type=Path, help="also write the rows and the command to this JSON file")
     a = ap.parse_args()
     point = tuple(int(v) for v in a.point.split(","))
     print(f"N,K,d_x,d_y,n,L = {point}, radius {a.radius}, seed {a.seed}")
@@ -71,9 +103,17 @@ def main() -> None:
         "| verdict |"
     )
     print("|---" * 17 + "|")
+    rows = []
     for act in a.activations.split(","):
         for eps in (float(e) for e in a.eps.split(",")):
-            print(row(point, act, eps, a.radius, a.seed), flush=True)
+            line, data = row(point, act, eps, a.radius, a.seed)
+            rows.append(data)
+            print(line, flush=True)
+    if a.out is not None:
+        from icdl.io import atomic_write_json, portable_command
+
+        command = "python benchmarks/bench_softmax_eps.py " + portable_command(sys.argv[1:])
+        atomic_write_json(a.out, {"command": command, "point": point, "radius": a.radius, "rows": rows})
 
 
 if __name__ == "__main__":

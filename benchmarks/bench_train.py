@@ -25,6 +25,7 @@ dense bf16 rate of an H100/H200 SXM).
 Usage::
 
     OMP_NUM_THREADS=2 python benchmarks/bench_train.py --threads 2 [--sizes cpu-small paper] [--steps 5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_train.py --threads 1 --sizes cpu-small --out results.json
     python benchmarks/bench_train.py --device cuda --sizes paper --batches 64 1024   # < 5 min on an H200
 """
 
@@ -179,6 +180,7 @@ def main() -> None:
         "--rounds", type=int, default=2, help="alternate the models this many times; keep the best"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object per measurement")
+    ap.add_argument("--out", help="also write the command, the load and every row to this JSON file")
     args = ap.parse_args()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -269,6 +271,15 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     load_after = os.getloadavg()
     print(f"# load avg after: {load_after[0]:.2f}")
+    if args.out:
+        import sys
+
+        from icdl.io import atomic_write_json, portable_command
+
+        command = "python benchmarks/bench_train.py " + portable_command(sys.argv[1:])
+        report = {"command": command, "torch": torch.__version__, "transformers": hf_version,
+                  "load": [load_before[0], load_after[0]], "rows": rows}  # fmt: skip
+        atomic_write_json(args.out, report)
     print("| size | batch | model | params | ms/step | examples/s | GFLOP/step | GFLOP/s | % peak |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

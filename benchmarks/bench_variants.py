@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from icdl.construct.verify_report import verdict_label
+from icdl.io import portable_command
 
 GRID = ((2, 4, 16, 5), (3, 8, 16, 5), (3, 16, 32, 5))
 
@@ -111,7 +112,7 @@ def main() -> None:
     if args.out is not None:
         from icdl.io import atomic_write_text
 
-        command = " ".join(["python", "benchmarks/bench_variants.py", *sys.argv[1:]])
+        command = "python benchmarks/bench_variants.py " + portable_command(sys.argv[1:])
         out = {"command": command, "load": os.getloadavg(), "rows": rows}
         atomic_write_text(args.out, json.dumps(out, indent=1) + "\n")
 

@@ -19,7 +19,6 @@ line is recorded in the JSON.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 from icdl.errors import InputError
 from icdl.icl.curves import collect, fill_markers, markdown
 from icdl.icl.evaluate import EvalOptions, evaluate_run, parse_baselines
-from icdl.io import atomic_write_json, atomic_write_text
+from icdl.io import atomic_write_json, atomic_write_text, portable_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     argv_used = sys.argv[1:] if argv is None else argv
-    command = "python scripts/curves.py " + " ".join(shlex.quote(a) for a in argv_used)
+    command = "python scripts/curves.py " + portable_command(argv_used)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     try:
         if not args.no_evaluate:

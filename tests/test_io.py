@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from icdl.errors import InputError
-from icdl.io import atomic_write_json, atomic_write_text, read_json
+from icdl.io import atomic_write_json, atomic_write_text, portable_command, portable_path, read_json
 
 
 @pytest.fixture
@@ -54,3 +54,15 @@ def test_read_json_calls_a_damaged_file_corrupt(tmp_path: Path, text: str) -> No
         read_json(path, what="cache")
     msg = str(info.value)
     assert "is corrupt" in msg and "truncated" not in msg and str(path) in msg and "\n" not in msg
+
+
+def test_portable_path_never_records_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert portable_path("runs/a") == "runs/a"
+    assert portable_path(tmp_path / "runs" / "a") == "runs/a"  # under the working directory: relative
+    assert portable_path("/elsewhere/runs/cpu-s0") == "cpu-s0"  # outside it: the run's name
+    cmd = portable_command(["x", str(tmp_path / "r"), "--out=/abs/o.json", "it's"])
+    assert cmd == "x r --out=o.json 'it'\"'\"'s'"
+    assert "/" + tmp_path.parts[1] not in cmd

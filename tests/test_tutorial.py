@@ -30,4 +30,4 @@ def test_tutorial_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     outputs = [o for c in code_cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 4, f"expected the tutorial's figures, got {len(images)} images"
+    assert len(images) >= 5, f"expected the tutorial's figures (the R² plot too), got {len(images)} images"

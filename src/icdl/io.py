@@ -7,6 +7,8 @@
   construction): the files are written into a temporary sibling directory, flushed, given one mode and renamed
   into place; a failure removes the temporary directory and leaves the target as it was.
 * [`clean_json`][icdl.io.clean_json] turns NaN/inf into ``null`` (strict JSON) and tuples into lists.
+* [`portable_path`][icdl.io.portable_path] is the form of a path recorded in an artefact: relative, never
+  the writer's machine-specific absolute path (committed results are read on other machines).
 * [`check_writable`][icdl.io.check_writable] says, before any work, whether an output path can be created.
 * [`read_json`][icdl.io.read_json] / [`read_text`][icdl.io.read_text] read an input file and turn every
   failure (missing, unreadable, truncated, not JSON) into one [`InputError`][icdl.errors.InputError] line that
@@ -20,6 +22,7 @@ import errno
 import json
 import math
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -40,6 +43,8 @@ __all__ = [
     "file_mode",
     "fsync_dir",
     "one_line",
+    "portable_command",
+    "portable_path",
     "read_json",
     "read_text",
 ]
@@ -85,6 +90,31 @@ def file_mode() -> int:
 def dir_mode() -> int:
     """The mode a plain ``mkdir`` would give a new directory: ``0o777`` minus the umask."""
     return file_mode() | ((file_mode() & 0o444) >> 2)
+
+
+def portable_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as an artefact records it: a relative path unchanged (POSIX separators); an absolute one
+    relative to the working directory when it lies under it, else its last component (a run's name), so
+    no committed JSON carries the absolute paths of the machine that wrote it."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    with contextlib.suppress(ValueError, OSError):
+        return p.relative_to(Path.cwd()).as_posix() or "."
+    return p.name or "."
+
+
+def portable_command(tokens: list[str]) -> str:
+    """A shell-quoted command line with every absolute-path token made
+    [`portable_path`][icdl.io.portable_path] (``--out=/abs/x`` included)."""
+
+    def one(tok: str) -> str:
+        key, eq, val = tok.partition("=")
+        if eq and key.startswith("-") and os.path.isabs(val):
+            return f"{key}={portable_path(val)}"
+        return portable_path(tok) if os.path.isabs(tok) else tok
+
+    return " ".join(shlex.quote(one(t)) for t in tokens)
 
 
 def clean_json(value: Any) -> Any:

@@ -106,6 +106,10 @@ def test_script_writes_json_and_markdown(runs: list[Path], tmp_path: Path) -> No
     subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=300)
     data = json.loads((tmp_path / "t.json").read_text())
     assert data["format"] == "icdl-curves-v1" and "--no-evaluate" in data["command"]
+    # Absolute run paths (here under a temporary folder, outside the working directory) are recorded
+    # as run names: committed curves must not carry the writer's machine paths.
+    assert str(tmp_path) not in data["command"] and str(runs[0].parent) not in data["command"]
+    assert [r["run_dir"] for r in data["runs"]] == [rd.name for rd in runs]
     assert (tmp_path / "t.md").read_text().startswith("### t: 2 training seed(s)")
     bad = subprocess.run([*cmd[:3], str(tmp_path / "nope"), "--no-evaluate", "--out-dir", str(tmp_path)],
                          capture_output=True, env=env, text=True, timeout=300)  # fmt: skip

@@ -73,6 +73,10 @@ def test_report_sections(runs: list[Path], tmp_path: Path) -> None:
     assert f"icdl evaluate {runs[0]} --suite mixture" in text and rep.missing
     assert rep.images and all(p.is_file() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in rep.images)
     assert (tmp_path / "rep" / "depth_sweep.png").is_file()
+    for rd in runs:  # every trained run's loss curve, from its metrics.jsonl
+        assert (rd / "metrics.jsonl").is_file()
+        assert f"![training loss]({rd.name}__training-loss.png)" in text
+        assert (tmp_path / "rep" / f"{rd.name}__training-loss.png") in rep.images
     for p in rep.images:
         assert f"]({p.name})" in text
     svg = build_report(

@@ -61,3 +61,19 @@ def test_cpu_memory_estimate_follows_the_measured_peak(tmp_path: Path) -> None:
     ratio = (est_large - est_small) / grown
     assert 1 / 3 <= ratio <= 3, (ratio, est_large, peak_large)
     assert est_large >= peak_large / 2
+
+
+def test_estimated_parameter_count_is_the_models() -> None:
+    """The count ``icdl train`` prints before building anything equals the built model's, per preset."""
+    from icdl.icl.models import build_model
+
+    presets = sorted(
+        p.stem for p in (Path(__file__).resolve().parents[2] / "src/icdl/configs").glob("*.yaml")
+    )
+    assert {"paper-relu", "cpu-small", "tiny"} <= set(presets)
+    for name in presets:
+        cfg = load_config(name)
+        model = build_model(cfg.model, cfg.task.dim, cfg.task.out_dim)
+        real = sum(p.numel() for p in model.parameters())
+        text = train_estimate(cfg).detail
+        assert f"{real:,} parameters" in text, (name, real, text)

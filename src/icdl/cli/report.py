@@ -69,7 +69,7 @@ from icdl.icl.suites import DEFAULT_PROMPTS, suite_names
     help="File format of the figures.",
 )
 @click.option(
-    "--dpi", type=click.IntRange(10, 2400), default=80, show_default=True, help="Resolution of the figures."
+    "--dpi", type=click.IntRange(10, 2400), default=100, show_default=True, help="Resolution of the figures."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar; print only the report path.")
 @yes_option

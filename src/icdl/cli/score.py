@@ -33,7 +33,7 @@ from icdl.cli._common import (
     yes_option,
 )
 from icdl.errors import InputError
-from icdl.io import atomic_write_text
+from icdl.io import atomic_write_text, portable_path
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -317,7 +317,7 @@ def evaluate_cmd(
     res = score_curves(
         model, cfg, prompts=prompts, seed=seed, mlp=mlp, gd=gd, tuned=tuned, resamples=resamples
     )
-    res["run"] = None if run is None else str(run)
+    res["run"] = None if run is None else portable_path(run)
     if out is not None:
         _write_json(out, res)
     if plot is not None:
@@ -404,7 +404,7 @@ def sample_cmd(
         seed=seed, mlp=mlp, tuned=tuned, keep_samples=samples_plot is not None,
     )  # fmt: skip
     kept = res.pop("samples_first_prompt", None)
-    res["run"] = None if run is None else str(run)
+    res["run"] = None if run is None else portable_path(run)
     if out is not None:
         _write_json(out, res)
     if plot is not None:

@@ -7,17 +7,25 @@ from typing import Any
 
 from torch import Tensor
 
-__all__ = ["plot_distances", "plot_samples", "plot_score_curves"]
+__all__ = ["estimator_color", "plot_distances", "plot_samples", "plot_score_curves"]
 
 COLORS = {
     "icl": "C3", "exact": "k", "prior": "C7", "gaussian_fit": "C2", "empirical": "C4", "population": "C8",
     "kde": "C0", "mixture_fit": "C9", "gd_prior": "C6",
 }  # fmt: skip
+"""One colour per fixed estimator name (``icdl score evaluate`` / ``icdl score sample``)."""
+FAMILY_COLORS = {"mlp": "C1", "gd": "C5"}
+"""Colours of the named families: the context MLP (``mlp3x64``) and GD on the score network (``gd3x16_L10``);
+distinct from every fixed estimator's."""
+DPI = 100
+"""Resolution of the score figures (the curves figure is 1,000 px wide)."""
 
 
-def _color(name: str) -> str:
+def estimator_color(name: str) -> str:
     """A fixed color per estimator (context nets orange, GD baselines brown)."""
-    return COLORS.get(name, "C5" if name.startswith("gd") else "C1")
+    if name in COLORS:
+        return COLORS[name]
+    return FAMILY_COLORS["gd"] if name.startswith("gd") else FAMILY_COLORS["mlp"]
 
 
 def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
@@ -31,7 +39,7 @@ def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[
 def _save(fig: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80, bbox_inches="tight")
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     return path
 
 
@@ -46,7 +54,7 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
         if not pts:
             continue
         k, m, lo, hi = zip(*pts, strict=True)
-        color = _color(name)
+        color = estimator_color(name)
         style = "o-" if len(k) < len(ks) else "-"
         ax1.plot(k, m, style, color=color, label=name, ms=4)
         ax1.fill_between(k, lo, hi, color=color, alpha=0.2)
@@ -59,7 +67,8 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
         pairs = [(k, v) for k, v in zip(ks, vals, strict=True) if v == v]
         if pairs:
             pk, pv = zip(*pairs, strict=True)
-            ax2.plot(pk, pv, "o-" if len(pk) < len(ks) else "-", color=_color(name), label=name, ms=4)
+            style = "o-" if len(pk) < len(ks) else "-"
+            ax2.plot(pk, pv, style, color=estimator_color(name), label=name, ms=4)
     prior = [v for v in result["dsm_loss"].get("prior", []) if v == v]
     if prior:  # the memorising estimators' k = 1 spikes would hide everything else
         ax2.set_ylim(0, 1.5 * max(prior))
@@ -78,7 +87,7 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
     for ax, name in zip(axes, names, strict=True):
         ax.scatter(true[:, 0], true[:, 1], s=3, color="0.75")
         s = samples[name]
-        ax.scatter(s[:, 0], s[:, 1], s=3, color=_color(name))
+        ax.scatter(s[:, 0], s[:, 1], s=3, color=estimator_color(name))
         if "context" in samples:
             c = samples["context"]
             ax.scatter(c[:, 0], c[:, 1], s=12, marker="x", color="k", linewidths=0.8)
@@ -92,13 +101,13 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
 def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
     """Sliced W2 to the true distribution per k (90 % bands over mixtures when the result has them), with
     the exact-score and two-sample floors."""
-    fig, ax = _subplots(figsize=(5, 3.6))
+    fig, ax = _subplots(figsize=(10, 4.8))
     bands = result.get("sw_bands")
     for name, vals in result["sw"].items():
-        ax.plot(result["ks"], vals, "o-", color=_color(name), label=name, ms=4)
+        ax.plot(result["ks"], vals, "o-", color=estimator_color(name), label=name, ms=4)
         if bands is not None:
             ax.fill_between(
-                result["ks"], bands["low"][name], bands["high"][name], color=_color(name), alpha=0.15
+                result["ks"], bands["low"][name], bands["high"][name], color=estimator_color(name), alpha=0.15
             )
     ax.axhline(result["floor"]["exact_sw"], color="k", ls="--", label="exact score")
     ax.axhline(result["floor"]["true_sw"], color="k", ls=":", label="two true samples")

@@ -51,7 +51,7 @@ from icdl.icl import sensitivity as sens
 from icdl.icl.eval_parts import _prompts, k_ranges, simple_baselines, tuned_baseline, tuned_mlp
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, eval_points
 from icdl.icl.tasks import PromptBatch, net_spec
-from icdl.io import atomic_write_json, clean_json
+from icdl.io import atomic_write_json, clean_json, portable_path
 
 __all__ = [
     "ALIGN_BASELINES",
@@ -501,7 +501,7 @@ def align_run(
     result = {
         "format": FORMAT,
         "run": {
-            "run_dir": str(Path(run_dir)),
+            "run_dir": portable_path(run_dir),
             "name": cfg.name,
             "train_seed": cfg.train.seed,
             "attention": cfg.model.attention,

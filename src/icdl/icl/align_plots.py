@@ -28,10 +28,10 @@ _PANELS = (
     ("cos_x", "cos(d ŷ/d x_query)"),
     ("r2_truth", "R² against the labels"),
 )
-_BASELINE_COLORS = {"ridge": KIND_COLORS["ridge"], "averaging": KIND_COLORS["averaging"],
-                    "ridge_tuned": "#00a0c0", "kernel": "#2e8b57"}  # fmt: skip
-_GD_COLOR = "#008080"
-_COMPILED_COLOR = "#d62728"
+# Every predictor in its kind's colour (icdl.icl.plots.KIND_COLORS), as in the evaluation plots.
+_BASELINE_COLORS = KIND_COLORS
+_GD_COLOR = KIND_COLORS["gd"]
+_COMPILED_COLOR = KIND_COLORS["compiled"]
 
 
 def _vals(xs: list[Any]) -> list[float]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from icdl.errors import InputError
 from icdl.icl.evaluate import load_result, result_status
+from icdl.io import portable_path
 
 __all__ = ["FORMAT", "SHOW_K", "collect", "fill_markers", "headline", "markdown"]
 
@@ -174,7 +175,7 @@ def collect(
         if not out["runs"]:
             out["runs"] = [
                 {
-                    "run_dir": str(rd),
+                    "run_dir": portable_path(rd),
                     "train_seed": r["run"]["train_seed"],
                     "checkpoint_step": r["checkpoint"]["step"],
                     "config_name": r["run"]["name"],

@@ -29,6 +29,7 @@ from icdl.icl.baselines import (
 )
 from icdl.icl.suites import Condition, Suite
 from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
+from icdl.io import portable_path
 
 if TYPE_CHECKING:
     from icdl.icl.evaluate import EvalOptions
@@ -479,7 +480,7 @@ def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> 
 def _run_info(run_dir: str | Path, cfg: Config) -> dict[str, Any]:
     """The ``run`` block of a result: what was trained, on what."""
     return {
-        "run_dir": str(Path(run_dir)),
+        "run_dir": portable_path(run_dir),
         "name": cfg.name,
         "attention": cfg.model.attention,
         "layers": cfg.model.layers,

@@ -70,7 +70,7 @@ from icdl.icl.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
 from icdl.icl.mlp_tuned import estimate_flops as mlp_tuned_flops
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
 from icdl.icl.tasks import PromptBatch, sample_batch
-from icdl.io import atomic_write_json, clean_json, read_json
+from icdl.io import atomic_write_json, clean_json, portable_path, read_json
 from icdl.nets import NetSpec
 
 __all__ = [
@@ -569,7 +569,7 @@ def depth_sweep(
         ks = [k for k in res.get("depth_ks", []) if k < len(curve["r2"])]
         rows.append(
             {
-                "run_dir": str(rd),
+                "run_dir": portable_path(rd),
                 "attention": res["run"]["attention"],
                 "layers": res["run"]["layers"],
                 "target_depth": res["run"]["target_depth"],

@@ -25,7 +25,15 @@ from typing import Any
 from icdl.errors import InputError
 from icdl.io import atomic_write
 
-__all__ = ["plot_conditions", "plot_depth_sweep", "plot_predictors"]
+__all__ = [
+    "conditions_figure",
+    "plot_conditions",
+    "plot_depth_sweep",
+    "plot_predictors",
+    "plot_training_loss",
+    "predictors_figure",
+    "training_loss_figure",
+]
 
 # The paper's colours for curves A-D (dark red, blue, orange, green) and its grey NN baseline.
 COLORS = ("#8b0000", "#1f4e9c", "#ef8a17", "#2e8b57", "#7b3294", "#008080", "#b8860b", "#444444")
@@ -40,8 +48,16 @@ KIND_COLORS: dict[str, str] = {
     "mlp-best": "#7b3294",
     "mlp-last": "#c51b7d",
     "gd": "#008080",
+    "ridge_tuned": "#4fa8e0",
+    "kernel": "#b8860b",
+    "mlp_tuned": "#8c564b",
+    "gd_target": "#6b8e23",
+    "compiled": "#d62728",
 }
-"""One colour per predictor kind (the ``meta.kind`` of a result curve)."""
+"""One colour per predictor kind (the ``meta.kind`` of a result curve): every kind
+[`icdl.icl.evaluate`][icdl.icl.evaluate] and [`icdl.icl.align`][icdl.icl.align] can produce (the ``mlp``
+baseline yields ``mlp-best`` and ``mlp-last``; ``compiled`` is the compiled GD transformer of
+``icdl align``), no two alike."""
 SPIKE_KIND = "least-squares"
 
 
@@ -117,11 +133,28 @@ def _spike_panel(ax: Any, curve: dict[str, Any], label: str, color: str, dim: in
     ax.grid(alpha=0.25)
 
 
+CLIP_FLOOR = -0.25
+"""The lowest R² an R² panel shows: a predictor far below 0 (GD or kNN at small k reach −1.5) would
+squash the band near 1 where the good predictors are, so its curve is clipped there, marked with ▼ at the
+bottom edge and ``(clipped)`` in its legend label."""
+
+
 def _bottom(values: list[float]) -> tuple[float, float]:
-    """``(axis bottom, lowest value)``: very negative R² would flatten every other curve, so clip."""
+    """``(axis bottom, lowest value)``: very negative R² would flatten every other curve, so clip at
+    [`CLIP_FLOOR`][icdl.icl.plots.CLIP_FLOOR]."""
     finite = [v for v in values if math.isfinite(v)]
     low = min(finite, default=0.0)
-    return max(min(low, 0.0) - 0.05, -1.5), low
+    return max(min(low, 0.0) - 0.05, CLIP_FLOOR), low
+
+
+def _clipped(curve: dict[str, Any], bottom: float) -> bool:
+    """Whether ``curve`` leaves an R² panel whose axis starts at ``bottom``."""
+    return any(math.isfinite(v) and v < bottom for v in _finite(curve["r2"]))
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend to the right of the axes, outside the data."""
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def _finish(ax: Any, values: list[float], train_examples: int, title: str, *, xlabel: bool = True) -> float:
@@ -130,18 +163,21 @@ def _finish(ax: Any, values: list[float], train_examples: int, title: str, *, xl
     bottom, low = _bottom(values)
     ax.set_ylim(bottom, 1.05)
     if low < bottom:
-        title += f" (min R² {low:.3g} clipped)"
+        title += f" (min R² {low:.3g} clipped ▼)"
     if xlabel:
         ax.set_xlabel("In-context examples k")
     ax.set_ylabel("R²")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.25)
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_outside(ax)
     return bottom
 
 
-DEFAULT_DPI = 80
-"""Resolution of the PNG reports (small files); pass ``dpi=`` or save as PDF/SVG for print."""
+DEFAULT_DPI = 100
+"""Resolution of the PNG reports; with [`FIGSIZE`][icdl.icl.plots.FIGSIZE] a panel is over 1,000 px wide.
+Pass ``dpi=`` or save as PDF/SVG for print."""
+FIGSIZE = (10.5, 5.2)
+"""Inches of one R² panel (the legend outside it on the right)."""
 
 FORMATS = (".png", ".pdf", ".svg")
 
@@ -202,38 +238,42 @@ def plot_conditions(
 
     Returns the path written.
     """
-    fig, ax = _subplots(figsize=(6.4, 4.2))
-    values: list[float] = []
+    return _save(conditions_figure(result, baselines=baselines), path, dpi)
+
+
+def conditions_figure(result: dict[str, Any], *, baselines: Sequence[str] | None = None) -> Any:
+    """The ``matplotlib.figure.Figure`` that [`plot_conditions`][icdl.icl.plots.plot_conditions] writes
+    (e.g. to show in a notebook)."""
+    fig, ax = _subplots(figsize=FIGSIZE)
     conds = result["conditions"]
     first: dict[str, Any] = next(iter(conds.values()), {"predictors": {}})
     chosen = _baselines_to_draw(first["predictors"], baselines)  # checked before anything is drawn
-    degenerate: list[float] = []
-    degenerate_curve: tuple[dict[str, Any], str] | None = None
+    curves: list[tuple[dict[str, Any], str, str, str, bool]] = []  # curve, label, colour, style, sets axis
     for i, c in enumerate(conds.values()):
         bad = bool(c.get("diagnostics", {}).get("degenerate"))
         label = f"ICL: {c['label']}" + (" [DEGENERATE]" if bad else "")
-        drawn = _draw(ax, c["predictors"]["icl"], label, COLORS[i % len(COLORS)], ":" if bad else "-")
-        if bad:
-            degenerate += drawn  # drawn, but it does not set the axis
-            degenerate_curve = (c["predictors"]["icl"], COLORS[i % len(COLORS)])
-        else:
-            values += drawn
+        curves.append((c["predictors"]["icl"], label, COLORS[i % len(COLORS)], ":" if bad else "-", not bad))
     for j, (pname, curve) in enumerate(chosen):
         label = f"{pname}" + (f" ({first['label']})" if len(conds) > 1 else "")
-        drawn = _draw(ax, curve, label, BASELINE_GREY, BASELINE_STYLES[j % len(BASELINE_STYLES)])
-        if _kind(curve, pname) != SPIKE_KIND:  # least squares' spike near k = d does not set the axis
-            values += drawn
+        style = BASELINE_STYLES[j % len(BASELINE_STYLES)]
+        # least squares' spike near k = d does not set the axis
+        curves.append((curve, label, BASELINE_GREY, style, _kind(curve, pname) != SPIKE_KIND))
+    values = [v for cv, *_, sets in curves if sets for v in _finite(cv["r2"])]
+    bottom, _ = _bottom(values)
+    for curve, label, color, style, _sets in curves:
+        clipped = _clipped(curve, bottom)
+        _draw(ax, curve, label + (" (clipped ▼)" if clipped else ""), color, style)
+        if clipped:
+            _mark_clipped(ax, curve, color, bottom)
     run = result["run"]
     title = (
         f"{run['name']}: {result['suite']['name']} "
         f"({run['attention']} attention, {run['target_depth']}-layer target)"
     )
-    if degenerate:
+    if any(c.get("diagnostics", {}).get("degenerate") for c in conds.values()):
         title += "\ndotted: DEGENERATE condition (labels almost all 0 or constant; R² not meaningful)"
-    bottom = _finish(ax, values, result["suite"]["train_examples"], title)
-    if degenerate_curve is not None and min(degenerate, default=0.0) < bottom:
-        _mark_clipped(ax, degenerate_curve[0], degenerate_curve[1], bottom)
-    return _save(fig, path, dpi)
+    _finish(ax, values, result["suite"]["train_examples"], title)
+    return fig
 
 
 def plot_predictors(
@@ -246,8 +286,15 @@ def plot_predictors(
     ``InputError`` listing the keys.
 
     Least squares does not set the y-axis of the main panel; when its curve leaves the panel (the
-    interpolation spike near k = d), a second panel shows it alone on a symlog scale.
+    interpolation spike near k = d), a second panel shows it alone on a symlog scale. Any other curve
+    below [`CLIP_FLOOR`][icdl.icl.plots.CLIP_FLOOR] is clipped and marked.
     """
+    return _save(predictors_figure(result, condition), path, dpi)
+
+
+def predictors_figure(result: dict[str, Any], condition: str) -> Any:
+    """The ``matplotlib.figure.Figure`` that [`plot_predictors`][icdl.icl.plots.plot_predictors] writes
+    (e.g. to show in a notebook)."""
     if condition not in result["conditions"]:
         have = ", ".join(result["conditions"]) or "none"
         raise InputError(f"no condition {condition!r} in this result; its conditions: {have}")
@@ -265,36 +312,72 @@ def plot_predictors(
     split = bool(spike_vals) and min(spike_vals) < bottom
     if split:
         fig, (ax, ax2) = _subplots(
-            2, 1, figsize=(6.4, 5.6), gridspec_kw={"height_ratios": [3, 1.2]}, sharex=True
+            2,
+            1,
+            figsize=(FIGSIZE[0], FIGSIZE[1] * 1.35),
+            gridspec_kw={"height_ratios": [3, 1.2]},
+            sharex=True,
         )
     else:
-        fig, ax = _subplots(figsize=(6.4, 4.2))
-    values: list[float] = []
+        fig, ax = _subplots(figsize=FIGSIZE)
     for i, (pname, curve) in enumerate(preds.items()):
         kind = _kind(curve, pname)
         color = _color(kind, i)
         style = "--" if kind in ("mlp-last", "zero") else "-"
         label = "ICL transformer" if pname == "icl" else pname
+        clipped = _clipped(curve, bottom)
         if pname == spike[0] and split:
-            label += " (clipped; panel below)"
-        drawn = _draw(ax, curve, label, color, style)
-        if pname != spike[0]:
-            values += drawn
+            label += " (clipped ▼; panel below)"
+        elif clipped:
+            label += " (clipped ▼)"
+        _draw(ax, curve, label, color, style)
+        if clipped:
+            _mark_clipped(ax, curve, color, bottom)
     run = result["run"]
     title = f"{run['name']}: {c['label']}"
     if c.get("diagnostics", {}).get("degenerate"):
         title += " — DEGENERATE (R² not meaningful)"
-    bottom = _finish(ax, values, result["suite"]["train_examples"], title, xlabel=not split)
+    _finish(ax, others, result["suite"]["train_examples"], title, xlabel=not split)
     if split and spike[1] is not None:
-        _mark_clipped(ax, spike[1], _color(SPIKE_KIND), bottom)
         dim = result.get("config", {}).get("task", {}).get("dim")
         _spike_panel(ax2, spike[1], spike[0] or SPIKE_KIND, _color(SPIKE_KIND), dim)
-    return _save(fig, path, dpi)
+    return fig
+
+
+def training_loss_figure(records: Sequence[dict[str, Any]], title: str) -> Any:
+    """Training loss against step from a run's ``metrics.jsonl`` records (``step``, ``loss``, ``y_var``):
+    the loss (log scale) and the label variance, the loss of the best constant predictor, for scale."""
+    fig, ax = _subplots(figsize=FIGSIZE)
+    pts = [r for r in records if isinstance(r.get("loss"), (int, float)) and "step" in r]
+    steps = [r["step"] for r in pts]
+    ax.plot(steps, [r["loss"] for r in pts], "-", color=KIND_COLORS["icl"], lw=1.6, label="training loss")
+    if all(isinstance(r.get("y_var"), (int, float)) for r in pts) and pts:
+        ax.plot(steps, [r["y_var"] for r in pts], "--", color=BASELINE_GREY, lw=1.2,
+                label="label variance (best constant)")  # fmt: skip
+    if pts and min(r["loss"] for r in pts) > 0:
+        ax.set_yscale("log")
+    ax.set_xlabel("Training step")
+    ax.set_ylabel("Loss (MSE per label)")
+    ax.set_title(title, fontsize=11)
+    ax.grid(alpha=0.25)
+    _legend_outside(ax)
+    return fig
+
+
+def plot_training_loss(
+    records: Sequence[dict[str, Any]],
+    path: str | Path,
+    *,
+    title: str = "training loss",
+    dpi: int | None = None,
+) -> Path:
+    """Write [`training_loss_figure`][icdl.icl.plots.training_loss_figure] to ``path``."""
+    return _save(training_loss_figure(records, title), path, dpi)
 
 
 def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, dpi: int | None = None) -> Path:
     """R² against the number of transformer layers, one line per (attention, k) (the paper's Fig. 7)."""
-    fig, ax = _subplots(figsize=(6.0, 4.0))
+    fig, ax = _subplots(figsize=FIGSIZE)
     groups: dict[tuple[str, int], list[tuple[int, float, float, float]]] = {}
     for r in rows:
         for k, v, lo, hi in zip(r["ks"], r["r2"], r["r2_low"], r["r2_high"], strict=True):
@@ -309,7 +392,7 @@ def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, dpi: i
         ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.3, lw=0)
     ax.set_xlabel("Transformer layers")
     ax.set_ylabel("R²")
-    ax.set_title("Transformer depth sweep", fontsize=10)
+    ax.set_title("Transformer depth sweep", fontsize=11)
     ax.grid(alpha=0.25)
-    ax.legend(fontsize=7)
+    _legend_outside(ax)
     return _save(fig, path, dpi)

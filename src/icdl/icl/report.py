@@ -19,6 +19,7 @@ suite:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import shutil
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,7 @@ from icdl.errors import InputError
 from icdl.icl import plots
 from icdl.icl.evaluate import EvalOptions, evaluate_run, load_result, result_status
 from icdl.icl.suites import suite_names
-from icdl.io import atomic_write_text, check_writable
+from icdl.io import atomic_write_text, check_writable, read_text
 
 __all__ = ["REPORT_SUITES", "Report", "build_report", "statements"]
 
@@ -344,6 +345,32 @@ def _check_report_args(
     return out
 
 
+def _loss_section(rd: Path, out_dir: Path, run_slug: str, fig: tuple[str, int | None]) -> list[str]:
+    """The training-loss figure of a run from its ``metrics.jsonl`` (nothing when it has no log)."""
+    log = rd / "metrics.jsonl"
+    if not log.is_file():
+        return []
+    records = []
+    for line in read_text(log, what="metrics log").splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and "step" in rec and "loss" in rec:
+                records.append(rec)
+    if not records:
+        return []
+    path = out_dir / f"{run_slug}__training-loss.{fig[0]}"
+    img = plots.plot_training_loss(records, path, title=f"{rd.name}: training loss", dpi=fig[1])
+    last = records[-1]
+    return [
+        f"![training loss]({img.name})",
+        "",
+        f"Training loss at step {last['step']}: {last['loss']:.3g} (label variance "
+        f"{_f(last.get('y_var'), 3)}; "
+        f"`{log.name}`, {len(records)} logged intervals).",
+        "",
+    ]
+
+
 def _run_header(rd: Path, run: dict[str, Any], cfg: dict[str, Any], step: int) -> list[str]:
     """The heading and one-line description of a run's section."""
     return [
@@ -373,7 +400,8 @@ def build_report(
 ) -> Report:
     """Render ``out_dir/report.md`` and its figures for ``run_dirs``.
 
-    ``figure_format``: ``png`` (default), ``pdf`` or ``svg``; ``dpi``: figure resolution (default 80).
+    ``figure_format``: ``png`` (default), ``pdf`` or ``svg``; ``dpi``: figure resolution (default
+    [`DEFAULT_DPI`][icdl.icl.plots.DEFAULT_DPI]).
 
     ``evaluate``: ``"auto"`` computes a missing ``in-distribution`` suite only, ``"all"`` every missing or
     stale suite in ``suites``, ``"none"`` nothing (missing suites are listed with the command to run).
@@ -445,6 +473,7 @@ def _build(
         slug = _slug(rd.name or "run")
         cfg = any_res["config"]
         body += _run_header(rd, run, cfg, any_res["checkpoint"]["step"])
+        body += _loss_section(rd, out, slug, fig)
         for res, status in results.values():
             body += _suite_section(res, out, slug, status, fig)
         cost = next((r["cost"] for r, _ in results.values() if r.get("cost")), None)

@@ -191,20 +191,23 @@ def step_shape(cfg: Config, step: int) -> tuple[int | None, int | None]:
 def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = None) -> Estimate:
     """Memory and time of training ``cfg`` from ``start_step`` to ``train.steps``, before building anything.
 
-    Parameters of the ICL model ``layers (4 d^2 + 2 d d_mlp)`` plus embeddings, stored four times (weights,
-    gradients, two AdamW moments); activations kept for the backward pass ``B T layers (8 d + 2 d_mlp +
-    heads T)`` floats for ``T = 2 * points`` tokens; per step ``6 P B T`` FLOPs (the usual forward +
-    backward rule) plus attention and the sampled target networks, at `icdl.budget.CPU_FLOPS` (or
-    `icdl.budget.GPU_FLOPS` on CUDA). On CUDA only host memory counts against the limit.
+    Parameters of the ICL model (``layers (4 d^2 + 2 d d_mlp)`` plus biases, norms and embeddings), stored
+    four times (weights, gradients, two AdamW moments); activations kept for the backward pass
+    ``B T layers (8 d + 2 d_mlp + heads T)`` floats for ``T = 2 * points`` tokens; per step ``6 P B T``
+    FLOPs (the usual forward + backward rule) plus attention and the sampled target networks, at
+    `icdl.budget.CPU_FLOPS` (or `icdl.budget.GPU_FLOPS` on CUDA).
+    On CUDA only host memory counts against the limit.
     """
     t, m, task = cfg.train, cfg.model, cfg.task
     cur = t.curriculum
     points = max(task.points, cur.points.end if cur.points else 0)
     T = 2 * points
     d_tok = max(task.dim, task.out_dim)
-    params = (
-        m.layers * (4 * m.d_model**2 + 2 * m.d_model * m.d_mlp) + (d_tok + 2 * m.max_points + 1) * m.d_model
-    )
+    # Exactly the parameters of build_model: per block qkv + proj + MLP weights and biases and two
+    # LayerNorms; read-in (d_tok + 1) x d, positions, the final LayerNorm 2 d and the read-out d + 1.
+    d = m.d_model
+    per_block = 4 * d**2 + 2 * d * m.d_mlp + 9 * d + m.d_mlp
+    params = m.layers * per_block + (d_tok + 2 * m.max_points + 1) * d + 3 * d + 1
     B = t.batch_size
     acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp + m.heads * T)
     net = NetSpec(task.depth, task.width, task.dim, task.out_dim)
