@@ -32,10 +32,27 @@ def _guarded(path: Path, check: Callable[[], Item]) -> Item:
         return "FAIL", str(path), one_line(exc)
 
 
-def _check_checkpoint(ck: Path) -> Item:
+def _guarded_optional(path: Path, check: Callable[[], Item | None]) -> Item | None:
+    """``check()`` (which may return None: nothing to report), with an InputError turned into a FAIL."""
+    try:
+        return check()
+    except InputError as exc:
+        return "FAIL", str(path), one_line(exc)
+
+
+def _check_checkpoint(ck: Path) -> Item | None:
+    """The item of one checkpoint; None when it vanished while being read (rotated away by a run that is
+    training: that is not damage)."""
+    from icdl.icl.checkpoint import CHECKPOINT_FILES, is_legacy_checkpoint
     from icdl.manifest import verify_manifest
 
-    digest = verify_manifest(ck, what="checkpoint")
+    try:
+        legacy = is_legacy_checkpoint(ck)
+        digest = verify_manifest(ck, what="checkpoint", required=CHECKPOINT_FILES, legacy_ok=legacy)
+    except InputError:
+        if not ck.exists():
+            return None
+        raise
     if digest is None:
         return "legacy", str(ck), "no manifest.json (written before manifests); not verified"
     return "ok", str(ck), f"every file matches manifest.json (sha256 {digest[:12]})"
@@ -60,7 +77,7 @@ def _check_cache(path: Path, run: Path) -> Item:
 def check_run(run: Path) -> list[Item]:
     """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory (of
     ``icdl train`` or ``icdl score train``)."""
-    from icdl.icl.checkpoint import find_checkpoint, is_score_run, read_run_config
+    from icdl.icl.checkpoint import find_checkpoint, is_score_run, pointer_problem, read_run_config
 
     score = is_score_run(run)
 
@@ -73,16 +90,25 @@ def check_run(run: Path) -> list[Item]:
         read_run_config(run)
         return "ok", str(run / "config.yaml"), "valid config"
 
-    def pointer() -> Item:
-        ck = find_checkpoint(run)
-        return "ok", str(run / "checkpoints" / "latest"), f"names {ck.name if ck else 'no checkpoint yet'}"
+    latest = run / "checkpoints" / "latest"
 
-    items = [_guarded(run / "config.yaml", config), _guarded(run / "checkpoints" / "latest", pointer)]
+    def pointer() -> Item:
+        problem = pointer_problem(run)
+        if problem is not None:
+            # A damaged pointer is a FAIL even when a resume can recover (it says what it would use).
+            ck = find_checkpoint(run)
+            return "FAIL", str(latest), f"{problem}; a resume or evaluation uses {ck.name if ck else 'none'}"
+        ck = find_checkpoint(run)
+        return "ok", str(latest), f"names {ck.name if ck else 'no checkpoint yet'}"
+
+    items = [_guarded(run / "config.yaml", config), _guarded(latest, pointer)]
     if score and (run / "model.safetensors").is_file():
         legacy = "score weights of the previous format (no checkpoints, no manifest); not verified"
         items.append(("legacy", str(run / "model.safetensors"), legacy))
     for ck in sorted((run / "checkpoints").glob("step_*")):
-        items.append(_guarded(ck, lambda ck=ck: _check_checkpoint(ck)))  # type: ignore[misc]
+        item = _guarded_optional(ck, lambda ck=ck: _check_checkpoint(ck))  # type: ignore[misc]
+        if item is not None:
+            items.append(item)
     for cache in sorted((run / "eval").glob("*.json")):
         items.append(_guarded(cache, lambda cache=cache: _check_cache(cache, run)))  # type: ignore[misc]
     return items
