@@ -7,7 +7,9 @@ from pathlib import Path
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from icdl.manifest import MANIFEST, SEAL_PREFIX
+from icdl.manifest import MANIFEST
+
+SEAL_PREFIX = "# icdl-sha256: "  # icdl.manifest.SEAL_PREFIX, spelled out: the older layout has none
 
 
 def make_legacy(run: Path) -> None:

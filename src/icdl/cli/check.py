@@ -13,6 +13,7 @@ checkpoint, recomputed on next use; ``FAIL`` = damaged). Exit codes: 0 when noth
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from icdl.io import one_line, read_json
 
 Item = tuple[str, str, str]  # (status, path, detail)
 
+# `icdl check` on a run that is training: a damaged-looking pointer is looked at again this many times.
+_RETRIES = 5
+_RETRY_S = 0.05
+
 
 def _guarded(path: Path, check: Callable[[], Item]) -> Item:
     """``check()``, with an InputError turned into a FAIL item."""
@@ -30,6 +35,8 @@ def _guarded(path: Path, check: Callable[[], Item]) -> Item:
         return check()
     except InputError as exc:
         return "FAIL", str(path), one_line(exc)
+    except OSError as exc:  # unreadable (permissions, I/O error): damage to report, not a crash
+        return "FAIL", str(path), f"unreadable ({one_line(exc.strerror or exc)})"
 
 
 def _guarded_optional(path: Path, check: Callable[[], Item | None]) -> Item | None:
@@ -38,6 +45,8 @@ def _guarded_optional(path: Path, check: Callable[[], Item | None]) -> Item | No
         return check()
     except InputError as exc:
         return "FAIL", str(path), one_line(exc)
+    except OSError as exc:  # unreadable (permissions, I/O error): damage to report, not a crash
+        return "FAIL", str(path), f"unreadable ({one_line(exc.strerror or exc)})"
 
 
 def _check_checkpoint(ck: Path) -> Item | None:
@@ -49,8 +58,8 @@ def _check_checkpoint(ck: Path) -> Item | None:
     try:
         legacy = is_legacy_checkpoint(ck)
         digest = verify_manifest(ck, what="checkpoint", required=CHECKPOINT_FILES, legacy_ok=legacy)
-    except InputError:
-        if not ck.exists():
+    except (InputError, OSError):
+        if not ck.exists():  # rotated away (renamed, then deleted) while it was being hashed
             return None
         raise
     if digest is None:
@@ -94,6 +103,11 @@ def check_run(run: Path) -> list[Item]:
 
     def pointer() -> Item:
         problem = pointer_problem(run)
+        for _ in range(_RETRIES):  # a run training meanwhile moves the pointer, then rotates: look again
+            if problem is None:
+                break
+            time.sleep(_RETRY_S)
+            problem = pointer_problem(run)
         if problem is not None:
             # A damaged pointer is a FAIL even when a resume can recover (it says what it would use).
             ck = find_checkpoint(run)

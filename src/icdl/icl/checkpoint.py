@@ -122,8 +122,15 @@ def find_checkpoint(run_dir: str | Path, *, note: bool = True) -> Path | None:
         newer = [p for p in found if _step_of(p) > _step_of(path)]
         if not newer:
             return path
-        problem = f"names {path.name}, but {newer[-1].name} is newer"
-        found = [path, *newer]
+        # Published but not yet named (a run writing now, or killed between the rename and the pointer):
+        # the newest that verifies, silently (nothing is damaged); the pointer's own when none does.
+        for p in reversed(newer):
+            try:
+                verify_checkpoint(p)
+                return p
+            except InputError:
+                continue
+        return path
     failures = []
     for p in reversed(found):
         try:
