@@ -155,8 +155,9 @@ def atomic_dir(
     The caller writes the artefact's files into the yielded directory. On exit every file gets
     [`file_mode`][icdl.io.file_mode] (whatever library wrote it: safetensors creates its files 0600) and is
     flushed to disk, ``finish(tmp)`` runs (e.g. to write an integrity manifest over the files), the directory
-    gets [`dir_mode`][icdl.io.dir_mode] and is renamed onto ``path``. An existing ``path`` is removed first
-    when ``replace``, else it is an error (``FileExistsError``). On any exception the temporary directory is
+    gets [`dir_mode`][icdl.io.dir_mode] and is renamed onto ``path``. An existing ``path`` is renamed away
+    and removed when ``replace``, else it is an InputError (also when another process published ``path``
+    meanwhile). On any exception the temporary directory is
     removed and ``path`` is untouched. ``prefix`` names the temporary directory (default ``.<name>.``) so that
     a caller can find and remove the leftovers of a killed process.
     """
@@ -178,15 +179,39 @@ def atomic_dir(
                     fsync_dir(f)
             os.chmod(tmp, dir_mode())  # mkdtemp makes the directory 0700
             fsync_dir(tmp)
-            if target.exists():
-                if not replace:
-                    raise FileExistsError(f"{target} already exists")
-                shutil.rmtree(target)
-            os.replace(tmp, target)
+            _publish(tmp, target, replace)
             fsync_dir(target.parent)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: Path, target: Path, replace: bool) -> None:
+    """Rename ``tmp`` onto ``target``. An existing ``target`` is renamed away first and then deleted when
+    ``replace`` (so ``target`` is always whole), else refused; another process publishing the same target
+    at the same moment (two ``icdl construct --save DIR``) is one InputError line, not a crash."""
+    taken = f"{str(target)!r} already exists (written by another process meanwhile?); choose a new directory"
+    old: Path | None = None
+    if target.exists() or target.is_symlink():
+        if not replace:
+            raise InputError(taken)
+        old = target.with_name(f".{target.name}.{os.getpid()}.old")
+        with contextlib.suppress(FileNotFoundError):  # another writer moved it first
+            os.replace(target, old)
+    published = False
+    try:
+        os.replace(tmp, target)
+        published = True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+            raise InputError(taken) from None
+        raise
+    finally:
+        if old is not None and published:
+            shutil.rmtree(old, ignore_errors=True)
+        elif old is not None:  # not replaced after all: put the old one back
+            with contextlib.suppress(OSError):
+                os.replace(old, target)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
