@@ -6,8 +6,9 @@ checkpoint against its ``manifest.json`` (SHA-256 per file) and every evaluation
 against its own content hash (a score run of the previous format, weights at the top, is ``legacy``). For a
 saved construction: ``model.json`` and ``weights.safetensors`` against ``content_sha256``. One line per item
 (``ok``, ``legacy`` = written before manifests, not verifiable; ``stale`` = a sound cache of an older
-checkpoint, recomputed on next use; ``FAIL`` = damaged). Exit codes: 0 when nothing failed, 2 otherwise
-(also for a PATH that is neither kind of artefact).
+checkpoint, recomputed on next use; ``FAIL`` = damaged, a missing or damaged ``latest`` included). Safe
+beside a run that is training (a checkpoint rotated away under it is left out). Exit codes: 0 when
+nothing failed, 2 otherwise (also for a PATH that is neither kind of artefact).
 """
 
 from __future__ import annotations
