@@ -185,8 +185,9 @@ def atomic_dir(
     The caller writes the artefact's files into the yielded directory. On exit every file gets
     [`file_mode`][icdl.io.file_mode] (whatever library wrote it: safetensors creates its files 0600) and is
     flushed to disk, ``finish(tmp)`` runs (e.g. to write an integrity manifest over the files), the directory
-    gets [`dir_mode`][icdl.io.dir_mode] and is renamed onto ``path``. An existing ``path`` is removed first
-    when ``replace``, else it is an error (``FileExistsError``). On any exception the temporary directory is
+    gets [`dir_mode`][icdl.io.dir_mode] and is renamed onto ``path``. An existing ``path`` is renamed away
+    and removed when ``replace``, else it is an InputError (also when another process published ``path``
+    meanwhile). On any exception the temporary directory is
     removed and ``path`` is untouched. ``prefix`` names the temporary directory (default ``.<name>.``) so that
     a caller can find and remove the leftovers of a killed process.
     """
@@ -208,15 +209,39 @@ def atomic_dir(
                     fsync_dir(f)
             os.chmod(tmp, dir_mode())  # mkdtemp makes the directory 0700
             fsync_dir(tmp)
-            if target.exists():
-                if not replace:
-                    raise FileExistsError(f"{target} already exists")
-                shutil.rmtree(target)
-            os.replace(tmp, target)
+            _publish(tmp, target, replace)
             fsync_dir(target.parent)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: Path, target: Path, replace: bool) -> None:
+    """Rename ``tmp`` onto ``target``. An existing ``target`` is renamed away first and then deleted when
+    ``replace`` (so ``target`` is always whole), else refused; another process publishing the same target
+    at the same moment (two ``icdl construct --save DIR``) is one InputError line, not a crash."""
+    taken = f"{str(target)!r} already exists (written by another process meanwhile?); choose a new directory"
+    old: Path | None = None
+    if target.exists() or target.is_symlink():
+        if not replace:
+            raise InputError(taken)
+        old = target.with_name(f".{target.name}.{os.getpid()}.old")
+        with contextlib.suppress(FileNotFoundError):  # another writer moved it first
+            os.replace(target, old)
+    published = False
+    try:
+        os.replace(tmp, target)
+        published = True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+            raise InputError(taken) from None
+        raise
+    finally:
+        if old is not None and published:
+            shutil.rmtree(old, ignore_errors=True)
+        elif old is not None:  # not replaced after all: put the old one back
+            with contextlib.suppress(OSError):
+                os.replace(old, target)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -234,23 +259,32 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | N
     return atomic_write_text(path, text + "\n")
 
 
-def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool = False) -> Path:
+def check_writable(
+    path: str | os.PathLike[str], *, what: str, directory: bool = False, atomic: bool | None = None
+) -> Path:
     """Raise [`InputError`][icdl.errors.InputError] unless ``path`` can be written (checked before any work
     starts).
 
     ``directory=False``: a file in an existing directory; it may exist (it is replaced by a rename) but
     must not be a directory. ``directory=True``: a directory that may exist; missing parents are created
-    at write time, so the nearest existing ancestor must be a writable directory. Nothing is created
+    at write time, so the nearest existing ancestor must be a writable directory. Every missing component
+    must fit the file system's name limit; when ``atomic`` (default: for a file) the last one must also
+    leave room for the temporary sibling ``.NAME.XXXXXXXX.tmp`` it is written through. Nothing is created
     here.
     """
     p = Path(path)
+    margin = _TMP_MARGIN if (not directory if atomic is None else atomic) else 0
     try:
-        return _check_writable(p, what, directory)
+        return _check_writable(p, what, directory, margin)
     except OSError as exc:  # e.g. a name too long for the file system (ENAMETOOLONG), a symlink loop
         raise InputError(f"{what} {str(p)!r}: {os_error_line(exc)}") from None
 
 
-def _check_writable(p: Path, what: str, directory: bool) -> Path:
+#: Bytes the temporary sibling of an atomic write adds to a name (``.`` + ``.XXXXXXXX.tmp``).
+_TMP_MARGIN = 14
+
+
+def _check_writable(p: Path, what: str, directory: bool, margin: int = 0) -> Path:
     if p.is_symlink() and not p.exists():
         # A dangling link: the write would follow it (or the rename replace it); neither is what was meant.
         raise InputError(f"{what} {str(p)!r} is a dangling symbolic link (to {os.readlink(p)!r})")
@@ -271,9 +305,35 @@ def _check_writable(p: Path, what: str, directory: bool) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise InputError(f"{what} {str(p)!r}: {str(parent)!r} is not a directory")
+    _check_names(p, parent, what, margin)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"{what} {str(p)!r}: directory {str(parent)!r} is not writable")
     return p
+
+
+def _check_names(p: Path, existing: Path, what: str, margin: int = 0) -> None:
+    """Refuse a missing component of ``p`` (below its nearest existing ancestor ``existing``) longer than
+    the file system allows, anywhere in the path: found now, before any directory of it is created. The
+    last component must fit ``margin`` more bytes (the temporary sibling of an atomic write)."""
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    parts = p.absolute().relative_to(existing).parts
+    for i, name in enumerate(parts):
+        if len(os.fsencode(name)) + (margin if i == len(parts) - 1 else 0) > limit:
+            shown = name if len(name) <= 40 else f"{name[:20]}...{name[-8:]}"
+            raise InputError(
+                f"{what} {_short(str(p))!r}: the name {shown!r} is {len(os.fsencode(name))} bytes long, more "
+                f"than the file system allows ({limit}"
+                + (f", less {margin} for its temporary copy" if i == len(parts) - 1 and margin else "")
+                + "): File name too long"
+            )
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """``text`` cut to about ``limit`` characters (the middle elided), for a message."""
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
 def read_text(path: str | os.PathLike[str], *, what: str = "file") -> str:

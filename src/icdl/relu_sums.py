@@ -186,6 +186,13 @@ def relu_sum_for(target: str, *, eps: float = 1e-3, radius: float = 10.0, delta:
     if name == "identity" and deriv:
         return _exact_sum([(0.0, 1.0, 1.0)], fn, label, radius)
     if name == "relu" and deriv:
+        # The slopes are 1/delta: below the float64 spacing of t on [-R, R] the step is invisible to any
+        # input, and below ~1e-308 its slope is not even a finite number (inf/nan terms).
+        if delta < radius * 2.0**-52:
+            raise InputError(
+                f"delta={delta:g} is below the float64 resolution of t on [-{radius:g}, {radius:g}] "
+                f"({radius * 2.0**-52:.3g}): its step slope 1/delta is meaningless; use a larger --delta"
+            )
         return _exact_sum(
             [(1.0 / delta, 0.0, 1.0), (1.0 / delta, -1.0, -1.0)], fn, label, radius, (0.0, delta)
         )
@@ -218,7 +225,8 @@ def fit_estimate(target: str, *, eps: float = 1e-3, radius: float = 10.0) -> Est
     h = 2 * radius / (len(probe) - 1)
     d2 = np.abs(np.diff(f, 2)) / h**2
     curv = max(float(np.nan_to_num(d2, nan=np.inf).max()), 1e-300)
-    want = 2 * radius / math.sqrt(8 * _SAMPLING_REL * eps / curv) + 1
+    spacing = math.sqrt(8 * _SAMPLING_REL * eps / curv)  # 0.0 when eps/curv underflows (eps=5e-324)
+    want = 2 * radius / spacing + 1 if spacing > 0 else math.inf
     terms = 2 + 0.27 * float(np.sum(np.sqrt(d2)) * h) / math.sqrt(eps)
     if not want <= _MAX_GRID:  # the fit refuses at once ("eps too small"): nothing to estimate
         return Estimate(f"the ReLU sum of {label}", 64 * _MIN_GRID, 1.0, "refused by the grid cap", terms)
@@ -371,8 +379,9 @@ def fit_relu_sum(
     curv = float(np.abs(np.diff(fp, 2)).max()) / h0**2 if len(fp) > 2 else 0.0
     curv = max(curv, 1e-300)
     n = _MIN_GRID
+    spacing = math.sqrt(8 * _SAMPLING_REL * eps / curv)  # 0.0 when eps/curv underflows (eps=5e-324)
     if curv > 0:
-        n = max(n, math.ceil(2 * radius / math.sqrt(8 * _SAMPLING_REL * eps / curv)) + 1)
+        n = max(n, math.ceil(2 * radius / spacing) + 1) if spacing > 0 else _MAX_GRID + 1
     build_eps = eps * (1 - 0.011)
     for _ in range(8):
         if n > _MAX_GRID:

@@ -13,6 +13,7 @@ import pytest
 
 from icdl.cli import main
 from icdl.config import load_config
+from icdl.icl.checkpoint import write_run_config
 from icdl.icl.train import train
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -96,8 +97,9 @@ def test_unfinished_run_is_refused_unless_partial(tiny_run: Path, tmp_path: Path
     run = tmp_path / "unfinished"
     shutil.copytree(tiny_run, run)
     shutil.rmtree(run / "align", ignore_errors=True)
-    cfg = run / "config.yaml"
-    cfg.write_text(cfg.read_text().replace("steps: 4\n", "steps: 8\n"))
+    # As a run killed half way leaves it: a config of 8 steps (sealed, as the trainer writes it), step 4.
+    body = (run / "config.yaml").read_text().split("\n", 1)[1]
+    write_run_config(run, body.replace("steps: 4\n", "steps: 8\n"))
     r = _icdl("align", str(run), *SMALL, cwd=tmp_path)
     assert r.returncode == 2 and "unfinished" in r.stderr and "--partial" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (run / "align").exists()

@@ -113,11 +113,13 @@ def test_tampered_weights_do_not_fit(run: Path) -> None:
 def test_damaged_latest_pointer(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (run / "checkpoints" / "latest").write_text("step_9999999\n")
     before = snapshot(run)
+    # Checked, not trusted (issue 34): both use the newest checkpoint that verifies and say so.
+    newest = sorted((run / "checkpoints").glob("step_*"))[-1].name
     code, _, err = cli(capsys, "train", "tiny", "--out", str(run), *(a for t in TINY for a in ("--set", t)))
-    assert_one_line(code, err, "latest")
+    assert code == 0 and f"names 'step_9999999', which is not a complete checkpoint; using {newest}" in err
+    assert snapshot(run) == before  # nothing to train: nothing written, nothing rotated
     code, _, err = cli(capsys, "evaluate", str(run), "--prompts", "8")
-    assert_one_line(code, err, "latest")
-    assert snapshot(run) == before
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("content", ["", "task: [unclosed", "- a list", "\xff\xfe"])

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from icdl.config import load_config
 from icdl.construct import compile_gd_transformer, store
+from icdl.errors import InputError
 from icdl.icl.models import build_model
 from icdl.icl.train import save_checkpoint
 from icdl.io import atomic_dir, file_mode
@@ -45,8 +48,38 @@ def test_atomic_dir_leaves_nothing_on_failure(tmp_path: Path) -> None:
 
 def test_atomic_dir_refuses_existing_without_replace(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
-    with pytest.raises(FileExistsError), atomic_dir(tmp_path / "out"):
+    with pytest.raises(InputError, match="already exists"), atomic_dir(tmp_path / "out"):
         pass
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_atomic_dir_published_meanwhile_is_one_line(tmp_path: Path) -> None:
+    """Two writers of one target (parallel `icdl construct --save DIR`): the second is refused, the first
+    one's directory is kept whole, no temporary is left."""
+    target = tmp_path / "out"
+    with pytest.raises(InputError, match="another process"), atomic_dir(target) as tmp:
+        (tmp / "mine").write_text("2")
+        with atomic_dir(target) as other:  # the other process publishes first
+            (other / "theirs").write_text("1")
+    assert [p.name for p in target.iterdir()] == ["theirs"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_atomic_dir_replace_keeps_old_when_publishing_fails(tmp_path: Path, monkeypatch: Any) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("0")
+    real = os.replace
+
+    def failing(src: Any, dst: Any) -> None:
+        if str(src).endswith(".tmp"):
+            raise OSError(errno.EIO, "I/O error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(InputError, match="I/O error"), atomic_dir(target, replace=True) as tmp:
+        (tmp / "new").write_text("1")
+    assert [p.name for p in target.iterdir()] == ["old"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from legacy_runs import make_legacy
 
 from icdl.config import load_config
 from icdl.errors import InputError
@@ -73,8 +74,7 @@ def test_cli_evaluate_exit_2_naming_file(run_copy: Path) -> None:
 
 
 def test_legacy_checkpoint_without_manifest_loads(run_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for ck in (run_copy / "checkpoints").glob("step_*"):
-        (ck / MANIFEST).unlink()
+    make_legacy(run_copy)
     model, _ = load_run(run_copy)
     assert model is not None
     assert "no manifest" in capsys.readouterr().err
@@ -115,8 +115,7 @@ def test_cache_of_rewritten_checkpoint_recomputed(run_copy: Path) -> None:
 def test_cache_of_a_newer_legacy_checkpoint_is_stale(run_copy: Path) -> None:
     """Without a manifest the checkpoint hash cannot tell a rewrite; the documented fallback is the time
     stamp: a checkpoint newer than the one the cache recorded makes the cache stale (same name and step)."""
-    for ck in (run_copy / "checkpoints").glob("step_*"):
-        (ck / MANIFEST).unlink()
+    make_legacy(run_copy)
     evaluate_run(run_copy, "mixture", prompts=16, options=CHEAP, progress=False)
     assert result_status(run_copy, "mixture") == "ok"
     weights = latest(run_copy) / "model.safetensors"

@@ -8,6 +8,7 @@ error (with a traceback, since that is a bug).
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import importlib
 import importlib.util
@@ -123,18 +124,55 @@ def skip_teardown() -> None:
     _SKIP_TEARDOWN[0] = True
 
 
+#: errno values of a failed write to standard output (``> /dev/full``, a closed descriptor, an I/O error).
+_STDOUT_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EBADF, errno.EDQUOT})
+
+
+def _stdout_failed(exc: OSError) -> None:
+    """A write to standard output failed: a closed pipe (``| head``) ends quietly with exit 0, anything else
+    is one line on stderr with exit 2. Standard output is pointed at /dev/null first, so that the flush at
+    interpreter exit does not fail a second time."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    if isinstance(exc, BrokenPipeError):
+        os._exit(0)  # the reader has all it wanted; nothing is left to say
+    click.echo(f"icdl: error: cannot write standard output: {' '.join(str(exc.strerror).split())}", err=True)
+    sys.stderr.flush()
+    os._exit(2)
+
+
 def run() -> None:
     """The ``icdl`` console script and ``python -m icdl``: [`main`][icdl.cli.main]; a command that called
-    [`skip_teardown`][icdl.cli.skip_teardown] exits with its code right after its output is flushed."""
+    [`skip_teardown`][icdl.cli.skip_teardown] exits with its code right after its output is flushed.
+
+    Standard output that is closed (``>&-``) is refused at once (exit 2, one line); a full or failing one
+    (``> /dev/full``) is exit 2 with one line when the output is written or flushed; a reader that closed
+    the pipe early (``| head -c 1``) ends the command quietly (exit 0)."""
     _CONSOLE[0] = True
+    if sys.stdout is None:
+        _fail("standard output is closed; redirect it to a file or to /dev/null")
     try:
         main()
     except SystemExit as exc:
+        if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+            # click met EPIPE (the reader closed the pipe), wrapped stdout and raised SystemExit(1).
+            _stdout_failed(BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)))
+        try:
+            sys.stdout.flush()
+        except OSError as err:
+            _stdout_failed(err)
         if not _SKIP_TEARDOWN[0] or not (exc.code is None or isinstance(exc.code, int)):
             raise
-        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exc.code or 0)
+    except BrokenPipeError as exc:
+        _stdout_failed(exc)
+    except OSError as exc:
+        # A stream write carries no file name; a file's error does (and is an InputError line already).
+        if exc.errno not in _STDOUT_ERRNOS or exc.filename is not None:
+            raise
+        _stdout_failed(exc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Largest integer any count option accepts: beyond it no size is meaningful and floats overflow.
 MAX_COUNT = 10**12
+#: ``--seed``: torch and numpy take seeds below 2**63 (a larger one is an overflow, not a seed).
+SEED = click.IntRange(0, 2**63 - 1)
 
 
 class PositiveFloat(click.ParamType):
@@ -142,10 +144,13 @@ def guard(est: budget.Estimate, yes: bool, *, max_seconds: float | None = None) 
     return budget.check(est, allow=yes, max_seconds=max_seconds)
 
 
-def check_output(path: str | os.PathLike[str] | None, option: str, *, directory: bool = False) -> None:
-    """One line, exit 2, before any work, when ``option``'s output path cannot be written."""
+def check_output(
+    path: str | os.PathLike[str] | None, option: str, *, directory: bool = False, atomic: bool | None = None
+) -> None:
+    """One line, exit 2, before any work, when ``option``'s output path cannot be written (``atomic``: see
+    [`check_writable`][icdl.io.check_writable])."""
     if path is not None:
-        check_writable(path, what=option, directory=directory)
+        check_writable(path, what=option, directory=directory, atomic=atomic)
 
 
 def user_error(message: str) -> InputError:

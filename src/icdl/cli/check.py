@@ -6,13 +6,15 @@ checkpoint against its ``manifest.json`` (SHA-256 per file) and every evaluation
 against its own content hash (a score run of the previous format, weights at the top, is ``legacy``). For a
 saved construction: ``model.json`` and ``weights.safetensors`` against ``content_sha256``. One line per item
 (``ok``, ``legacy`` = written before manifests, not verifiable; ``stale`` = a sound cache of an older
-checkpoint, recomputed on next use; ``FAIL`` = damaged). Exit codes: 0 when nothing failed, 2 otherwise
-(also for a PATH that is neither kind of artefact).
+checkpoint, recomputed on next use; ``FAIL`` = damaged, a missing or damaged ``latest`` included). Safe
+beside a run that is training (a checkpoint rotated away under it is left out). Exit codes: 0 when
+nothing failed, 2 otherwise (also for a PATH that is neither kind of artefact).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,10 @@ from icdl.io import one_line, read_json
 
 Item = tuple[str, str, str]  # (status, path, detail)
 
+# `icdl check` on a run that is training: a damaged-looking pointer is looked at again this many times.
+_RETRIES = 5
+_RETRY_S = 0.05
+
 
 def _guarded(path: Path, check: Callable[[], Item]) -> Item:
     """``check()``, with an InputError turned into a FAIL item."""
@@ -31,12 +37,33 @@ def _guarded(path: Path, check: Callable[[], Item]) -> Item:
         return check()
     except InputError as exc:
         return "FAIL", str(path), one_line(exc)
+    except OSError as exc:  # unreadable (permissions, I/O error): damage to report, not a crash
+        return "FAIL", str(path), f"unreadable ({one_line(exc.strerror or exc)})"
 
 
-def _check_checkpoint(ck: Path) -> Item:
+def _guarded_optional(path: Path, check: Callable[[], Item | None]) -> Item | None:
+    """``check()`` (which may return None: nothing to report), with an InputError turned into a FAIL."""
+    try:
+        return check()
+    except InputError as exc:
+        return "FAIL", str(path), one_line(exc)
+    except OSError as exc:  # unreadable (permissions, I/O error): damage to report, not a crash
+        return "FAIL", str(path), f"unreadable ({one_line(exc.strerror or exc)})"
+
+
+def _check_checkpoint(ck: Path) -> Item | None:
+    """The item of one checkpoint; None when it vanished while being read (rotated away by a run that is
+    training: that is not damage)."""
+    from icdl.icl.checkpoint import CHECKPOINT_FILES, is_legacy_checkpoint
     from icdl.manifest import verify_manifest
 
-    digest = verify_manifest(ck, what="checkpoint")
+    try:
+        legacy = is_legacy_checkpoint(ck)
+        digest = verify_manifest(ck, what="checkpoint", required=CHECKPOINT_FILES, legacy_ok=legacy)
+    except (InputError, OSError):
+        if not ck.exists():  # rotated away (renamed, then deleted) while it was being hashed
+            return None
+        raise
     if digest is None:
         return "legacy", str(ck), "no manifest.json (written before manifests); not verified"
     return "ok", str(ck), f"every file matches manifest.json (sha256 {digest[:12]})"
@@ -61,7 +88,7 @@ def _check_cache(path: Path, run: Path) -> Item:
 def check_run(run: Path) -> list[Item]:
     """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory (of
     ``icdl train`` or ``icdl score train``)."""
-    from icdl.icl.checkpoint import find_checkpoint, is_score_run, read_run_config
+    from icdl.icl.checkpoint import find_checkpoint, is_score_run, pointer_problem, read_run_config
 
     score = is_score_run(run)
 
@@ -74,16 +101,30 @@ def check_run(run: Path) -> list[Item]:
         read_run_config(run)
         return "ok", str(run / "config.yaml"), "valid config"
 
-    def pointer() -> Item:
-        ck = find_checkpoint(run)
-        return "ok", str(run / "checkpoints" / "latest"), f"names {ck.name if ck else 'no checkpoint yet'}"
+    latest = run / "checkpoints" / "latest"
 
-    items = [_guarded(run / "config.yaml", config), _guarded(run / "checkpoints" / "latest", pointer)]
+    def pointer() -> Item:
+        problem = pointer_problem(run)
+        for _ in range(_RETRIES):  # a run training meanwhile moves the pointer, then rotates: look again
+            if problem is None:
+                break
+            time.sleep(_RETRY_S)
+            problem = pointer_problem(run)
+        if problem is not None:
+            # A damaged pointer is a FAIL even when a resume can recover (it says what it would use).
+            ck = find_checkpoint(run)
+            return "FAIL", str(latest), f"{problem}; a resume or evaluation uses {ck.name if ck else 'none'}"
+        ck = find_checkpoint(run)
+        return "ok", str(latest), f"names {ck.name if ck else 'no checkpoint yet'}"
+
+    items = [_guarded(run / "config.yaml", config), _guarded(latest, pointer)]
     if score and (run / "model.safetensors").is_file():
         legacy = "score weights of the previous format (no checkpoints, no manifest); not verified"
         items.append(("legacy", str(run / "model.safetensors"), legacy))
     for ck in sorted((run / "checkpoints").glob("step_*")):
-        items.append(_guarded(ck, lambda ck=ck: _check_checkpoint(ck)))  # type: ignore[misc]
+        item = _guarded_optional(ck, lambda ck=ck: _check_checkpoint(ck))  # type: ignore[misc]
+        if item is not None:
+            items.append(item)
     for cache in sorted((run / "eval").glob("*.json")):
         items.append(_guarded(cache, lambda cache=cache: _check_cache(cache, run)))  # type: ignore[misc]
     return items

@@ -193,7 +193,7 @@ def construct(
         spec, loss, steps, lr, examples, eps, radius, delta, projection, box, variant, dtype, task
     )
     # Bounded work (icdl.budget): the output is checked and the size estimated before anything is built.
-    check_output(save_dir, "--save", directory=True)
+    check_output(save_dir, "--save", directory=True, atomic=True)  # written through a temporary sibling
     estimate = _estimate(spec, config.projection, loss, steps, examples, eps, _widest(config), dtype, variant)
     guard(estimate, yes, max_seconds=QUICK_SECONDS)
     run = _run(

@@ -24,6 +24,7 @@ import click
 from icdl.budget import QUICK_SECONDS
 from icdl.cli._common import (
     POSITIVE_FLOAT,
+    SEED,
     check_output,
     count,
     emit_json,
@@ -242,7 +243,11 @@ def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple
     "--prompts", type=click.IntRange(2, 100_000), default=256, show_default=True, help="Test prompts."
 )
 @click.option(
-    "--seed", type=click.IntRange(0), default=12345, show_default=True, help="Seed of the test prompts."
+    "--seed",
+    type=SEED,
+    default=12345,
+    show_default=True,
+    help="Seed of the test prompts.",
 )
 @click.option(
     "--mlp-ks", default="1,5,10,20,40", show_default=True, help="k values for the context-trained net."
@@ -353,7 +358,11 @@ def evaluate_cmd(
     help="Probability-flow ODE (Heun) or reverse SDE (Euler-Maruyama).",
 )
 @click.option(
-    "--seed", type=click.IntRange(0), default=777, show_default=True, help="Seed of mixtures and sampler."
+    "--seed",
+    type=SEED,
+    default=777,
+    show_default=True,
+    help="Seed of mixtures and sampler.",
 )
 @_with_mlp_options
 @_with_tuned_options
@@ -454,7 +463,11 @@ def sample_cmd(
 @click.option("--steps", "-L", type=click.IntRange(0, 200), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.01, show_default=True, help="GD step size.")
 @click.option(
-    "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the prompt and w0."
+    "--seed",
+    type=SEED,
+    default=0,
+    show_default=True,
+    help="Seed of the prompt and w0.",
 )
 @click.option(
     "--raw-task",

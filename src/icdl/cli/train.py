@@ -82,7 +82,7 @@ def train(
 
     run_dir = out if out is not None else Path("runs") / cfg.name
     check_output(run_dir, "--out", directory=True)
-    ckpt = find_checkpoint(run_dir) if (run_dir / "config.yaml").is_file() else None
+    ckpt = find_checkpoint(run_dir, note=False) if (run_dir / "config.yaml").is_file() else None
     start = int(ckpt.name.rsplit("_", 1)[-1]) if ckpt is not None and ckpt.name[-1:].isdigit() else 0
     guard(train_estimate(cfg, start_step=start), yes)
     if nproc is not None and nproc > 1:

@@ -92,8 +92,13 @@ def score_curves_estimate(
     )
     flops += resamples * prompts * (K + 1) * 20
     small_steps = mlp_ks * (mlp_epochs + gd_steps)
+    # The bootstrap over prompts builds a (resamples, prompts) index (int64), its counts and the ones it
+    # scatters (float64) at once: 24 bytes per resample and prompt (icdl.icl.metrics.bootstrap_bands).
     nbytes = (
-        _BASE_BYTES + 8 * prompts * T * (m.d_model * m.layers * 4 + mlp_width * 4) + 8 * resamples * (K + 1)
+        _BASE_BYTES
+        + 8 * prompts * T * (m.d_model * m.layers * 4 + mlp_width * 4)
+        + 8 * resamples * (K + 1)
+        + 24 * resamples * prompts
     )
     return Estimate(
         "icdl score evaluate",

@@ -51,15 +51,17 @@ from icdl.icl.checkpoint import (
     find_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    read_config_text,
     restore_checkpoint,
     save_checkpoint,
     truncate_metrics,
     verify_checkpoint,
+    write_run_config,
 )
 from icdl.icl.interval import Interval, Log
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.train import lr_at  # the same warm-up + cosine schedule as icdl train
-from icdl.io import atomic_write_text, one_line, read_text
+from icdl.io import one_line
 from icdl.runlock import RunLock
 
 __all__ = [
@@ -97,7 +99,7 @@ def read_score_config(run_dir: Path) -> ScoreConfig:
     """The validated ``config.yaml`` of a score run (one InputError line when missing, damaged or not a
     score run's)."""
     try:
-        data = yaml.safe_load(read_text(run_dir / "config.yaml", what="run config"))
+        data = yaml.safe_load(read_config_text(run_dir))
     except yaml.YAMLError as exc:
         raise InputError(f"cannot read {run_dir / 'config.yaml'}: {one_line(exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("task"), dict):
@@ -149,7 +151,7 @@ def _train_loop(
         return ScoreTrainResult(run_dir, start_step, None, time.perf_counter() - t0, n_params, start_step)
     run_dir.mkdir(parents=True, exist_ok=True)
     clean_stale_temporaries(run_dir)
-    atomic_write_text(run_dir / "config.yaml", dump_score_config(cfg))
+    write_run_config(run_dir, dump_score_config(cfg))
     truncate_metrics(run_dir / "metrics.jsonl", start_step)
     log = Log.open(cfg, run_dir, True, quiet, start_step)
     iv = Interval.zeros(t.steps, torch.device("cpu"))

@@ -4,7 +4,10 @@
 ``state.pt`` (optimizer, step, RNG states) and ``manifest.json`` (SHA-256 of each,
 [`icdl.manifest`][icdl.manifest]); ``RUN/checkpoints/latest`` names the newest. A checkpoint is written by
 [`icdl.io.atomic_dir`][icdl.io.atomic_dir], so a run killed at any instant leaves the old or the new one,
-never half of one; every read checks the manifest first (docs/reliability.md). Used by
+never half of one; every read checks the manifest first (docs/reliability.md). ``latest`` is checked, never
+trusted alone: a missing or damaged pointer falls back to the newest checkpoint whose manifest verifies
+(with a note on stderr), or stops with one line. The run's ``config.yaml`` carries a SHA-256 seal
+([`icdl.manifest.seal_text`][icdl.manifest.seal_text]) checked on every read. Used by
 [`icdl.icl.train`][icdl.icl.train], which re-exports these names, and by the score trainer
 [`icdl.diffusion.train`][icdl.diffusion.train]: both run formats share this layout, the resume checks
 ([`prepare_run_dir`][icdl.icl.checkpoint.prepare_run_dir]) and the restore of a checkpoint.
@@ -13,6 +16,8 @@ never half of one; every read checks the manifest first (docs/reliability.md). U
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -29,49 +34,159 @@ from icdl.config import RESUMABLE_KEYS, Config, RunConfig, config_diff, validate
 from icdl.errors import InputError
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.io import atomic_dir, atomic_write_text, one_line, read_text
-from icdl.manifest import verify_manifest, write_manifest
+from icdl.manifest import MANIFEST, SEAL_PREFIX, seal_text, unseal_text, verify_manifest, write_manifest
 from icdl.runlock import LOCK_NAME
 
 __all__ = [
+    "CHECKPOINT_FILES",
     "CHECKPOINT_FORMAT",
     "check_resume",
+    "checkpoint_dirs",
     "clean_stale_temporaries",
     "find_checkpoint",
+    "is_legacy_checkpoint",
     "is_score_run",
     "load_run",
     "make_optimizer",
+    "pointer_problem",
     "prepare_run_dir",
+    "read_config_text",
     "read_run_config",
     "refuse_score_run",
     "restore_checkpoint",
     "save_checkpoint",
     "truncate_metrics",
     "verify_checkpoint",
+    "write_run_config",
 ]
 
-CHECKPOINT_FORMAT = "icdl-icl-v1"
+#: Checkpoints written since the manifest became mandatory; "icdl-icl-v1" (older) may lack a manifest.
+CHECKPOINT_FORMAT = "icdl-icl-v2"
+#: The files every checkpoint's manifest must list.
+CHECKPOINT_FILES = ("model.safetensors", "state.pt")
+_STEP = re.compile(r"step_(\d{1,12})")
 
 
-def find_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint directory of a run (via ``checkpoints/latest``), or None when the
-    run has none yet. A ``latest`` that names no complete checkpoint is an InputError (one line naming
-    it): the run directory was damaged, and starting over would overwrite the evidence."""
+def _complete(path: Path) -> bool:
+    return all((path / f).is_file() for f in CHECKPOINT_FILES)
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """The complete checkpoint directories (``checkpoints/step_N`` with both files) of a run, oldest first."""
+    ck = Path(run_dir) / "checkpoints"
+    if not ck.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ck.iterdir() if (m := _STEP.fullmatch(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found) if _complete(p)]
+
+
+def pointer_problem(run_dir: str | Path) -> str | None:
+    """What is wrong with ``checkpoints/latest`` (e.g. "is missing"), or None when it names a complete
+    checkpoint (or the run has neither pointer nor checkpoint yet)."""
     ck = Path(run_dir) / "checkpoints"
     latest = ck / "latest"
-    if not latest.is_file():
-        return None
+    if latest.is_file():
+        try:
+            name = latest.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"is unreadable ({one_line(exc)[:120]})"
+        if _STEP.fullmatch(name) and (ck / name).is_dir() and _complete(ck / name):
+            return None
+        return f"names {name[:80]!r}, which is not a complete checkpoint"
+    if latest.is_symlink() or latest.exists():
+        return "is not a file"
+    return "is missing" if checkpoint_dirs(run_dir) else None
+
+
+_NOTED: set[str] = set()
+
+
+def find_checkpoint(run_dir: str | Path, *, note: bool = True) -> Path | None:
+    """The newest checkpoint directory of a run, or None when the run has none yet.
+
+    ``checkpoints/latest`` is checked, not trusted alone: when it names a complete checkpoint that one is
+    used, unless a newer complete checkpoint exists (a run killed between publishing a checkpoint and moving
+    the pointer), which is then used. When the pointer is missing, not a file or names no complete
+    checkpoint while checkpoints exist, the newest checkpoint whose manifest verifies is used and a note on
+    stderr says so (unless not ``note``); when none verifies, or there is none, it is an InputError (one
+    line): starting over would rotate the run's history away."""
+    run_dir = Path(run_dir)
+    ck = run_dir / "checkpoints"
+    latest = ck / "latest"
+    found = checkpoint_dirs(run_dir)
+    problem = pointer_problem(run_dir)
+    if problem is None:
+        if not latest.is_file():
+            return None
+        path = ck / latest.read_text(encoding="utf-8").strip()
+        newer = [p for p in found if _step_of(p) > _step_of(path)]
+        if not newer:
+            return path
+        # Published but not yet named (a run writing now, or killed between the rename and the pointer):
+        # the newest that verifies, silently (nothing is damaged); the pointer's own when none does.
+        for p in reversed(newer):
+            try:
+                verify_checkpoint(p)
+                return p
+            except InputError:
+                continue
+        return path
+    failures = []
+    for p in reversed(found):
+        try:
+            verify_checkpoint(p)
+        except InputError as exc:
+            failures.append(str(exc))
+            continue
+        if note:
+            _note_fallback(latest, problem, p)
+        return p
+    why = f"the newest fails: {failures[0][:300]}" if failures else "there is no complete checkpoint"
+    raise InputError(
+        f"checkpoint pointer {str(latest)!r} {problem} and no checkpoint of the run verifies ({why}); "
+        "the run directory is damaged (restore it, or train into a new --out)"
+    )
+
+
+def _note_fallback(latest: Path, problem: str, used: Path) -> None:
+    """Say once on stderr that ``used`` replaces what the damaged pointer ``latest`` names."""
+    if str(used) not in _NOTED:
+        _NOTED.add(str(used))
+        line = f"icdl: note: checkpoint pointer {str(latest)!r} {problem}; using {used.name}, the newest "
+        print(line + "checkpoint that verifies", file=sys.stderr)
+
+
+def _step_of(path: Path) -> int:
+    m = _STEP.fullmatch(path.name)
+    return int(m.group(1)) if m else -1
+
+
+def _header_format(path: Path) -> str | None:
+    """The ``format`` recorded in a checkpoint's ``model.safetensors`` header (None when unreadable)."""
+    from safetensors import safe_open
+
     try:
-        name = latest.read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"checkpoint pointer {str(latest)!r} is unreadable ({one_line(exc)})") from None
-    path = ck / name
-    complete = (path / "model.safetensors").is_file() and (path / "state.pt").is_file()
-    if not name or "/" in name or not complete:
-        raise InputError(
-            f"checkpoint pointer {str(latest)!r} names {name[:80]!r}, which is not a complete checkpoint; "
-            "the run directory is damaged (restore it, or train into a new --out)"
-        )
-    return path
+        with safe_open(str(path / "model.safetensors"), framework="pt") as fh:
+            return (fh.metadata() or {}).get("format")
+    except Exception:  # a damaged file: its verification reports it
+        return None
+
+
+def _current_layout(run_dir: Path, *, config: bool) -> bool:
+    """Whether a run directory is of the current format, in which every checkpoint has a manifest and
+    ``config.yaml`` a seal: its config is sealed (unless ``config``: that is what is being judged), a
+    checkpoint has a manifest, or a checkpoint's header records ``CHECKPOINT_FORMAT``."""
+    if not config and (run_dir / "config.yaml").is_file():
+        try:
+            if (run_dir / "config.yaml").read_text(encoding="utf-8").startswith(SEAL_PREFIX):
+                return True
+        except (OSError, UnicodeDecodeError):
+            pass
+    ck = run_dir / "checkpoints"
+    dirs = [p for p in ck.glob("step_*") if p.is_dir()] if ck.is_dir() else []
+    if not config and any((p / MANIFEST).exists() for p in dirs):
+        return True
+    return any(_header_format(p) == CHECKPOINT_FORMAT for p in dirs)
 
 
 def clean_stale_temporaries(run_dir: str | Path) -> list[Path]:
@@ -87,6 +202,9 @@ def clean_stale_temporaries(run_dir: str | Path) -> list[Path]:
             removed.append(p)
         for p in ck.glob(".latest.*.tmp"):
             p.unlink(missing_ok=True)
+            removed.append(p)
+        for p in ck.glob(".rotated-*"):  # a rotation killed between its rename and its delete
+            shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
 
@@ -108,7 +226,8 @@ def save_checkpoint(
     run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: RunConfig
 ) -> Path:
     """Write the checkpoint of ``step`` atomically (temp dir, rename, then the ``latest`` pointer) and
-    delete checkpoints beyond ``train.keep_checkpoints``. Returns its directory."""
+    delete checkpoints beyond ``train.keep_checkpoints`` (each renamed away to ``.rotated-*`` first, then
+    deleted, so a kill during rotation never leaves a half-deleted ``step_*``). Returns its directory."""
     ck = run_dir / "checkpoints"
     ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:07d}"
@@ -133,9 +252,11 @@ def save_checkpoint(
             with open(tmp / "state.pt", "wb") as fh:
                 torch.save(state, fh)
     atomic_write_text(ck / "latest", name + "\n")
-    old = sorted(p for p in ck.glob("step_*") if p.is_dir() and p.name != name)
+    old = sorted((p for p in ck.glob("step_*") if p.is_dir() and p.name != name), key=_step_of)
     for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
-        shutil.rmtree(p, ignore_errors=True)
+        gone = ck / f".rotated-{p.name}-{os.getpid()}"
+        os.replace(p, gone)  # atomic: the checkpoint is whole or not there
+        shutil.rmtree(gone, ignore_errors=True)
     return final
 
 
@@ -143,9 +264,13 @@ def verify_checkpoint(path: Path) -> str | None:
     """Check a checkpoint's files against its ``manifest.json``
     ([`icdl.manifest.verify_manifest`][icdl.manifest.verify_manifest]).
 
-    Returns the manifest's SHA-256, or None for a checkpoint written before manifests (legacy: accepted
-    unverified, with a one-line warning on stderr). A mismatch is an InputError naming the file."""
-    digest = verify_manifest(path, what="checkpoint")
+    The manifest must list ``model.safetensors`` and ``state.pt``. Returns the manifest's SHA-256, or None
+    for a checkpoint of the older layout written before manifests (legacy: accepted unverified, with a
+    one-line warning on stderr); in a run of the current layout a missing manifest is an error. A mismatch
+    is an InputError naming the file."""
+    digest = verify_manifest(
+        path, what="checkpoint", required=CHECKPOINT_FILES, legacy_ok=is_legacy_checkpoint(path)
+    )
     if digest is None and str(path) not in _WARNED_LEGACY:
         _WARNED_LEGACY.add(str(path))
         warn = f"icdl: warning: checkpoint {str(path)!r} has no manifest (legacy); not verified"
@@ -154,6 +279,12 @@ def verify_checkpoint(path: Path) -> str | None:
 
 
 _WARNED_LEGACY: set[str] = set()
+
+
+def is_legacy_checkpoint(path: Path) -> bool:
+    """Whether checkpoint ``path`` may lack a manifest: it has none and its run is of the older layout
+    (unsealed config, no checkpoint with a manifest, none whose header records ``CHECKPOINT_FORMAT``)."""
+    return not (path / MANIFEST).exists() and not _current_layout(path.parent.parent, config=False)
 
 
 def _load_weights(
@@ -194,10 +325,34 @@ def _restore(module: Any, state: dict[str, Any], file: Path) -> None:
         ) from None
 
 
+def write_run_config(run_dir: Path, text: str) -> Path:
+    """Write a run's ``config.yaml`` (atomically) with its SHA-256 seal as the first line."""
+    return atomic_write_text(run_dir / "config.yaml", seal_text(text))
+
+
+def read_config_text(run_dir: Path) -> str:
+    """The text of a run's ``config.yaml``, its seal verified (an edit or truncation is one InputError
+    line); an unsealed config is accepted only in a run of the older layout (with a warning)."""
+    path = run_dir / "config.yaml"
+    text = read_text(path, what="run config")
+    body = unseal_text(text, name=f"run config {str(path)!r}")
+    if body is not None:
+        return body
+    if _current_layout(run_dir, config=True):
+        raise InputError(
+            f"run config {str(path)!r} has no sha256 seal, which its run's format requires (replaced or "
+            "damaged after it was written); restore it or train into a new --out"
+        )
+    if str(path) not in _WARNED_LEGACY:
+        _WARNED_LEGACY.add(str(path))
+        print(f"icdl: warning: run config {str(path)!r} has no seal (legacy); not verified", file=sys.stderr)
+    return text
+
+
 def read_run_config(run_dir: Path) -> Config:
     """The validated ``config.yaml`` of a run directory (one InputError line when missing or damaged)."""
     try:
-        data = yaml.safe_load(read_text(run_dir / "config.yaml", what="run config"))
+        data = yaml.safe_load(read_config_text(run_dir))
     except yaml.YAMLError as exc:
         raise InputError(f"cannot read {run_dir / 'config.yaml'}: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
@@ -287,11 +442,26 @@ def prepare_run_dir(
         check_resume(read_config(run_dir), cfg)
         if (run_dir / "metrics.jsonl").is_file():  # unreadable: stop before config.yaml is rewritten
             read_text(run_dir / "metrics.jsonl", what="metrics log")
-        ckpt = find_checkpoint(run_dir)
+        ckpt = find_checkpoint(run_dir, note=False)  # the note only once the resume is accepted
         if ckpt is None:
             return None, 0
+        latest = run_dir / "checkpoints" / "latest"
+        if latest.is_symlink() or (latest.exists() and not latest.is_file()):
+            raise InputError(
+                f"checkpoint pointer {str(latest)!r} is not a file; remove it to resume from {ckpt.name}, "
+                "the newest checkpoint that verifies"
+            )
+        newer = [p for p in checkpoint_dirs(run_dir) if _step_of(p) > _step_of(ckpt)]
+        if newer:  # damaged (find_checkpoint skipped it): resuming would rotate the evidence away
+            raise InputError(
+                f"checkpoint {str(newer[-1])!r} is newer than {ckpt.name}, the newest that verifies, and is "
+                f"damaged; move it out of {str(run_dir / 'checkpoints')!r} to resume from {ckpt.name}"
+            )
         verify_checkpoint(ckpt)  # a damaged checkpoint stops here, before anything is written or rotated
         _load_weights(ckpt)
+        problem = pointer_problem(run_dir)
+        if problem is not None:
+            _note_fallback(latest, problem, ckpt)
         return ckpt, int(_load_state(ckpt)["step"])
     if run_dir.is_dir() and any(p for p in run_dir.iterdir() if p.name != LOCK_NAME):
         raise InputError(f"--out {str(run_dir)!r} is a non-empty directory without a run in it")

@@ -215,8 +215,9 @@ def result_path(run_dir: str | Path, suite: str) -> Path:
 
 
 def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
-    """``{"name", "step", "mtime"}`` of the run's newest checkpoint; InputError if there is none."""
-    from icdl.icl.train import find_checkpoint, refuse_score_run
+    """``{"name", "step", "mtime"}`` of the run's newest checkpoint, verified against its manifest like
+    every read (so ``icdl report`` too refuses a damaged checkpoint); InputError if there is none."""
+    from icdl.icl.train import find_checkpoint, refuse_score_run, verify_checkpoint
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -227,6 +228,7 @@ def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
     ck = find_checkpoint(run_dir)
     if ck is None:
         raise InputError(f"run {str(run_dir)!r} has no checkpoint yet")
+    verify_checkpoint(ck)
     step = int(ck.name.split("_")[-1]) if ck.name.startswith("step_") else -1
     return {"name": ck.name, "step": step, "mtime": (ck / "model.safetensors").stat().st_mtime}
 

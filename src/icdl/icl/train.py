@@ -66,12 +66,12 @@ from icdl.icl.checkpoint import (
     save_checkpoint,
     truncate_metrics,
     verify_checkpoint,
+    write_run_config,
 )
 from icdl.icl.fast import StaticStep, graph_seed
 from icdl.icl.interval import Interval, Log
 from icdl.icl.models import build_model
 from icdl.icl.tasks import sample_batch, stream_generator
-from icdl.io import atomic_write_text
 from icdl.nets import NetSpec
 from icdl.runlock import RunLock
 
@@ -379,7 +379,7 @@ def _train_loop(
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(run_dir)
-        atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
+        write_run_config(run_dir, dump_config(cfg))
         truncate_metrics(run_dir / "metrics.jsonl", start_step)
     fwd, autocast = _forward(cfg, model, device, dist)
     log = Log.open(cfg, run_dir, dist.is_main, quiet, start_step)
