@@ -63,6 +63,8 @@ class _OldWalk:
         self.ref = self.reference(prompt.w0)
         self.w_tf = [prompt.w0]
         self.grad_err: list[float] = []
+        self.grad_norm: list[float] = []
+        self.applied_norm: list[float] = []
         self.per_step: list[dict[str, float]] = []
         self.acc = dict.fromkeys(_EXACT, math.nan)
         self.applied: Tensor | None = None
@@ -131,6 +133,8 @@ class _OldWalk:
         g_tf = (self.step_w - (self.applied if self.applied is not None else w_new)) / self.model.config.lr
         true = gradient(self.model.spec, self.model.config.loss, self.step_w, p.x, p.y)
         self.grad_err.append(float((g_tf - true).norm()))
+        self.grad_norm.append(float(true.norm()))
+        self.applied_norm.append(float(g_tf.norm()))
         self.applied = None
         self.step_w = w_new
         self.w_tf.append(w_new)
@@ -234,7 +238,15 @@ def test_the_report_is_the_same(variant, activation, opts) -> None:
     from icdl.construct.verify import Comparison, Trace
 
     cmp = Comparison(
-        old.first, old.max_rel, old.per_step, old.grad_err, old.w_tf, old.spread, old.scratch_max
+        old.first,
+        old.max_rel,
+        old.per_step,
+        old.grad_err,
+        old.w_tf,
+        old.spread,
+        old.scratch_max,
+        old.grad_norm,
+        old.applied_norm,
     )
     H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
     rep_old = report(Checked(model, prompt, Trace(H0, out_old, 0.0), cmp, c_old, tol, 0.0), lipschitz_iters=5)

@@ -45,6 +45,7 @@ from icdl.construct.compile import CompiledModel, TraceFn, TracePoint, default_t
 from icdl.construct.contract import Reference
 from icdl.construct.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
 from icdl.construct.stream import slot_error as _slot_error  # noqa: F401  (its old name)
+from icdl.construct.task import gd_is_degenerate
 from icdl.construct.variants import get_variant
 from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport, max_or_nan
 from icdl.construct.verify_report import corollary_bound as _bound
@@ -369,6 +370,12 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
                 float(d.norm()),
                 gd.bound(measured, lr, l),
                 gd.bound(budget, lr, l),
+                grad_norm=c.comparison.grad_norm[l - 1],
+                applied_norm=c.comparison.applied_norm[l - 1],
+                budget_approximation=gd.budgets[l - 1].approximation,
+                budget_tolerance=gd.budgets[l - 1].tolerance,
+                budget_roundoff=gd.budgets[l - 1].roundoff,
+                weight_norm=float(gd.traj_gd[l].norm()),
             )
         )
     return out
@@ -387,6 +394,8 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
     pred_own = forward_query(model, traj_tf[-1], c.prompt.x_query)
     has_step = any(t.delta is not None for t in model.terms.r_prime)
     moved = float((traj_gd[-1] - traj_gd[0]).abs().max())
+    cfg, p = model.config, c.prompt
+    degenerate = gd_is_degenerate(model.spec, cfg.loss, p.x, p.y, p.w0, lr=cfg.lr, steps=L, box=cfg.box)
     variant = get_variant(model.config.variant)
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime, model.terms.u))
     u_out = sum(b.u_out_of_range for b in gd.budgets)
@@ -417,9 +426,10 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         seconds_reference=gd.seconds,
         seconds_verify=time.perf_counter() - c.t_start,
         weights_moved=moved,
-        degenerate=L > 0 and moved == 0.0,
+        degenerate=degenerate,
         window_hits_allowed=gd.declared.window_hits,
         trajectory_checked=gd.lf_estimated,
+        dtype=str(cfg.dtype),
         extra={
             "max_abs_weight": float(traj_gd.abs().max()),
             "max_abs_prediction": float(pred_gd.abs().max()),
