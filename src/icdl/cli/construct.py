@@ -436,7 +436,14 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"u {summary['terms']['u']}",
         f"ranges       R={r['radius']:g}"
         + (f", weights {r['weight_range']:g}" if r["weight_range"] is not None else "")
-        + (" (auto: a-priori bounds on this prompt's trajectory)" if r["range_auto"] else ""),
+        + (" (auto: a-priori bounds on this prompt's trajectory" if r["range_auto"] else "")
+        + (
+            ""
+            if not r["range_auto"]
+            else ")"
+            if r["box"] is None
+            else "; with a box at most 2x the exact GD trajectory's maxima, checked by (b))"
+        ),
         f"time         compile {run.seconds_compile:.3f}s  forward {run.seconds_forward:.3f}s  "
         f"reference GD {report.seconds_reference:.4f}s",
         "",

@@ -430,6 +430,7 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         window_hits_allowed=gd.declared.window_hits,
         trajectory_checked=gd.lf_estimated,
         dtype=str(cfg.dtype),
+        range_auto=bool(cfg.auto_range),
         extra={
             "max_abs_weight": float(traj_gd.abs().max()),
             "max_abs_prediction": float(pred_gd.abs().max()),

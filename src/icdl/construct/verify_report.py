@@ -198,6 +198,7 @@ class VerifyReport:
     window_hits_allowed: int = 0
     trajectory_checked: bool = True
     dtype: str = "float64"
+    range_auto: bool | None = None
     checkable_fraction: float = CHECKABLE_FRACTION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -208,9 +209,14 @@ class VerifyReport:
         if self.first_divergence is not None:
             out.append(f"(a) sublayer beyond tol {self.tol:.0e}: {self.first_divergence.describe()}")
         if self.out_of_range_count:
+            hint = ""
+            if self.range_auto is False:
+                hint = " (a fixed range: --range auto / radius='auto' fits the ranges to this prompt)"
+            elif self.range_auto:
+                hint = " (--range auto capped a bound with the box: try a smaller --box or an explicit --range)"
             out.append(
                 f"(b) range: {self.out_of_range_count} argument(s) of fitted sums or products outside the "
-                "range they were fitted on"
+                f"range they were fitted on{hint}"
             )
         hits = self.delta_window_count
         if hits is not None and hits > self.window_hits_allowed:
