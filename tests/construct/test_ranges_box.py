@@ -17,7 +17,10 @@ from icdl.nets import NetSpec
 
 # icdl construct --variant rows ... --projection box --range auto (issue 29, item 3)
 ISSUE = [
-    (NetSpec(5, 6, 5, 3, activation="softplus"), dict(n=12, steps=9, lr=0.024, eps=0.0076, box=1.94, seed=1000)),
+    (
+        NetSpec(5, 6, 5, 3, activation="softplus"),
+        dict(n=12, steps=9, lr=0.024, eps=0.0076, box=1.94, seed=1000),
+    ),
     (NetSpec(4, 6, 1, 2, activation="softplus"), dict(n=14, steps=12, lr=0.1, eps=1e-3, box=1.0, seed=1001)),
 ]
 
@@ -51,12 +54,16 @@ def test_a_refusal_with_a_box_does_not_advise_a_box() -> None:
     spec = NetSpec(3, 4, 2, 1, activation="softplus")
     x, y, xq, w0, _ = sample_task(spec, 6, seed=0)
     with pytest.raises(InputError) as e:  # a limit below every bound: refused, whatever the box
-        auto_ranges(spec, "squared", lr=0.1, steps=3, box=0.5, x=x, y=y, x_query=xq, w0=w0, eps=1e-3, limit=1e-3)
+        auto_ranges(
+            spec, "squared", lr=0.1, steps=3, box=0.5, x=x, y=y, x_query=xq, w0=w0, eps=1e-3, limit=1e-3
+        )
     msg = str(e.value)
     assert "--projection box" not in msg and "--box B" not in msg and "a smaller --box" in msg
     assert "\n" not in msg
     with pytest.raises(InputError) as e:  # without a box, adding one is the first advice
-        auto_ranges(spec, "squared", lr=0.1, steps=3, box=None, x=x, y=y, x_query=xq, w0=w0, eps=1e-3, limit=1e-3)
+        auto_ranges(
+            spec, "squared", lr=0.1, steps=3, box=None, x=x, y=y, x_query=xq, w0=w0, eps=1e-3, limit=1e-3
+        )
     assert "--projection box --box B" in str(e.value)
 
 
@@ -75,6 +82,8 @@ def test_a_fitter_failure_on_an_automatic_range_names_it() -> None:
 def test_a_fixed_range_failure_suggests_auto() -> None:
     spec = NetSpec(3, 8, 4, 1)  # icdl construct --variant softmax at its defaults: (b) fails at R = 10
     x, y, xq, w0, _ = sample_task(spec, 32, seed=0)
-    rep = verify(compile_gd_transformer(spec, steps=5, n=32, variant="softmax"), x, y, xq, w0, lipschitz_iters=0)
+    rep = verify(
+        compile_gd_transformer(spec, steps=5, n=32, variant="softmax"), x, y, xq, w0, lipschitz_iters=0
+    )
     (b,) = [f for f in rep.failures if f.startswith("(b) range")]
     assert "--range auto" in b

@@ -112,7 +112,10 @@ def test_smooth_error_shrinks_with_eps(act: str) -> None:
         # every slot holds the surrogate the sums define; at eps 1e-2 the budget may be too coarse to certify
         # a step (INCONCLUSIVE), from 1e-3 on it is not
         assert rep.failures == [] and rep.max_sublayer_err <= 1e-12
-        assert rep.verdict == ("PASS" if eps < 1e-2 else rep.verdict) and rep.verdict in ("PASS", "INCONCLUSIVE")
+        assert rep.verdict == ("PASS" if eps < 1e-2 else rep.verdict) and rep.verdict in (
+            "PASS",
+            "INCONCLUSIVE",
+        )
         out = model(model.build_prompt(x, y, xq, w0))
         errs.append(float((model.read_weights(out)[0] - ref[-1]).abs().max()))
         assert errs[-1] <= eps  # the stated bound (3 steps, lr 0.5; docs/construction.md)

@@ -309,7 +309,9 @@ def _config(
         delta=delta,
         variant=variant,
         dtype=dtype,
-        prompt=_prompt(spec, task, loss, dtype, _gd(lr, steps, projection, box)) if radius == "auto" else None,
+        prompt=_prompt(spec, task, loss, dtype, _gd(lr, steps, projection, box))
+        if radius == "auto"
+        else None,
     )
 
 

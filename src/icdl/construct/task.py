@@ -17,10 +17,10 @@ from icdl.nets import NetSpec
 __all__ = [
     "MAX_DRAWS",
     "SampledTask",
+    "gd_is_degenerate",
     "redraw_while_degenerate",
     "sample_task",
     "sample_task_info",
-    "gd_is_degenerate",
     "task_is_degenerate",
 ]
 

@@ -43,6 +43,7 @@ from torch import Tensor
 from icdl.construct.budget import Declared, StepBudget, largest, step_budget
 from icdl.construct.compile import CompiledModel, TraceFn, TracePoint, default_tol
 from icdl.construct.contract import Reference
+from icdl.construct.predict import prediction_bound
 from icdl.construct.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
 from icdl.construct.stream import slot_error as _slot_error  # noqa: F401  (its old name)
 from icdl.construct.task import gd_is_degenerate
@@ -376,6 +377,9 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
                 budget_tolerance=gd.budgets[l - 1].tolerance,
                 budget_roundoff=gd.budgets[l - 1].roundoff,
                 weight_norm=float(gd.traj_gd[l].norm()),
+                prediction_bound=prediction_bound(
+                    c.model.spec, gd.traj_gd[l], c.prompt.x_query, gd.bound(budget, lr, l)
+                ),
             )
         )
     return out
@@ -400,6 +404,7 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime, model.terms.u))
     u_out = sum(b.u_out_of_range for b in gd.budgets)
     budget = max_or_nan([b.total for b in gd.budgets])
+    bound_l = gd.bound(budget, model.config.lr, L)
     return VerifyReport(
         steps=_step_errors(c, gd),
         first_divergence=cmp.first,
@@ -408,6 +413,8 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         max_abs_err_weights=float((traj_tf - traj_gd).abs().max()),
         max_abs_err_prediction=float((pred - pred_gd).abs().max()),
         max_abs_err_prediction_own_w=float((pred - pred_own).abs().max()),
+        max_abs_err_f=float((pred_own - pred_gd).abs().max()),
+        prediction_bound=prediction_bound(model.spec, traj_gd[-1], c.prompt.x_query, bound_l),
         weights_spread=cmp.spread,
         scratch_max=cmp.scratch_max,
         delta_window_count=c.counters.window if has_step else None,
@@ -420,7 +427,7 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
             lipschitz_method(lipschitz_iters, 2 * (L + 1)) if gd.lf_estimated else "not estimated"
         ),
         corollary_bound_measured=gd.bound(gd.eps, model.config.lr, L),
-        corollary_bound_budget=gd.bound(budget, model.config.lr, L),
+        corollary_bound_budget=bound_l,
         trajectory_error=float((traj_tf[-1] - traj_gd[-1]).norm()),
         seconds_forward=c.trace.seconds_forward,
         seconds_reference=gd.seconds,

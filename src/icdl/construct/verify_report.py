@@ -169,6 +169,10 @@ class VerifyReport:
     budget; ``corollary_bound_measured`` and ``corollary_bound_budget`` are Corollary 1.1 after L steps at
     each of them. ``window_hits_allowed`` is the variant's allowance of relu' window hits;
     ``trajectory_checked`` says whether the trajectory part of (c) was checked (it needs the L_f estimate).
+    ``max_abs_err_f`` is ``max_i |f_i(w̄_L, x_q) - f_i(w^L_GD, x_q)|`` (the exact network at both final
+    weights), ``prediction_bound`` its a-priori bound: Corollary 1.1 at the budget times the Lipschitz
+    constant of ``f(., x_q)`` on that ball ([`icdl.construct.predict`][icdl.construct.predict]); it holds
+    whenever (c) does.
     """
 
     steps: list[StepErrors]
@@ -197,6 +201,8 @@ class VerifyReport:
     degenerate: bool = False
     window_hits_allowed: int = 0
     trajectory_checked: bool = True
+    max_abs_err_f: float = math.nan
+    prediction_bound: float = math.nan
     dtype: str = "float64"
     range_auto: bool | None = None
     checkable_fraction: float = CHECKABLE_FRACTION
@@ -213,7 +219,9 @@ class VerifyReport:
             if self.range_auto is False:
                 hint = " (a fixed range: --range auto / radius='auto' fits the ranges to this prompt)"
             elif self.range_auto:
-                hint = " (--range auto capped a bound with the box: try a smaller --box or an explicit --range)"
+                hint = (
+                    " (--range auto capped a bound with the box: try a smaller --box or an explicit --range)"
+                )
             out.append(
                 f"(b) range: {self.out_of_range_count} argument(s) of fitted sums or products outside the "
                 f"range they were fitted on{hint}"
@@ -309,7 +317,8 @@ class VerifyReport:
             e = next(e for e in self.steps if e.step == vac[0])
             out.append(
                 f"(ii) trajectory: {_steps(vac, len(self.steps))}: Corollary 1.1 at the budget not below "
-                f"{frac:g} x ||w_GD|| (first: step {e.step}, {e.bound_budget_l2:.3g} vs {e.weight_norm:.3g}); "
+                f"{frac:g} x ||w_GD|| (first: step {e.step}, {e.bound_budget_l2:.3g} vs "
+                f"{e.weight_norm:.3g}); "
                 "to make it informative: fewer --steps, a smaller --lr or a smaller budget"
             )
         return out
@@ -335,7 +344,10 @@ class VerifyReport:
         if fails:
             return "FAIL: " + "; ".join(fails)
         if self.degenerate:
-            return "DEGENERATE: GD's movement comes from the projection alone (or nothing), so the check proves nothing"
+            return (
+                "DEGENERATE: GD's movement comes from the projection alone (or nothing), so the check "
+                "proves nothing"
+            )
         if self.inconclusive:
             return "INCONCLUSIVE: " + "; ".join(self.inconclusive)
         return "PASS: sublayers within tol, ranges hold, every step within its a-priori budget"
@@ -403,6 +415,9 @@ class VerifyReport:
             f"first divergence: {div}",
             f"max |w_TF - w_GD| = {self.max_abs_err_weights:.2e}; "
             f"prediction error = {self.max_abs_err_prediction:.2e}",
+            f"|f(w_TF, x_q) - f(w_GD, x_q)| = {self.max_abs_err_f:.2e}; a-priori bound "
+            f"{self.prediction_bound:.2e} (Corollary 1.1 at the budget x the Lipschitz constant of "
+            "f(., x_q))",
             f"w spread across tokens = {self.weights_spread:.1e}; "
             f"scratch after blocks = {self.scratch_max:.1e}",
             f"relu' window (0, delta) hits = {opt(self.delta_window_count)} "
