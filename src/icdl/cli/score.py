@@ -463,7 +463,8 @@ def construct_cmd(
     """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64).
 
     The verdict is that of icdl construct (docs/construction.md, "What PASS guarantees"): FAIL (exit 5) names
-    each failed condition, DEGENERATE (exit 4) a prompt on which GD never moves w. As in icdl construct, a
+    each failed condition, DEGENERATE (exit 4) a prompt on which GD's gradient never moves w, INCONCLUSIVE
+    (exit 6) a check whose budget cannot tell some step's GD update from none. As in icdl construct, a
     degenerate prompt is redrawn (task_draws counts the draws) unless --raw-task.
     """
     from icdl.cli.construct import exit_on_verdict
@@ -482,10 +483,12 @@ def construct_cmd(
         "dim": dim, "d_x": dim + 1, "d_y": dim, "depth": depth, "width": width, "examples": examples,
         "steps": steps, "lr": lr, "seed": seed, "task_draws": prompt.draws,
         "verdict": rep.verdict, "failures": rep.failures, "passed": rep.passed,
+        "inconclusive": rep.inconclusive, "uncheckable_steps": rep.uncheckable_steps,
         "weights_moved": rep.weights_moved, "degenerate": rep.degenerate,
         "eps_grad": rep.eps_grad, "grad_budget": rep.grad_budget,
         "corollary_bound_budget": rep.corollary_bound_budget, "trajectory_error": rep.trajectory_error,
         "max_abs_err_weights": rep.max_abs_err_weights, "max_abs_err_prediction": rep.max_abs_err_prediction,
+        "max_abs_err_f": rep.max_abs_err_f, "prediction_bound": rep.prediction_bound,
         "sublayers": model.num_sublayers, "embedding_dim": model.embedding_dim,
     }  # fmt: skip
     if as_json:
