@@ -199,6 +199,7 @@ def compare(
 class _Counters:
     window: int = 0
     range: int = 0
+    step_range: int = 0
     gate_margin: float = math.inf
     # the variant's declared errors, and the a-priori budget of each step so far with the step-start weights
     # it is at (`_budget`)
@@ -213,10 +214,12 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
     cfg = model.config
     assert cfg.delta is not None
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
+    step_limit = relu_step_limit(cfg.delta, model.config.torch_dtype)
     for j, z in enumerate(ref.sur.pre):
         if model.terms.r_prime[j].delta is not None:
             ze = z[:n]
             c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
+            c.step_range += int((z.abs() >= step_limit).sum())
         if fitted:
             c.range += int((z.abs() > cfg.radius).sum())
     own_ranges = get_variant(cfg.variant).ranges
@@ -226,6 +229,13 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
     for a, b in zip(u.a, u.b, strict=True):
         arg = float((a[0] * ref.sur.p[-1] + a[1] * y_all + b).abs().max())
         c.gate_margin = min(c.gate_margin, cfg.gate - arg)
+
+
+def relu_step_limit(delta: float, dtype: torch.dtype) -> float:
+    """Where the relu' step ``relu(z/δ) - relu(z/δ - 1)`` stops being exactly 0 or 1 in ``dtype``: at
+    ``|z/δ| >= 2 / eps_mach`` (2^24 in float32, 2^53 in float64) consecutive floats are 2 apart, so
+    ``z/δ - 1`` rounds back and the step gives 0 or 2. With δ = 1e-5 in float32 that is ``|z| >= 168``."""
+    return delta * 2.0 / torch.finfo(dtype).eps
 
 
 def _budget(model: CompiledModel, ref: Reference, c: _Counters, prompt: Prompt, tol: float) -> None:
@@ -418,6 +428,9 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         weights_spread=cmp.spread,
         scratch_max=cmp.scratch_max,
         delta_window_count=c.counters.window if has_step else None,
+        delta=model.config.delta if has_step else None,
+        step_range_count=c.counters.step_range if has_step else None,
+        step_limit=relu_step_limit(model.config.delta or 0.0, model.config.torch_dtype) if has_step else None,
         out_of_range_count=c.counters.range + u_out if fitted or variant.ranges is not None else None,
         gate_margin=c.counters.gate_margin,
         eps_grad=gd.eps,

@@ -201,6 +201,9 @@ class VerifyReport:
     degenerate: bool = False
     window_hits_allowed: int = 0
     trajectory_checked: bool = True
+    delta: float | None = None
+    step_range_count: int | None = None
+    step_limit: float | None = None
     max_abs_err_f: float = math.nan
     prediction_bound: float = math.nan
     dtype: str = "float64"
@@ -212,6 +215,14 @@ class VerifyReport:
     def failures(self) -> list[str]:
         """The failed PASS conditions, one line each (empty: all hold)."""
         out: list[str] = []
+        if self.step_range_count:
+            # first: a relu' step out of its floating-point range is why its sublayer then diverges
+            out.append(
+                f"(b) range: {self.step_range_count} ReLU pre-activation(s) with |z| >= "
+                f"{self.step_limit:.3g} = delta x 2 / eps_mach ({self.dtype}), where the relu' step "
+                "relu(z/delta) - relu(z/delta - 1) is no longer 0 or 1; use --dtype float64, a larger "
+                "--delta, or a prompt with smaller |z|"
+            )
         if self.first_divergence is not None:
             out.append(f"(a) sublayer beyond tol {self.tol:.0e}: {self.first_divergence.describe()}")
         if self.out_of_range_count:
@@ -228,8 +239,14 @@ class VerifyReport:
             )
         hits = self.delta_window_count
         if hits is not None and hits > self.window_hits_allowed:
+            how = ""
+            if self.delta is not None:
+                how = f"; delta = {self.delta:g} ({self.dtype}): a smaller --delta narrows the window" + (
+                    ", or --dtype float64 (delta 1e-9)" if self.dtype != "float64" else ""
+                )
             out.append(
                 f"(b) relu' window: {hits} hits 0 < z < delta (the variant allows {self.window_hits_allowed})"
+                + how
             )
         if not self.gate_margin > 0:
             out.append(f"(b) gate: |u| or |p(N)| reaches the gate constant C (margin {self.gate_margin:.3g})")
