@@ -205,6 +205,10 @@ class _Counters:
     # it is at (`_budget`)
     declared: Declared | None = None
     budgets: list[tuple[Tensor, StepBudget]] = field(default_factory=list)
+    # the fitted sums' largest error on the arguments they actually saw over their declared sup error
+    # (`_declared_check`), and which sum it was: (name, layer, measured, declared)
+    sum_ratio: float = 0.0
+    worst_sum: tuple[str, int, float, float] | None = None
 
 
 def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
@@ -229,6 +233,32 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
     for a, b in zip(u.a, u.b, strict=True):
         arg = float((a[0] * ref.sur.p[-1] + a[1] * y_all + b).abs().max())
         c.gate_margin = min(c.gate_margin, cfg.gate - arg)
+
+
+def _declared_check(model: CompiledModel, ref: Reference, c: _Counters, tol: float) -> None:
+    """Each fitted r and r' sum on the pre-activations it saw this step (the surrogate's ``z̄``, within its
+    range ``[-R, R]``; outside it (b) counts them) against the true r, r': the measured error over the
+    variant's declared sup error, which the a-priori budget assumes. A fit worse than declared (or a wrong
+    knot where the arguments fall) shows here, however loose the budget."""
+    if c.declared is None:
+        return
+    for j, z in enumerate(ref.sur.pre):
+        act = model.spec.layer_act(j + 1)
+        pairs = (
+            ("r", model.terms.r[j], c.declared.r[j], act.fn),
+            ("r'", model.terms.r_prime[j], c.declared.r_prime[j], act.deriv),
+        )
+        for name, terms, declared, true in pairs:
+            if terms.exact:
+                continue
+            inside = z[z.abs() <= terms.radius]
+            if inside.numel() == 0:
+                continue
+            exact = true(inside)
+            err = float(((terms(inside) - exact).abs() - tol * exact.abs().clamp_min(1.0)).max())
+            ratio = err / declared if declared > 0 else (math.inf if err > 0 else 0.0)
+            if ratio > c.sum_ratio:
+                c.sum_ratio, c.worst_sum = ratio, (name, j + 1, err, declared)
 
 
 def relu_step_limit(delta: float, dtype: torch.dtype) -> float:
@@ -289,6 +319,7 @@ def verify(
     def on_step(ref: Reference) -> None:
         _count(model, ref, counters, prompt.n, y_all)
         _budget(model, ref, counters, prompt, tol)
+        _declared_check(model, ref, counters, tol)
 
     tr, cmp = compare(model, H0, prompt, tol=tol, on_step=on_step)
     return report(Checked(model, prompt, tr, cmp, counters, tol, t_start), lipschitz_iters=lipschitz_iters)
@@ -429,6 +460,8 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         scratch_max=cmp.scratch_max,
         delta_window_count=c.counters.window if has_step else None,
         delta=model.config.delta if has_step else None,
+        sum_error_ratio=c.counters.sum_ratio if c.counters.worst_sum is not None else None,
+        worst_sum=c.counters.worst_sum,
         step_range_count=c.counters.step_range if has_step else None,
         step_limit=relu_step_limit(model.config.delta or 0.0, model.config.torch_dtype) if has_step else None,
         out_of_range_count=c.counters.range + u_out if fitted or variant.ranges is not None else None,

@@ -202,6 +202,8 @@ class VerifyReport:
     window_hits_allowed: int = 0
     trajectory_checked: bool = True
     delta: float | None = None
+    sum_error_ratio: float | None = None
+    worst_sum: tuple[str, int, float, float] | None = None
     step_range_count: int | None = None
     step_limit: float | None = None
     max_abs_err_f: float = math.nan
@@ -247,6 +249,12 @@ class VerifyReport:
             out.append(
                 f"(b) relu' window: {hits} hits 0 < z < delta (the variant allows {self.window_hits_allowed})"
                 + how
+            )
+        if self.sum_error_ratio is not None and self.sum_error_ratio > 1 and self.worst_sum is not None:
+            name, j, err, declared = self.worst_sum
+            out.append(
+                f"(b) declared: the {name} sum of layer {j} errs by {err:.3g} on the arguments it saw, above "
+                f"its declared sup error {declared:.3g} (the budget assumes the declared one)"
             )
         if not self.gate_margin > 0:
             out.append(f"(b) gate: |u| or |p(N)| reaches the gate constant C (margin {self.gate_margin:.3g})")
