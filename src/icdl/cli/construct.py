@@ -87,7 +87,20 @@ class VariantChoice(click.Choice):
         pass
 
 
-@click.command(name="construct")
+#: The verdicts and exit codes, shown at the end of ``icdl construct --help``.
+VERDICTS_HELP = """\b
+Verdict and exit code (docs/construction.md, "What PASS guarantees"):
+  PASS          0  sublayers, ranges and every step's a-priori budget hold, and the budget is
+                   small enough to tell each GD step from none
+  DEGENERATE    4  GD's movement comes from the projection alone (or nothing): proves nothing
+  FAIL          5  a condition failed; the report names each
+  INCONCLUSIVE  6  all hold, but a step's budget is not below 1/2 of its gradient norm (or
+                   Corollary 1.1 at the budget exceeds 1/2 of ||w_GD||): the report names the
+                   steps and what would make them checkable (float64, a larger --lr, a smaller --eps)
+FAIL comes first, then DEGENERATE, then INCONCLUSIVE."""
+
+
+@click.command(name="construct", epilog=VERDICTS_HELP)
 @network_options
 @click.option("--steps", "-L", type=click.IntRange(min=0), default=5, show_default=True, help="GD steps L.")
 @click.option("--lr", type=POSITIVE_FLOAT, default=0.1, show_default=True, help="GD step size eta.")
@@ -186,19 +199,7 @@ def construct(
     explain: bool,
     yes: bool = False,
 ) -> None:
-    """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD.
-
-    \b
-    Verdict and exit code (docs/construction.md, "What PASS guarantees"):
-      PASS          0  sublayers, ranges and every step's a-priori budget hold, and the budget is
-                       small enough to tell each GD step from none
-      DEGENERATE    4  GD's movement comes from the projection alone (or nothing): proves nothing
-      FAIL          5  a condition failed; the report names each
-      INCONCLUSIVE  6  all hold, but a step's budget is not below 1/2 of its gradient norm (or
-                       Corollary 1.1 at the budget exceeds 1/2 of ||w_GD||): the report names the
-                       steps and what would make them checkable (float64, a larger --lr, a smaller --eps)
-    FAIL comes first, then DEGENERATE, then INCONCLUSIVE.
-    """
+    """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD."""
     from icdl.nets import NetSpec
 
     # os.path.exists: a name too long or a dangling link is left to check_output, which names the cause.

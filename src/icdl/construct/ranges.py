@@ -33,7 +33,8 @@ the exact trajectory's, computed by the same pass. The result is rounded up (3 s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,7 @@ __all__ = [
     "RangeNeeds",
     "auto_ranges",
     "explain_auto_range",
+    "naming_auto_range",
     "resolve_auto_range",
     "trajectory_bounds",
 ]
@@ -490,6 +492,16 @@ def explain_auto_range(error: InputError, config: GDConfig) -> InputError:
         f"{error} [R = {config.radius:g}{wr} was set by --range auto: the a-priori bound on this prompt's "
         "trajectory; use a larger --eps, an explicit --range R, fewer --steps or a smaller --lr]"
     )
+
+
+@contextmanager
+def naming_auto_range(config: GDConfig) -> Iterator[None]:
+    """Re-raise an [`InputError`][icdl.errors.InputError] from the block as
+    [`explain_auto_range`][icdl.construct.ranges.explain_auto_range] words it (a fitter's refusal)."""
+    try:
+        yield
+    except InputError as e:
+        raise explain_auto_range(e, config) from None
 
 
 def resolve_auto_range(
