@@ -24,6 +24,7 @@ from icdl.construct.verify import (
     Prompt,
     _count,
     _Counters,
+    _declared_check,
     _slot_error,
     compare,
     recursion,
@@ -234,7 +235,12 @@ def test_the_report_is_the_same(variant, activation, opts) -> None:
     prompt = Prompt.of(model, *task)
     tol = default_tol(model.config.dtype)
     c_old = _Counters()
-    out_old, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+
+    def on_step(r) -> None:  # the range counters and the declared-error check, as verify's on_step
+        _count(model, r, c_old, prompt.n, prompt.y_all)
+        _declared_check(model, r, c_old, tol)
+
+    out_old, old = _old_compare(model, prompt, tol, on_step)
     from icdl.construct.verify import Comparison, Trace
 
     cmp = Comparison(

@@ -241,7 +241,7 @@ def _declared_check(model: CompiledModel, ref: Reference, c: _Counters, tol: flo
     variant's declared sup error, which the a-priori budget assumes. A fit worse than declared (or a wrong
     knot where the arguments fall) shows here, however loose the budget."""
     if c.declared is None:
-        return
+        c.declared = get_variant(model.config.variant).budget(model)
     for j, z in enumerate(ref.sur.pre):
         act = model.spec.layer_act(j + 1)
         pairs = (
