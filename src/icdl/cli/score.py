@@ -6,8 +6,8 @@
   sliced W2 / MMD to the true distribution per k (``--plot`` / ``--samples-plot`` PNGs);
 * ``construct`` compiles the GD transformer on the score network (d_x = d + 1, d_y = d) and verifies it
   against reference GD on the DSM (squared) loss; its verdict (PASS / FAIL / DEGENERATE / INCONCLUSIVE),
-  exit codes (5 on FAIL, 4 on DEGENERATE, 6 on INCONCLUSIVE) and redrawing of a degenerate prompt (``--raw-task`` keeps it) are those of
-  ``icdl construct``.
+  exit codes (5 on FAIL, 4 on DEGENERATE, 6 on INCONCLUSIVE) and redrawing of a degenerate prompt
+  (``--raw-task`` keeps it) are those of ``icdl construct``.
 
 Bad input exits with code 2 and one line on stderr (``icdl.errors.InputError``); see docs/score.md.
 """
