@@ -109,7 +109,13 @@ def test_smooth_error_shrinks_with_eps(act: str) -> None:
         assert model.embedding_dim == rows_embedding_dim(spec) == rows_embedding_dim(NetSpec(3, 4, 3, 2))
         assert [i.role for i in model.infos()].count("product") == 0
         rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
-        assert rep.passed and rep.max_sublayer_err <= 1e-12  # every slot holds the surrogate the sums define
+        # every slot holds the surrogate the sums define; at eps 1e-2 the budget may be too coarse to certify
+        # a step (INCONCLUSIVE), from 1e-3 on it is not
+        assert rep.failures == [] and rep.max_sublayer_err <= 1e-12
+        assert rep.verdict == ("PASS" if eps < 1e-2 else rep.verdict) and rep.verdict in (
+            "PASS",
+            "INCONCLUSIVE",
+        )
         out = model(model.build_prompt(x, y, xq, w0))
         errs.append(float((model.read_weights(out)[0] - ref[-1]).abs().max()))
         assert errs[-1] <= eps  # the stated bound (3 steps, lr 0.5; docs/construction.md)

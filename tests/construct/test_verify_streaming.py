@@ -24,6 +24,7 @@ from icdl.construct.verify import (
     Prompt,
     _count,
     _Counters,
+    _declared_check,
     _slot_error,
     compare,
     recursion,
@@ -63,6 +64,8 @@ class _OldWalk:
         self.ref = self.reference(prompt.w0)
         self.w_tf = [prompt.w0]
         self.grad_err: list[float] = []
+        self.grad_norm: list[float] = []
+        self.applied_norm: list[float] = []
         self.per_step: list[dict[str, float]] = []
         self.acc = dict.fromkeys(_EXACT, math.nan)
         self.applied: Tensor | None = None
@@ -131,6 +134,8 @@ class _OldWalk:
         g_tf = (self.step_w - (self.applied if self.applied is not None else w_new)) / self.model.config.lr
         true = gradient(self.model.spec, self.model.config.loss, self.step_w, p.x, p.y)
         self.grad_err.append(float((g_tf - true).norm()))
+        self.grad_norm.append(float(true.norm()))
+        self.applied_norm.append(float(g_tf.norm()))
         self.applied = None
         self.step_w = w_new
         self.w_tf.append(w_new)
@@ -230,11 +235,24 @@ def test_the_report_is_the_same(variant, activation, opts) -> None:
     prompt = Prompt.of(model, *task)
     tol = default_tol(model.config.dtype)
     c_old = _Counters()
-    out_old, old = _old_compare(model, prompt, tol, lambda r: _count(model, r, c_old, prompt.n, prompt.y_all))
+
+    def on_step(r) -> None:  # the range counters and the declared-error check, as verify's on_step
+        _count(model, r, c_old, prompt.n, prompt.y_all)
+        _declared_check(model, r, c_old, tol)
+
+    out_old, old = _old_compare(model, prompt, tol, on_step)
     from icdl.construct.verify import Comparison, Trace
 
     cmp = Comparison(
-        old.first, old.max_rel, old.per_step, old.grad_err, old.w_tf, old.spread, old.scratch_max
+        old.first,
+        old.max_rel,
+        old.per_step,
+        old.grad_err,
+        old.w_tf,
+        old.spread,
+        old.scratch_max,
+        old.grad_norm,
+        old.applied_norm,
     )
     H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
     rep_old = report(Checked(model, prompt, Trace(H0, out_old, 0.0), cmp, c_old, tol, 0.0), lipschitz_iters=5)

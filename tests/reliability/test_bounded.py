@@ -115,7 +115,7 @@ from icdl.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
-    assert not exc.code, exc.code
+    assert exc.code in (None, 0, 6), exc.code  # PASS or INCONCLUSIVE: the memory is what is measured
 # VmHWM is this process's own peak: ru_maxrss would also count the (large) pytest worker it was forked
 # from, because Linux keeps the pre-exec peak in it.
 try:

@@ -4,11 +4,14 @@ The prompt (all from ``--seed``, in this order): a random *teacher* network of t
 weights ``N(0, 2/fan_in)`` gives the labels ``y = f(w*, x)`` (for the logistic loss ``y = ±1`` by the sign of
 ``f - median``); inputs ``x_1..x_n, x_query ~ N(0, I)``; the initial weights ``w^(0)`` are drawn like the
 teacher's (the paper's ``w^(0) = 0`` is a fixed point for bias-free ReLU networks). A draw whose labels are
-all equal or whose first GD step leaves ``w^(0)`` where it is is redrawn (``--raw-task`` keeps it); a task on
-which GD never moves w gets the verdict DEGENERATE and exit code 4
-([`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]); a FAIL (a sublayer beyond tol, a range assumption
-violated, or a step's gradient error above its a-priori budget: docs/construction.md, "What PASS
-guarantees") exits with 5 ([`EXIT_FAIL`][icdl.cli.construct.EXIT_FAIL]) after printing the report.
+all equal or on which GD's gradient never moves w (over the run's own steps, lr and box) is redrawn
+(``--raw-task`` keeps it); a task on which GD's movement comes from the projection alone (or nothing) gets
+the verdict DEGENERATE and exit code 4 ([`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]); a FAIL (a
+sublayer beyond tol, a range assumption violated, or a step's gradient error above its a-priori budget:
+docs/construction.md, "What PASS guarantees") exits with 5 ([`EXIT_FAIL`][icdl.cli.construct.EXIT_FAIL]) after
+printing the report; INCONCLUSIVE (every condition holds, but a step's a-priori budget is not below half its
+gradient norm, so it cannot tell GD from no update) exits with 6
+([`EXIT_INCONCLUSIVE`][icdl.cli.construct.EXIT_INCONCLUSIVE]).
 """
 
 from __future__ import annotations
@@ -43,14 +46,19 @@ if TYPE_CHECKING:
 EXIT_DEGENERATE = 4
 #: Exit code of ``icdl construct`` when the verdict is FAIL (the report names every failed condition).
 EXIT_FAIL = 5
+#: Exit code of ``icdl construct`` when the verdict is INCONCLUSIVE: every condition holds, but some step's
+#: a-priori budget is too large to tell its GD update from none (or Corollary 1.1 at the budget exceeds the
+#: weights' scale); the report names the steps and what would make them checkable.
+EXIT_INCONCLUSIVE = 6
 
 
 def verdict_exit_code(verdict: str) -> int | None:
     """The exit code of a verify verdict (``PASS``: None, the command ends normally; ``FAIL``:
     [`EXIT_FAIL`][icdl.cli.construct.EXIT_FAIL]; ``DEGENERATE``:
-    [`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]); shared by every command that verifies a
+    [`EXIT_DEGENERATE`][icdl.cli.construct.EXIT_DEGENERATE]; ``INCONCLUSIVE``:
+    [`EXIT_INCONCLUSIVE`][icdl.cli.construct.EXIT_INCONCLUSIVE]); shared by every command that verifies a
     construction (``icdl construct``, ``icdl score construct``)."""
-    return {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE}.get(verdict)
+    return {"FAIL": EXIT_FAIL, "DEGENERATE": EXIT_DEGENERATE, "INCONCLUSIVE": EXIT_INCONCLUSIVE}.get(verdict)
 
 
 #: The line ``icdl construct`` adds to a FAIL on a range condition at a fixed ``--range``.
@@ -73,13 +81,28 @@ def exit_on_verdict(verdict: str) -> None:
         sys.exit(code)
 
 
+#: The verdicts and exit codes, shown at the end of ``icdl construct --help``.
+VERDICTS_HELP = """\b
+Verdict and exit code (docs/construction.md, "What PASS guarantees"):
+  PASS          0  sublayers, ranges and every step's a-priori budget hold, and the budget is
+                   small enough to tell each GD step from none
+  DEGENERATE    4  GD's movement comes from the projection alone (or nothing): proves nothing
+  FAIL          5  a condition failed; the report names each
+  INCONCLUSIVE  6  all hold, but a step's budget is not below 1/2 of its gradient norm (or
+                   Corollary 1.1 at the budget exceeds 1/2 of ||w_GD||): the report names the
+                   steps and what would make them checkable (float64, a larger --lr, a smaller --eps)
+FAIL comes first, then DEGENERATE, then INCONCLUSIVE."""
+
+
 @click.command(
     name="construct",
     epilog=examples(
         "icdl construct -N 3 -K 8 -L 5",
         "icdl construct --activation sigmoid --range auto",
         "icdl construct --variant rows --save saved-model --json",
-    ),
+    )
+    + "\n\n"
+    + VERDICTS_HELP,
 )
 @network_options
 @click.option("--steps", "-L", type=click.IntRange(min=0), default=5, show_default=True, help="GD steps L.")
@@ -231,14 +254,21 @@ def construct(
     exit_on_verdict(run.report.verdict)
 
 
-def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str) -> Any:
+def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str, gd: dict[str, Any]) -> Any:
     """The prompt ``(x, y, x_query, w0)`` of ``task = (examples, seed, raw_task)``: the draw `_run` verifies
-    on."""
+    on (``gd``: the run's ``lr``, ``steps`` and ``box``, which decide what is degenerate)."""
     from icdl.construct.compile import DTYPES, sample_task_info
 
     examples, seed, raw = task
-    t = sample_task_info(spec, examples, seed=seed, loss=loss, dtype=DTYPES[dtype], nondegenerate=not raw)
+    t = sample_task_info(
+        spec, examples, seed=seed, loss=loss, dtype=DTYPES[dtype], nondegenerate=not raw, **gd
+    )
     return (t.x, t.y, t.x_query, t.w0)
+
+
+def _gd(lr: float, steps: int, projection: str, box: float | None) -> dict[str, Any]:
+    """The GD run a draw's degeneracy is judged on (as `_run` passes it from the config)."""
+    return {"lr": lr, "steps": steps, "box": box if projection == "box" else None}
 
 
 def _network(spec: NetSpec) -> dict[str, Any]:
@@ -285,7 +315,9 @@ def _config(
         delta=delta,
         variant=variant,
         dtype=dtype,
-        prompt=_prompt(spec, task, loss, dtype) if radius == "auto" else None,
+        prompt=_prompt(spec, task, loss, dtype, _gd(lr, steps, projection, box))
+        if radius == "auto"
+        else None,
     )
 
 
@@ -352,8 +384,9 @@ def _run(
     seconds_compile = time.perf_counter() - t0
     if explain:  # the sublayer list first: it does not depend on the verification
         click.echo(model.explain() + "\n")
+    gd = {"lr": config.lr, "steps": config.steps, "box": config.box}
     task = sample_task_info(
-        spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype, nondegenerate=not raw_task
+        spec, examples, seed=seed, loss=loss, dtype=config.torch_dtype, nondegenerate=not raw_task, **gd
     )
     x, y, xq, w0 = task.x, task.y, task.x_query, task.w0
     report = verify(model, x, y, xq, w0, tol=tol if tol is not None else default_tol(dtype))
@@ -411,7 +444,14 @@ def _render(result: dict[str, Any], run: _Run, *, variant: str) -> str:
         f"u {summary['terms']['u']}",
         f"ranges       R={r['radius']:g}"
         + (f", weights {r['weight_range']:g}" if r["weight_range"] is not None else "")
-        + (" (auto: a-priori bounds on this prompt's trajectory)" if r["range_auto"] else ""),
+        + (" (auto: a-priori bounds on this prompt's trajectory" if r["range_auto"] else "")
+        + (
+            ""
+            if not r["range_auto"]
+            else ")"
+            if r["box"] is None
+            else "; with a box at most 2x the exact GD trajectory's maxima, checked by (b))"
+        ),
         f"time         compile {run.seconds_compile:.3f}s  forward {run.seconds_forward:.3f}s  "
         f"reference GD {report.seconds_reference:.4f}s",
         "",

@@ -5,9 +5,9 @@
 * ``sample RUN`` runs the reverse-time sampler driven by each estimator's in-context score and reports
   sliced W2 / MMD to the true distribution per k (``--plot`` / ``--samples-plot`` PNGs);
 * ``construct`` compiles the GD transformer on the score network (d_x = d + 1, d_y = d) and verifies it
-  against reference GD on the DSM (squared) loss; its verdict (PASS / FAIL / DEGENERATE), exit codes
-  (5 on FAIL, 4 on DEGENERATE) and redrawing of a degenerate prompt (``--raw-task`` keeps it) are those of
-  ``icdl construct``.
+  against reference GD on the DSM (squared) loss; its verdict (PASS / FAIL / DEGENERATE / INCONCLUSIVE),
+  exit codes (5 on FAIL, 4 on DEGENERATE, 6 on INCONCLUSIVE) and redrawing of a degenerate prompt
+  (``--raw-task`` keeps it) are those of ``icdl construct``.
 
 Bad input exits with code 2 and one line on stderr (``icdl.errors.InputError``); see docs/score.md.
 """
@@ -491,7 +491,8 @@ def construct_cmd(
     """Compile GD on the DSM loss of a ReLU score network and verify it against reference GD (float64).
 
     The verdict is that of icdl construct (docs/construction.md, "What PASS guarantees"): FAIL (exit 5) names
-    each failed condition, DEGENERATE (exit 4) a prompt on which GD never moves w. As in icdl construct, a
+    each failed condition, DEGENERATE (exit 4) a prompt on which GD's gradient never moves w, INCONCLUSIVE
+    (exit 6) a check whose budget cannot tell some step's GD update from none. As in icdl construct, a
     degenerate prompt is redrawn (task_draws counts the draws) unless --raw-task.
     """
     from icdl.cli.construct import exit_on_verdict
@@ -510,10 +511,12 @@ def construct_cmd(
         "dim": dim, "d_x": dim + 1, "d_y": dim, "depth": depth, "width": width, "examples": examples,
         "steps": steps, "lr": lr, "seed": seed, "task_draws": prompt.draws,
         "verdict": rep.verdict, "failures": rep.failures, "passed": rep.passed,
+        "inconclusive": rep.inconclusive, "uncheckable_steps": rep.uncheckable_steps,
         "weights_moved": rep.weights_moved, "degenerate": rep.degenerate,
         "eps_grad": rep.eps_grad, "grad_budget": rep.grad_budget,
         "corollary_bound_budget": rep.corollary_bound_budget, "trajectory_error": rep.trajectory_error,
         "max_abs_err_weights": rep.max_abs_err_weights, "max_abs_err_prediction": rep.max_abs_err_prediction,
+        "max_abs_err_f": rep.max_abs_err_f, "prediction_bound": rep.prediction_bound,
         "sublayers": model.num_sublayers, "embedding_dim": model.embedding_dim,
     }  # fmt: skip
     if as_json:

@@ -36,7 +36,7 @@ from icdl.construct.context import BuildContext
 from icdl.construct.layers import Sublayer
 from icdl.construct.layout import Layout
 from icdl.construct.prompt import build_prompt
-from icdl.construct.ranges import resolve_auto_range
+from icdl.construct.ranges import naming_auto_range, resolve_auto_range
 from icdl.construct.task import SampledTask, sample_task, sample_task_info, task_is_degenerate
 from icdl.construct.terms import Terms, activation_terms, loss_terms
 from icdl.construct.variants import get_variant
@@ -584,9 +584,9 @@ def compile_gd_transformer(
         cfg = GDConfig.create(config, **options)
     variant_ = get_variant(cfg.variant)
     layout = variant_.layout(cfg.spec)
-    terms = _fetch_terms(cfg)
-    ctx = BuildContext(cfg, layout, terms)
-    return CompiledModel(cfg, layout, variant_.block(ctx), variant_.readout(ctx), terms)
+    with naming_auto_range(cfg):  # a fitter's refusal on a range the user did not type names --range auto
+        ctx = BuildContext(cfg, layout, terms := _fetch_terms(cfg))
+        return CompiledModel(cfg, layout, variant_.block(ctx), variant_.readout(ctx), terms)
 
 
 # The keyword defaults of compile_gd_transformer: GDConfig's field defaults (a test keeps them equal).

@@ -33,7 +33,8 @@ the exact trajectory's, computed by the same pass. The result is rounded up (3 s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,8 @@ __all__ = [
     "RangeBounds",
     "RangeNeeds",
     "auto_ranges",
+    "explain_auto_range",
+    "naming_auto_range",
     "resolve_auto_range",
     "trajectory_bounds",
 ]
@@ -106,6 +109,10 @@ AUTO_RANGE_FLOOR = 1.0
 _EXACT_ACTIVATIONS = ("relu", "identity")  # exact ReLU sums (icdl.relu_sums.relu_sum_for)
 _EXACT_LOSSES = ("squared", "huber")  # exact two-argument sums (icdl.relu_sums.loss_derivative_sum)
 _MARGIN = 1e-6  # relative, for the rounding of the interval arithmetic itself
+#: With a box, a bound above this multiple of the exact GD trajectory's own maximum is capped there: the
+#: interval bound over box-wide weight intervals grows like (K B)^N through the layers and can exceed C
+#: while the prompt needs |z| of a few units; the verdict's (b) checks that the construction stays in range.
+BOX_CAP_FACTOR = 2.0
 # A fitted sum's true sup error: its measured one (<= eps) plus what the grid leaves unmeasured (<= eps/400,
 # icdl.relu_sums), rounded up.
 _FIT_SLACK = 1.01
@@ -382,12 +389,16 @@ class AutoRanges:
         radius: ``R``: every fitted sum's and product's non-weight factor lies in ``[-R, R]``.
         weight_range: the weight factors' range of the products (None: the variant does not need one, or the
             box B covers the whole trajectory).
-        bounds: the [`RangeBounds`][icdl.construct.ranges.RangeBounds] they came from.
+        bounds: the [`RangeBounds`][icdl.construct.ranges.RangeBounds] they came from (capped ones replaced).
+        capped: the quantities whose interval bound (with a box) was above ``BOX_CAP_FACTOR`` times the exact
+            GD trajectory's maximum and was capped there: for those, being in range is not by construction
+            but checked by the verdict's (b).
     """
 
     radius: float
     weight_range: float | None
     bounds: RangeBounds
+    capped: tuple[str, ...] = ()
 
 
 def auto_ranges(
@@ -431,14 +442,36 @@ def auto_ranges(
     )
     need = list(needs.quantities) + ([] if loss in _EXACT_LOSSES else ["t", "y"])
     check = [*need, "t", "u", "back"] + (["w"] if needs.weights else [])
+    capped: tuple[str, ...] = ()
+    if box is not None:
+        # the exact GD trajectory (no approximation: the intervals stay points) caps every bound at
+        # BOX_CAP_FACTOR times its own maximum (module docstring, "with a box")
+        exact = trajectory_bounds(
+            spec, loss, lr=lr, steps=steps, box=box, x=x, y=y, x_query=x_query, w0=w0, delta=delta
+        )
+        cap = {q: BOX_CAP_FACTOR * v for q, v in exact.maxima.items()}
+        capped = tuple(q for q in check if not b.maxima[q] <= cap[q] and math.isfinite(cap[q]))
+        if capped:
+            maxima = {q: (cap[q] if q in capped else v) for q, v in b.maxima.items()}
+            b = RangeBounds(maxima, b.weights)
     worst = max(b.maxima[q] for q in check)
     if not worst <= limit:  # also NaN
         grown = next((l for l, v in enumerate(b.weights) if not v <= limit), None)
         where = "" if grown is None else f" (|w| from step {grown})"
+        if box is None:
+            advice = "use --projection box --box B, fewer --steps, a smaller --lr, or an explicit --range R"
+        else:
+            # the box bounds |w|, but the interval bound on z(j) = V_j p(j-1) over a box-wide weight
+            # interval can still grow like (K B)^N through the layers: only a smaller box, fewer steps (the
+            # interval reaches the box's width later) or a smaller lr help, or a fixed R checked afterwards
+            where += f" (the weights stay in the box |w_c| <= {box:g}, but the layers' intervals grow)"
+            advice = (
+                "use a smaller --box, fewer --steps, a smaller --lr, or an explicit --range R "
+                "(out-of-range arguments are then counted by the verdict)"
+            )
         raise InputError(
             f"--range auto: no range fits this prompt: the a-priori bound over {steps} GD steps reaches "
-            f"{worst:.3g}{where}, above {limit:g}; use --projection box --box B, fewer --steps, a smaller "
-            "--lr, or an explicit --range R"
+            f"{worst:.3g}{where}, above {limit:g}; {advice}"
         )
     radius = max(AUTO_RANGE_FLOOR, _round_up(b.bound(need) * (1 + _MARGIN)))
     weight_range = None
@@ -446,7 +479,29 @@ def auto_ranges(
         wb = b.maxima["w"]
         if box is None or wb > box:
             weight_range = max(AUTO_RANGE_FLOOR, _round_up(wb * (1 + _MARGIN)))
-    return AutoRanges(radius, weight_range, b)
+    return AutoRanges(radius, weight_range, b, capped)
+
+
+def explain_auto_range(error: InputError, config: GDConfig) -> InputError:
+    """``error`` (a fitter's refusal, e.g. ``eps too small for softplus on [-62700, 62700]``) with what set
+    its range when ``config`` came from ``--range auto``: the user never typed that R. Unchanged otherwise."""
+    if not config.auto_range or "--range auto" in str(error):
+        return error
+    wr = f", weights {config.weight_range:g}" if config.weight_range is not None else ""
+    return InputError(
+        f"{error} [R = {config.radius:g}{wr} was set by --range auto: the a-priori bound on this prompt's "
+        "trajectory; use a larger --eps, an explicit --range R, fewer --steps or a smaller --lr]"
+    )
+
+
+@contextmanager
+def naming_auto_range(config: GDConfig) -> Iterator[None]:
+    """Re-raise an [`InputError`][icdl.errors.InputError] from the block as
+    [`explain_auto_range`][icdl.construct.ranges.explain_auto_range] words it (a fitter's refusal)."""
+    try:
+        yield
+    except InputError as e:
+        raise explain_auto_range(e, config) from None
 
 
 def resolve_auto_range(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -145,7 +145,9 @@ class Prompt:
 @dataclass
 class Comparison:
     """What the sublayer check found: the first divergence, the largest relative sublayer error, per step
-    the errors against exact GD terms and the gradient the transformer applied, and the step-end weights."""
+    the errors against exact GD terms and the gradient the transformer applied, and the step-end weights;
+    per step also ``||∇L_n(w̄^{l-1})||_2`` (``grad_norm``) and ``||ḡ_l||_2`` of the applied gradient
+    (``applied_norm``), what the a-priori budget must be small against to certify a GD step."""
 
     first: Divergence | None
     max_rel: float
@@ -154,6 +156,8 @@ class Comparison:
     w_tf: list[Tensor]
     spread: float
     scratch_max: float
+    grad_norm: list[float] = field(default_factory=list)
+    applied_norm: list[float] = field(default_factory=list)
 
 
 # dtypes whose states `StreamCheck.unchanged` compares through numpy views (others: torch.equal)
@@ -275,6 +279,8 @@ class StreamCheck:
         self.ref = self.reference(prompt.w0)
         self.w_tf = [prompt.w0]
         self.grad_err: list[float] = []
+        self.grad_norm: list[float] = []
+        self.applied_norm: list[float] = []
         self.per_step: list[dict[str, float]] = []
         self.acc = self.fresh()
         self.applied: Tensor | None = None
@@ -564,6 +570,8 @@ class StreamCheck:
         assert self.ref.w is self.step_w
         true = self.ref.exact.first_rows(self.prompt.n).grad
         self.grad_err.append(float((g_tf - true).norm()))
+        self.grad_norm.append(float(true.norm()))
+        self.applied_norm.append(float(g_tf.norm()))
         self.applied = None
         self.step_w = w_new
         self.w_tf.append(w_new)
@@ -573,5 +581,13 @@ class StreamCheck:
     def result(self) -> Comparison:
         """What the check found over the whole run."""
         return Comparison(
-            self.first, self.max_rel, self.per_step, self.grad_err, self.w_tf, self.spread, self.scratch_max
+            self.first,
+            self.max_rel,
+            self.per_step,
+            self.grad_err,
+            self.w_tf,
+            self.spread,
+            self.scratch_max,
+            self.grad_norm,
+            self.applied_norm,
         )

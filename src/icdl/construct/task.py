@@ -17,6 +17,7 @@ from icdl.nets import NetSpec
 __all__ = [
     "MAX_DRAWS",
     "SampledTask",
+    "gd_is_degenerate",
     "redraw_while_degenerate",
     "sample_task",
     "sample_task_info",
@@ -48,17 +49,53 @@ class SampledTask:
 MAX_DRAWS = 100
 
 
-def task_is_degenerate(spec: NetSpec, loss: str, x: Tensor, y: Tensor, w0: Tensor) -> bool:
-    """A task on which a GD check proves nothing: two or more labels, all equal, or the first GD step of
-    [`icdl.nets.reference_gd`][icdl.nets.reference_gd] leaves ``w0`` exactly where it is (for ReLU networks:
-    every unit dead on every example), so GD never moves w and every comparison with it is trivially exact.
-    (One label is trivially "all equal"; it counts as degenerate only when GD does not move w.)"""
-    from icdl.nets import reference_gd
+def gd_is_degenerate(
+    spec: NetSpec,
+    loss: str,
+    x: Tensor,
+    y: Tensor,
+    w0: Tensor,
+    *,
+    lr: float = 1.0,
+    steps: int = 1,
+    box: float | None = None,
+) -> bool:
+    """The one definition of a degenerate GD task: along the projected reference GD trajectory
+    ``w_l = Proj_W(w_{l-1} - lr ∇L_n(w_{l-1}))`` ([`icdl.nets.reference_gd`][icdl.nets.reference_gd]) no
+    step's gradient moves w (``w - lr ∇L_n(w) == w`` exactly at every one of the ``steps`` steps), so GD's
+    movement comes from the projection alone, or there is none. (For ReLU networks: every unit dead on every
+    example.) Every comparison with such a GD is about the projection, not the gradient, so it proves
+    nothing about the construction's gradient. Computed in float64; ``steps=0`` is never degenerate."""
+    from icdl.nets import gradient, project
 
+    x, y, w = x.double(), y.double(), w0.double()
+    for _ in range(steps):
+        step = w - lr * gradient(spec, loss, w, x, y)
+        if not torch.equal(step, w):
+            return False
+        w = project(step, box)
+    return steps > 0
+
+
+def task_is_degenerate(
+    spec: NetSpec,
+    loss: str,
+    x: Tensor,
+    y: Tensor,
+    w0: Tensor,
+    *,
+    lr: float = 1.0,
+    steps: int = 1,
+    box: float | None = None,
+) -> bool:
+    """A draw the redraw rejects: GD on it is degenerate
+    ([`gd_is_degenerate`][icdl.construct.task.gd_is_degenerate] with the same ``lr``, ``steps`` and
+    ``box``: the definition `verify` uses for DEGENERATE), or it has two or more labels, all equal (a
+    task that teaches nothing; `verify` still checks it, since GD moves w on it). One label is trivially
+    "all equal"; it counts as degenerate only when GD is."""
     if y.shape[0] > 1 and bool((y == y[:1]).all()):
         return True
-    traj = reference_gd(spec, loss, w0.double(), x.double(), y.double(), lr=1.0, steps=1)
-    return bool(torch.equal(traj[1], traj[0]))
+    return gd_is_degenerate(spec, loss, x, y, w0, lr=lr, steps=steps, box=box)
 
 
 def redraw_while_degenerate(
@@ -82,8 +119,8 @@ def redraw_while_degenerate(
         if not nondegenerate or not degenerate(task):
             return task, draws
     raise InputError(
-        f"no non-degenerate {what} in {MAX_DRAWS} draws (each had labels all equal or a first GD step that "
-        "leaves w0 where it is); nondegenerate=False / --raw-task keeps the first draw"
+        f"no non-degenerate {what} in {MAX_DRAWS} draws (each had labels all equal or a GD run whose "
+        "gradient never moves w); nondegenerate=False / --raw-task keeps the first draw"
     )
 
 
@@ -96,6 +133,9 @@ def sample_task_info(
     dtype: torch.dtype = torch.float64,
     w0_scale: float = 1.0,
     nondegenerate: bool = True,
+    lr: float = 1.0,
+    steps: int = 1,
+    box: float | None = None,
 ) -> SampledTask:
     """A random prompt for ``spec`` and the number of draws it took (see
     [`sample_task`][icdl.construct.task.sample_task]).
@@ -106,7 +146,8 @@ def sample_task_info(
     bias-free ReLU networks, so it is not the default.) With ``nondegenerate`` (the default) a draw that
     [`task_is_degenerate`][icdl.construct.task.task_is_degenerate] rejects is followed by a fresh one from the
     same generator, so the first non-degenerate draw of a seed is what earlier versions returned for it;
-    ``nondegenerate=False`` keeps the first draw whatever it is. Raises
+    ``nondegenerate=False`` keeps the first draw whatever it is; ``lr``, ``steps`` and ``box`` are the GD
+    run the degeneracy is judged on (the CLI passes its own, so a draw it keeps is not DEGENERATE). Raises
     [`InputError`][icdl.errors.InputError] (a ``ValueError``) after `MAX_DRAWS` degenerate draws
     ([`redraw_while_degenerate`][icdl.construct.task.redraw_while_degenerate]).
     """
@@ -126,7 +167,7 @@ def sample_task_info(
 
     task, draws = redraw_while_degenerate(
         draw,
-        lambda t: task_is_degenerate(spec, loss, t[0], t[1], t[3]),
+        lambda t: task_is_degenerate(spec, loss, t[0], t[1], t[3], lr=lr, steps=steps, box=box),
         nondegenerate=nondegenerate,
         what=f"task from seed {seed}",
     )

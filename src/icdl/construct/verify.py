@@ -43,8 +43,10 @@ from torch import Tensor
 from icdl.construct.budget import Declared, StepBudget, largest, step_budget
 from icdl.construct.compile import CompiledModel, TraceFn, TracePoint, default_tol
 from icdl.construct.contract import Reference
+from icdl.construct.predict import prediction_bound
 from icdl.construct.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
 from icdl.construct.stream import slot_error as _slot_error  # noqa: F401  (its old name)
+from icdl.construct.task import gd_is_degenerate
 from icdl.construct.variants import get_variant
 from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport, max_or_nan
 from icdl.construct.verify_report import corollary_bound as _bound
@@ -197,11 +199,16 @@ def compare(
 class _Counters:
     window: int = 0
     range: int = 0
+    step_range: int = 0
     gate_margin: float = math.inf
     # the variant's declared errors, and the a-priori budget of each step so far with the step-start weights
     # it is at (`_budget`)
     declared: Declared | None = None
     budgets: list[tuple[Tensor, StepBudget]] = field(default_factory=list)
+    # the fitted sums' largest error on the arguments they actually saw over their declared sup error
+    # (`_declared_check`), and which sum it was: (name, layer, measured, declared)
+    sum_ratio: float = 0.0
+    worst_sum: tuple[str, int, float, float] | None = None
 
 
 def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
@@ -211,10 +218,12 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
     cfg = model.config
     assert cfg.delta is not None
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
+    step_limit = relu_step_limit(cfg.delta, model.config.torch_dtype)
     for j, z in enumerate(ref.sur.pre):
         if model.terms.r_prime[j].delta is not None:
             ze = z[:n]
             c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
+            c.step_range += int((z.abs() >= step_limit).sum())
         if fitted:
             c.range += int((z.abs() > cfg.radius).sum())
     own_ranges = get_variant(cfg.variant).ranges
@@ -224,6 +233,39 @@ def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Te
     for a, b in zip(u.a, u.b, strict=True):
         arg = float((a[0] * ref.sur.p[-1] + a[1] * y_all + b).abs().max())
         c.gate_margin = min(c.gate_margin, cfg.gate - arg)
+
+
+def _declared_check(model: CompiledModel, ref: Reference, c: _Counters, tol: float) -> None:
+    """Each fitted r and r' sum on the pre-activations it saw this step (the surrogate's ``z̄``, within its
+    range ``[-R, R]``; outside it (b) counts them) against the true r, r': the measured error over the
+    variant's declared sup error, which the a-priori budget assumes. A fit worse than declared (or a wrong
+    knot where the arguments fall) shows here, however loose the budget."""
+    if c.declared is None:
+        c.declared = get_variant(model.config.variant).budget(model)
+    for j, z in enumerate(ref.sur.pre):
+        act = model.spec.layer_act(j + 1)
+        pairs = (
+            ("r", model.terms.r[j], c.declared.r[j], act.fn),
+            ("r'", model.terms.r_prime[j], c.declared.r_prime[j], act.deriv),
+        )
+        for name, terms, declared, true in pairs:
+            if terms.exact:
+                continue
+            inside = z[z.abs() <= terms.radius]
+            if inside.numel() == 0:
+                continue
+            exact = true(inside)
+            err = float(((terms(inside) - exact).abs() - tol * exact.abs().clamp_min(1.0)).max())
+            ratio = err / declared if declared > 0 else (math.inf if err > 0 else 0.0)
+            if ratio > c.sum_ratio:
+                c.sum_ratio, c.worst_sum = ratio, (name, j + 1, err, declared)
+
+
+def relu_step_limit(delta: float, dtype: torch.dtype) -> float:
+    """Where the relu' step ``relu(z/δ) - relu(z/δ - 1)`` stops being exactly 0 or 1 in ``dtype``: at
+    ``|z/δ| >= 2 / eps_mach`` (2^24 in float32, 2^53 in float64) consecutive floats are 2 apart, so
+    ``z/δ - 1`` rounds back and the step gives 0 or 2. With δ = 1e-5 in float32 that is ``|z| >= 168``."""
+    return delta * 2.0 / torch.finfo(dtype).eps
 
 
 def _budget(model: CompiledModel, ref: Reference, c: _Counters, prompt: Prompt, tol: float) -> None:
@@ -277,6 +319,7 @@ def verify(
     def on_step(ref: Reference) -> None:
         _count(model, ref, counters, prompt.n, y_all)
         _budget(model, ref, counters, prompt, tol)
+        _declared_check(model, ref, counters, tol)
 
     tr, cmp = compare(model, H0, prompt, tol=tol, on_step=on_step)
     return report(Checked(model, prompt, tr, cmp, counters, tol, t_start), lipschitz_iters=lipschitz_iters)
@@ -369,6 +412,15 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
                 float(d.norm()),
                 gd.bound(measured, lr, l),
                 gd.bound(budget, lr, l),
+                grad_norm=c.comparison.grad_norm[l - 1],
+                applied_norm=c.comparison.applied_norm[l - 1],
+                budget_approximation=gd.budgets[l - 1].approximation,
+                budget_tolerance=gd.budgets[l - 1].tolerance,
+                budget_roundoff=gd.budgets[l - 1].roundoff,
+                weight_norm=float(gd.traj_gd[l].norm()),
+                prediction_bound=prediction_bound(
+                    c.model.spec, gd.traj_gd[l], c.prompt.x_query, gd.bound(budget, lr, l)
+                ),
             )
         )
     return out
@@ -387,10 +439,13 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
     pred_own = forward_query(model, traj_tf[-1], c.prompt.x_query)
     has_step = any(t.delta is not None for t in model.terms.r_prime)
     moved = float((traj_gd[-1] - traj_gd[0]).abs().max())
+    cfg, p = model.config, c.prompt
+    degenerate = gd_is_degenerate(model.spec, cfg.loss, p.x, p.y, p.w0, lr=cfg.lr, steps=L, box=cfg.box)
     variant = get_variant(model.config.variant)
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime, model.terms.u))
     u_out = sum(b.u_out_of_range for b in gd.budgets)
     budget = max_or_nan([b.total for b in gd.budgets])
+    bound_l = gd.bound(budget, model.config.lr, L)
     return VerifyReport(
         steps=_step_errors(c, gd),
         first_divergence=cmp.first,
@@ -399,9 +454,16 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         max_abs_err_weights=float((traj_tf - traj_gd).abs().max()),
         max_abs_err_prediction=float((pred - pred_gd).abs().max()),
         max_abs_err_prediction_own_w=float((pred - pred_own).abs().max()),
+        max_abs_err_f=float((pred_own - pred_gd).abs().max()),
+        prediction_bound=prediction_bound(model.spec, traj_gd[-1], c.prompt.x_query, bound_l),
         weights_spread=cmp.spread,
         scratch_max=cmp.scratch_max,
         delta_window_count=c.counters.window if has_step else None,
+        delta=model.config.delta if has_step else None,
+        sum_error_ratio=c.counters.sum_ratio if c.counters.worst_sum is not None else None,
+        worst_sum=c.counters.worst_sum,
+        step_range_count=c.counters.step_range if has_step else None,
+        step_limit=relu_step_limit(model.config.delta or 0.0, model.config.torch_dtype) if has_step else None,
         out_of_range_count=c.counters.range + u_out if fitted or variant.ranges is not None else None,
         gate_margin=c.counters.gate_margin,
         eps_grad=gd.eps,
@@ -411,15 +473,17 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
             lipschitz_method(lipschitz_iters, 2 * (L + 1)) if gd.lf_estimated else "not estimated"
         ),
         corollary_bound_measured=gd.bound(gd.eps, model.config.lr, L),
-        corollary_bound_budget=gd.bound(budget, model.config.lr, L),
+        corollary_bound_budget=bound_l,
         trajectory_error=float((traj_tf[-1] - traj_gd[-1]).norm()),
         seconds_forward=c.trace.seconds_forward,
         seconds_reference=gd.seconds,
         seconds_verify=time.perf_counter() - c.t_start,
         weights_moved=moved,
-        degenerate=L > 0 and moved == 0.0,
+        degenerate=degenerate,
         window_hits_allowed=gd.declared.window_hits,
         trajectory_checked=gd.lf_estimated,
+        dtype=str(cfg.dtype),
+        range_auto=bool(cfg.auto_range),
         extra={
             "max_abs_weight": float(traj_gd.abs().max()),
             "max_abs_prediction": float(pred_gd.abs().max()),

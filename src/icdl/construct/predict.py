@@ -1,0 +1,64 @@
+"""A bound on the prediction error ``|f(w̄, x_q) - f(w_GD, x_q)|`` from a bound ``ρ`` on ``||w̄ - w_GD||_2``.
+
+For the network of eq. (3.3), ``p(0) = x``, ``z(j) = V_j p(j-1)``, ``p(j) = r_j(z(j))``, ``f = p(N)``,
+the derivative in ``V_j`` is ``∂f/∂V_j = D_N V_N D_{N-1} ... V_{j+1} D_j ⊗ p(j-1)^T`` with
+``D_k = diag r_k'(z(k))``, so every output coordinate i has
+
+    ||∂f_i/∂V_j||_F <= (prod_{k=j..N} L_k) (prod_{k=j+1..N} ||V_k||_2) ||p(j-1)||_2,
+
+``L_k`` the Lipschitz constant of ``r_k`` (``icdl.nets.ACTIVATIONS``; 1 for a linear output). Over the ball
+``||w - w_GD||_2 <= ρ`` every ``||V_k||_2`` is at most ``||V_k^GD||_2 + ρ`` (the spectral norm of a change is
+at most its Frobenius norm, at most ρ), and ``||p(j)||_2 <= |r_j(0)| sqrt(n_j) + L_j (||V_j^GD||_2 + ρ)
+||p(j-1)||_2`` with ``p(0) = x_q``. With these in the line above,
+
+    G(ρ) = sqrt(sum_j ||∂f_i/∂V_j||_F^2)
+
+bounds ``||∇_w f_i(w, x_q)||_2`` on the whole ball (almost everywhere for ReLU, which is enough: f is
+Lipschitz), and the mean value theorem along the segment from ``w_GD`` to ``w̄`` gives
+
+    |f_i(w̄, x_q) - f_i(w_GD, x_q)| <= G(ρ) ρ        for every output coordinate i.
+
+With ``ρ`` = Corollary 1.1 at the a-priori budget (``bound_budget_l2``, which (c) checks the trajectory
+against) this is an a-priori bound on the prediction of the weights the transformer computed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from icdl.nets import NetSpec, unflatten
+
+__all__ = ["prediction_bound", "prediction_lipschitz"]
+
+
+def prediction_lipschitz(spec: NetSpec, w: Tensor, x_query: Tensor, radius: float) -> float:
+    """``G(radius)``: a bound on ``||∇_w f_i(v, x_query)||_2`` for every output i and every ``v`` with
+    ``||v - w||_2 <= radius`` (the module docstring). ``inf`` for a non-finite radius."""
+    if not math.isfinite(radius):
+        return math.inf
+    Vs = unflatten(spec, w.double())
+    norms = [float(torch.linalg.matrix_norm(V, ord=2)) + radius for V in Vs]
+    acts = [spec.layer_act(j) for j in range(1, spec.depth + 1)]
+    lips = [a.lipschitz for a in acts]
+    p_norm = [float(x_query.double().norm())]
+    for j, a in enumerate(acts):  # ||p(j)|| <= ||r_j(0)|| + L_j ||V_j|| ||p(j-1)||
+        at0 = abs(float(a.fn(torch.zeros((), dtype=torch.float64))))
+        p_norm.append(at0 * math.sqrt(spec.shapes[j][0]) + lips[j] * norms[j] * p_norm[j])
+    total = 0.0
+    for j in range(spec.depth):  # layer j+1 (1-based): the weights V_{j+1}
+        g = math.prod(lips[j:]) * math.prod(norms[j + 1 :]) * p_norm[j]
+        total += g * g
+    return math.sqrt(total)
+
+
+def prediction_bound(spec: NetSpec, w_gd: Tensor, x_query: Tensor, radius: float) -> float:
+    """``G(radius) * radius``: a bound on ``max_i |f_i(w̄, x_query) - f_i(w_gd, x_query)|`` for every ``w̄``
+    within ``radius`` of ``w_gd`` (0 at radius 0; ``inf`` or NaN propagate)."""
+    if radius == 0.0:
+        return 0.0
+    if not math.isfinite(radius):
+        return radius if math.isnan(radius) else math.inf
+    return prediction_lipschitz(spec, w_gd, x_query, radius) * radius
