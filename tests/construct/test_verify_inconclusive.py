@@ -121,3 +121,39 @@ def test_a_corollary_bound_above_the_weights_scale_is_inconclusive() -> None:
     assert all(e.weight_norm > 0 and e.bound_informative() for e in rep.steps)
     # without an L_f estimate the trajectory part is not checked, so it cannot be vacuous either
     assert dataclasses.replace(bad, trajectory_checked=False).verdict == "PASS"
+
+
+@pytest.mark.parametrize("margin", [0.0, -1e-12, float("nan"), float("-inf")])
+def test_a_gate_margin_that_is_not_positive_fails_condition_b(margin: float) -> None:
+    """The gate needs |u|, |p(N)| strictly below C: a margin of 0, below 0 or NaN (nothing measured) is a
+    (b) failure; the smallest positive margin is not."""
+    rep = _report()
+    assert rep.verdict == "PASS" and rep.gate_margin > 0  # the premise: a clean report
+    bad = dataclasses.replace(rep, gate_margin=margin)
+    assert bad.verdict == "FAIL" and any(f.startswith("(b) gate") for f in bad.failures)
+    assert dataclasses.replace(rep, gate_margin=5e-324).verdict == "PASS"
+
+
+@pytest.mark.parametrize("failing", [None, "range", "gate", "budget"])
+@pytest.mark.parametrize("degenerate", [False, True])
+@pytest.mark.parametrize("uncheckable", [False, True])
+def test_the_verdict_table_over_every_combination_of_its_conditions(
+    failing: str | None, degenerate: bool, uncheckable: bool
+) -> None:
+    """Every combination of (a failed condition of each kind, a degenerate task, an uncheckable step) gives
+    the verdict of the documented precedence: FAIL, then DEGENERATE, then INCONCLUSIVE, else PASS."""
+    rep = _report()
+    steps = rep.steps
+    if uncheckable:
+        steps = [dataclasses.replace(e, budget_l2=e.grad_norm) for e in steps]
+    change: dict = {"steps": steps, "degenerate": degenerate}
+    if failing == "range":
+        change["out_of_range_count"] = 1
+    elif failing == "gate":
+        change["gate_margin"] = 0.0
+    elif failing == "budget":  # the measured gradient error of one step above its budget
+        change["steps"] = [dataclasses.replace(steps[0], grad_l2=2 * steps[0].budget_l2 + 1.0), *steps[1:]]
+    got = dataclasses.replace(rep, **change)
+    want = "FAIL" if failing else "DEGENERATE" if degenerate else "INCONCLUSIVE" if uncheckable else "PASS"
+    assert got.verdict == want, (got.failures, got.inconclusive)
+    assert got.passed == (want == "PASS")
