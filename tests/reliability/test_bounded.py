@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from icdl.cli import main
+from icdl.io import portable_path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -185,7 +186,7 @@ def test_unfinished_run_refused(interrupted_run: Path, command: str, options: li
     assert out == ""
     code, out, err = run_cli(["score", command, str(interrupted_run), *options, "--allow-unfinished"])
     assert code == 0, err
-    assert json.loads(out)["run"] == str(interrupted_run)
+    assert json.loads(out)["run"] == portable_path(interrupted_run)
 
 
 def test_finished_run_accepted(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from test_bounded import assert_one_line_error, run_cli
 from icdl.diffusion.config import dump_score_config, load_score_config
 from icdl.diffusion.train import score_run_step, train_score
 from icdl.icl.checkpoint import find_checkpoint
+from icdl.io import portable_path
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 HOLD = "import sys, time; from icdl.runlock import RunLock; RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)"  # noqa: E501
@@ -240,7 +241,7 @@ def test_legacy_run_loads_with_a_note(short_run: Path, tmp_path: Path) -> None:
     run = _legacy_run(short_run, tmp_path / "old", step=4)
     code, out, err = run_cli(["score", "evaluate", str(run), *EVALUATE])
     assert code == 0, err
-    assert err.count("\n") == 1 and "previous format" in err and json.loads(out)["run"] == str(run)
+    assert err.count("\n") == 1 and "previous format" in err and json.loads(out)["run"] == portable_path(run)
     code, out, _ = run_cli(["check", str(run)])
     assert code == 0 and "legacy" in out
     code, _, err = run_cli(["score", "train", str(run / "config.yaml"), "--out", str(run), "--quiet"])
