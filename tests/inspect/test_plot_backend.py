@@ -119,3 +119,39 @@ def test_plot_conditions_draws_every_evaluated_baseline(tmp_path: Path) -> None:
     assert sorted(drawn[0][1:]) == sorted(["averaging", "ridge_1", "least_squares"])
     assert drawn[1][1:] == ["ridge_1"]
     assert drawn[2][1:] == ["ridge_1", "averaging"]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_every_legend_sits_off_its_axes_data(index: int, tmp_path: Path, monkeypatch: Any) -> None:
+    """No helper's legend covers the data: each Axes legend lies outside that Axes' box (figures saved to a
+    file are captured at ``savefig``)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    name, call = _helpers(tmp_path)[index]
+    saved: list[Figure] = []
+    orig = Figure.savefig
+
+    def capture(self: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(self)
+        orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", capture)
+    out = call()
+    figs = [*saved, *([out] if isinstance(out, Figure) else [])]
+    assert figs, name
+    legends = 0
+    for fig in figs:
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            if leg is None:
+                continue
+            legends += 1
+            box, area = leg.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert not box.overlaps(area), f"{name}: a legend covers its axes"
+    if name.startswith(
+        ("diffusion.plot_score", "diffusion.plot_distances", "inspect.plot_slot", "icl.plot_p")
+    ):
+        assert legends >= 1, name  # non-vacuous where a helper draws a legend

@@ -62,7 +62,8 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
     ax1.set_xlabel("in-context examples k")
     ax1.set_ylabel("E h_t |ŝ - ∇log p_t|² (per coord.)")
     ax1.set_title(f"score error ({result['prompts']} prompts, 90% bands)")
-    ax1.legend(fontsize=8)
+    # legends below the panels (two side by side: one to the right would cover the other)
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     for name, vals in result["dsm_loss"].items():
         pairs = [(k, v) for k, v in zip(ks, vals, strict=True) if v == v]
         if pairs:
@@ -75,7 +76,7 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
     ax2.set_xlabel("in-context examples k")
     ax2.set_ylabel("h-weighted DSM loss (per coord.)")
     ax2.set_title("DSM loss (exact score = floor)")
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     return _save(fig, path)
 
 
@@ -114,5 +115,5 @@ def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_xlabel("in-context examples k")
     ax.set_ylabel("sliced W2 to p_0")
     ax.set_title(f"{result['method']} sampler, {result['prompts']} prompts, {result['samples']} samples")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # off the data
     return _save(fig, path)

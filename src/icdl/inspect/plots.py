@@ -186,7 +186,8 @@ def plot_slot_trajectory(
     ax.set_xlabel("GD step")
     ax.set_ylabel("value")
     ax.set_title(title or "slot trajectory (lines: transformer, circles: reference GD)")
-    ax.legend(fontsize=7, ncol=2)
+    # below the panel, off the data (the gap panel sits to its right)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     if R is not None:
         # An exact construction gives a gap of 0: draw it at 1e-18, below float64 round-off.
         gap = (A - R).abs().amax(dim=1).clamp_min(1e-18)
