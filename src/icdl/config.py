@@ -24,7 +24,6 @@ cfg.task.depth, cfg.model.d_model, cfg.train.lr
 from __future__ import annotations
 
 import math
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, get_args
@@ -33,7 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from icdl.errors import InputError
-from icdl.io import read_text
+from icdl.yaml_input import ConfigLoader, read_yaml
 
 __all__ = [
     "Config",
@@ -433,93 +432,6 @@ def validate(data: dict[str, Any]) -> Config:
     return validate_as(Config, data)
 
 
-#: Bounds on a YAML config, checked before it is built into values (or rendered): bytes of text,
-#: nesting depth, and nodes once every alias is expanded (a few hundred bytes of nested aliases would
-#: otherwise stand for billions of values).
-MAX_YAML_BYTES = 1 << 20
-MAX_YAML_DEPTH = 64
-MAX_YAML_NODES = 100_000
-
-
-class ConfigLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (PyYAML keeps the last value
-    silently), reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3`` and yields the string "1e-3"), keeps
-    merge keys (``<<: *base`` then an override of one key) and bounds the document: nesting depth
-    (``MAX_YAML_DEPTH``) while it is composed, nodes with aliases expanded (``MAX_YAML_NODES``) before
-    anything is constructed."""
-
-    _depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", self.peek_event().start_mark
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def get_single_node(self) -> Any:
-        node = super().get_single_node()
-        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
-            raise yaml.composer.ComposerError(
-                None, None, f"expands to more than {MAX_YAML_NODES} values (aliases)", node.start_mark
-            )
-        return node
-
-
-def _expanded_size(root: yaml.Node) -> int:
-    """Nodes of the document with every alias expanded, computed once per distinct node (no expansion)."""
-    memo: dict[int, int] = {}
-
-    def size(node: yaml.Node) -> int:
-        if id(node) in memo:
-            return memo[id(node)]
-        memo[id(node)] = 1  # a cycle (a recursive alias) counts once: the constructor refuses it
-        if isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(n) for n in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
-        else:
-            total = 1
-        memo[id(node)] = min(total, MAX_YAML_NODES + 1)
-        return memo[id(node)]
-
-    return size(root)
-
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    # Duplicates among the keys written in this mapping; a key merged in by `<<: *base` may be overridden.
-    written = [(k, v) for k, v in node.value if k.tag != _MERGE_TAG]
-    loader.flatten_mapping(node)
-    first: dict[Any, int] = {}
-    for key_node, _ in written:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            seen = first.get(key)
-        except TypeError:  # an unhashable key: construct_mapping reports it
-            continue
-        if seen is not None:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first on line {seen + 1})", key_node.start_mark
-            )
-        first[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=True)
-
-
-ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
 def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
     """Parse ``key=value`` strings; values are YAML scalars or flow collections (``true``, ``[1, 2]``)."""
     out = []
@@ -568,22 +480,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
 def load_config_data(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """A config file as a dict (``name`` defaulting to its stem) with ``key=value`` overrides applied,
     not yet validated. An unreadable, invalid, empty or non-mapping file is a one-line InputError."""
-    try:
-        size = path.stat().st_size  # before reading: a 50 MB file is refused without being read
-    except OSError:
-        size = 0  # read_text reports it
-    text = read_text(path, what="config") if size <= MAX_YAML_BYTES else ""
-    if max(size, len(text)) > MAX_YAML_BYTES:
-        raise InputError(
-            f"config {str(path)!r} is {max(size, len(text))} bytes long; a config is at most 1 MiB"
-        )
-    try:
-        data = yaml.load(text, Loader=ConfigLoader)  # a SafeLoader
-    except yaml.YAMLError as exc:
-        msg = " ".join(str(exc).split())
-        raise InputError(f"config {str(path)!r} is not valid YAML: {msg[:500]}") from None
-    except RecursionError:  # a structure deeper than the bound that slipped past it (block scalars...)
-        raise InputError(f"config {str(path)!r} is nested too deeply") from None
+    data = read_yaml(path, what="config")
     if data is None:
         # An empty file is almost always a mistake (a failed copy, a wrong path); never run on defaults.
         raise InputError(f"config {str(path)!r} is empty; give at least one section (task, model, train)")
