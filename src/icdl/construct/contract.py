@@ -185,6 +185,10 @@ class Variant:
             and any products of ReLU sums), from which [`icdl.construct.budget`][icdl.construct.budget]
             derives the a-priori budget of every step's applied gradient (PASS condition (c); default
             [`sums_only`][icdl.construct.budget.sums_only]: products exact).
+        product_errors: optional ``(Reference, tol) -> [(kind, layer, measured, declared)]``: each kind of
+            the variant's approximate products, measured at this step on the factors it actually multiplies
+            (inside their ranges) against the exact product, beside the sup error ``budget`` declares for it
+            (the verifier's ``(b) declared`` check; None: no approximate products, or not measured).
     """
 
     name: str
@@ -200,3 +204,4 @@ class Variant:
     sizes: Callable[[NetSpec, int], Sizes] = paper_sizes
     costs: Costs = DENSE_COSTS
     budget: Callable[[CompiledModel], Declared] = sums_only
+    product_errors: Callable[[Reference, float], list[tuple[str, int, float, float]]] | None = None

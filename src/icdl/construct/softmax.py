@@ -79,6 +79,7 @@ __all__ = [
     "effects",
     "layout",
     "model_products",
+    "product_errors",
     "products",
     "range_ratios",
     "softmax_sizes",
@@ -522,6 +523,52 @@ def ranges(ref: Reference) -> int:
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
 
 
+def _measured(prod: ProductTerms, X: Tensor, Y: Tensor, tol: float) -> float:
+    """``max |prod(x, y) - x y| - tol max(1, |x y|)`` over the pairs of broadcast ``X``, ``Y`` inside the
+    product's box (outside it (b) range counts them); -inf when none is."""
+    X, Y = torch.broadcast_tensors(X, Y)
+    inside = (X.abs() <= prod.x_range) & (Y.abs() <= prod.y_range)
+    if not bool(inside.any()):
+        return -math.inf
+    x, y = X[inside], Y[inside]
+    exact = x * y
+    return float(((prod(x, y) - exact).abs() - tol * exact.abs().clamp_min(1.0)).max())
+
+
+def product_errors(ref: Reference, tol: float) -> list[tuple[str, int, float, float]]:
+    """Each kind of approximate product, per layer, on the factors it multiplied at this step (the
+    surrogate's, which every sublayer matched to ``tol``: the token's w and p, s, r', back), against the exact
+    ``x y``: ``(kind, layer, measured, declared)`` with the declared sup error ``h^2/16``
+    ([`declared`][icdl.construct.softmax.declared]). A product fitted worse than declared (a wrong knot, a
+    scaled coefficient) shows here however loose the budget. Layers as the sublayers name them:
+    ``forward_products_j``, ``backward_transpose_j`` (or the gated ``backward_j``), the ``r' z`` product of
+    layer j, and the gradient products ``s(j) p(j-1)^T``."""
+    spec = ref.model.spec
+    prods = model_products(ref.model)
+    sur = _surrogate_of(ref, spec)
+    Vs = unflatten(spec, ref.w)
+    N = spec.depth
+    out: list[tuple[str, int, float, float]] = []
+    for j, V in enumerate(Vs, start=1):
+        fwd = prods.forward
+        out.append(("forward v*p", j, _measured(fwd, V[None], sur.p[j - 1][:, None, :], tol), fwd.sup_error))
+    for j in range(N - 1, 0, -1):  # V_{j+1}^T s(j+1): pairs (V_{j+1}[l, k], s(j+1)[l])
+        tr = prods.transpose
+        Vt = Vs[j].t()
+        out.append(("transpose v*s", j, _measured(tr, Vt[None], sur.s[j][:, None, :], tol), tr.sup_error))
+    d = prods.derivative
+    if d is not None:
+        for j in range(1, N + 1):
+            out.append(
+                ("derivative r'*z", j, _measured(d, sur.r_prime[j - 1], sur.back[j - 1], tol), d.sup_error)
+            )
+    g = prods.gradient
+    for j in range(1, N + 1):
+        err = _measured(g, sur.p[j - 1][:, None, :], sur.s[j - 1][:, :, None], tol)
+        out.append(("gradient p*s", j, err, g.sup_error))
+    return out
+
+
 # -- closed-form sizes and cost (the budget estimate, before anything is built) ------------------------
 def declared(model: CompiledModel) -> Declared:
     """The budget declaration ([`icdl.construct.budget`][icdl.construct.budget]): the ReLU sums' errors and
@@ -573,4 +620,5 @@ VARIANT = Variant(
     sizes=softmax_sizes,
     costs=Costs(mlp=_softmax_mlp),
     budget=declared,
+    product_errors=product_errors,
 )

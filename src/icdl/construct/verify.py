@@ -209,6 +209,11 @@ class _Counters:
     # (`_declared_check`), and which sum it was: (name, layer, measured, declared)
     sum_ratio: float = 0.0
     worst_sum: tuple[str, int, float, float] | None = None
+    # likewise the variant's approximate products (`Variant.product_errors`): the worst, and the worst
+    # measured/declared of each kind over all layers and steps
+    product_ratio: float = 0.0
+    worst_product: tuple[str, int, float, float] | None = None
+    product_kinds: dict[str, float] = field(default_factory=dict)
 
 
 def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
@@ -239,7 +244,8 @@ def _declared_check(model: CompiledModel, ref: Reference, c: _Counters, tol: flo
     """Each fitted r and r' sum on the pre-activations it saw this step (the surrogate's ``z̄``, within its
     range ``[-R, R]``; outside it (b) counts them) against the true r, r': the measured error over the
     variant's declared sup error, which the a-priori budget assumes. A fit worse than declared (or a wrong
-    knot where the arguments fall) shows here, however loose the budget."""
+    knot where the arguments fall) shows here, however loose the budget. The variant's approximate products
+    likewise, on the factors they multiplied ([`Variant.product_errors`][icdl.construct.contract.Variant])."""
     if c.declared is None:
         c.declared = get_variant(model.config.variant).budget(model)
     for j, z in enumerate(ref.sur.pre):
@@ -259,6 +265,14 @@ def _declared_check(model: CompiledModel, ref: Reference, c: _Counters, tol: flo
             ratio = err / declared if declared > 0 else (math.inf if err > 0 else 0.0)
             if ratio > c.sum_ratio:
                 c.sum_ratio, c.worst_sum = ratio, (name, j + 1, err, declared)
+    measure = get_variant(model.config.variant).product_errors
+    for kind, layer, err, declared in measure(ref, tol) if measure is not None else ():
+        if err == -math.inf:  # no factor pair inside its box this step
+            continue
+        ratio = err / declared if declared > 0 else (math.inf if err > 0 else 0.0)
+        c.product_kinds[kind] = max(c.product_kinds.get(kind, -math.inf), ratio)
+        if c.worst_product is None or ratio > c.product_ratio:
+            c.product_ratio, c.worst_product = ratio, (kind, layer, err, declared)
 
 
 def relu_step_limit(delta: float, dtype: torch.dtype) -> float:
@@ -462,6 +476,8 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
         delta=model.config.delta if has_step else None,
         sum_error_ratio=c.counters.sum_ratio if c.counters.worst_sum is not None else None,
         worst_sum=c.counters.worst_sum,
+        product_error_ratio=c.counters.product_ratio if c.counters.worst_product is not None else None,
+        worst_product=c.counters.worst_product,
         step_range_count=c.counters.step_range if has_step else None,
         step_limit=relu_step_limit(model.config.delta or 0.0, model.config.torch_dtype) if has_step else None,
         out_of_range_count=c.counters.range + u_out if fitted or variant.ranges is not None else None,
@@ -488,6 +504,7 @@ def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
             "max_abs_weight": float(traj_gd.abs().max()),
             "max_abs_prediction": float(pred_gd.abs().max()),
             "budget_parts": largest(gd.budgets),
+            "product_error_ratios": dict(c.counters.product_kinds),
         },
     )
 

@@ -204,6 +204,8 @@ class VerifyReport:
     delta: float | None = None
     sum_error_ratio: float | None = None
     worst_sum: tuple[str, int, float, float] | None = None
+    product_error_ratio: float | None = None
+    worst_product: tuple[str, int, float, float] | None = None
     step_range_count: int | None = None
     step_limit: float | None = None
     max_abs_err_f: float = math.nan
@@ -255,6 +257,13 @@ class VerifyReport:
             out.append(
                 f"(b) declared: the {name} sum of layer {j} errs by {err:.3g} on the arguments it saw, above "
                 f"its declared sup error {declared:.3g} (the budget assumes the declared one)"
+            )
+        ratio, worst = self.product_error_ratio, self.worst_product
+        if ratio is not None and ratio > 1 and worst is not None:
+            kind, j, err, declared = worst
+            out.append(
+                f"(b) declared: the {kind} product of layer {j} errs by {err:.3g} on the factors it saw, "
+                f"above its declared sup error {declared:.3g} (the budget assumes the declared one)"
             )
         if not self.gate_margin > 0:
             out.append(f"(b) gate: |u| or |p(N)| reaches the gate constant C (margin {self.gate_margin:.3g})")
