@@ -4,7 +4,8 @@ multiplied (the verifier's ``(b) declared`` check, docs/construction.md "What PA
 For each activation, ``--seeds`` prompts of a small network (N = 2, K = 3, d_x = 2, d_y = 1, n = 6, L = 2,
 lr 0.2) are compiled with ``--variant softmax --eps 1e-3 --range auto`` and verified; per product kind the
 worst measured/declared ratio (``VerifyReport.extra["product_error_ratios"]``) over the prompts is
-recorded (keyed by the kind's first word: forward, transpose, derivative, gradient), with the verdicts. Run with one thread::
+recorded (keyed by the kind's first word: forward, transpose, derivative, gradient), with the verdicts.
+Run with one thread::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_declared_products.py --out docs/results/declared_products.json
 """
