@@ -1,7 +1,9 @@
-"""The package's size rules (issue 17): a function fits a screen and a module holds one concept.
+"""A guard against accidents in the package's size: no function over 150 lines, no module over 1,000 lines
+in src/icdl.
 
-The import layers are checked by import-linter (``lint-imports``, contracts in pyproject.toml); these are
-the limits it cannot see: no function over 80 lines, no module over 600 lines in src/icdl.
+Modules are cut along concepts, not line counts (a tighter limit, 80/600 until issue 32 asked for this
+guard instead, was met by cutting files where the count ran out). The import layers are checked by
+import-linter (``lint-imports``, contracts in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "icdl"
-MAX_FUNCTION_LINES = 80
-MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 150
+MAX_MODULE_LINES = 1000
 MODULES = sorted(SRC.rglob("*.py"))
 
 

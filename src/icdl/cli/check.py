@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
@@ -25,24 +26,16 @@ from icdl.errors import InputError
 from icdl.io import one_line, read_json
 
 Item = tuple[str, str, str]  # (status, path, detail)
+_T = TypeVar("_T")
 
 # `icdl check` on a run that is training: a damaged-looking pointer is looked at again this many times.
 _RETRIES = 5
 _RETRY_S = 0.05
 
 
-def _guarded(path: Path, check: Callable[[], Item]) -> Item:
-    """``check()``, with an InputError turned into a FAIL item."""
-    try:
-        return check()
-    except InputError as exc:
-        return "FAIL", str(path), one_line(exc)
-    except OSError as exc:  # unreadable (permissions, I/O error): damage to report, not a crash
-        return "FAIL", str(path), f"unreadable ({one_line(exc.strerror or exc)})"
-
-
-def _guarded_optional(path: Path, check: Callable[[], Item | None]) -> Item | None:
-    """``check()`` (which may return None: nothing to report), with an InputError turned into a FAIL."""
+def _guarded(path: Path, check: Callable[[], _T]) -> _T | Item:
+    """``check()`` (an item, or None where a check has nothing to report), with an InputError or an
+    unreadable file turned into a FAIL item."""
     try:
         return check()
     except InputError as exc:
@@ -122,7 +115,7 @@ def check_run(run: Path) -> list[Item]:
         legacy = "score weights of the previous format (no checkpoints, no manifest); not verified"
         items.append(("legacy", str(run / "model.safetensors"), legacy))
     for ck in sorted((run / "checkpoints").glob("step_*")):
-        item = _guarded_optional(ck, lambda ck=ck: _check_checkpoint(ck))  # type: ignore[misc]
+        item = _guarded(ck, lambda ck=ck: _check_checkpoint(ck))  # type: ignore[misc]
         if item is not None:
             items.append(item)
     for cache in sorted((run / "eval").glob("*.json")):
