@@ -48,7 +48,7 @@ tutorial:
 
 # Mutation testing with mutmut 3 (outside CI; pip install -e '.[mutate]'): the files and tests in
 # [tool.mutmut] (pyproject.toml). Resumable: an interrupted run goes on where it stopped. A shard is a
-# mutant-name glob, e.g. `make mutate MUTANTS='icdl.construct.ranges*'`. docs/testing.md has the scores.
+# mutant-name glob, e.g. `make mutate MUTANTS='icdl.construct.bounds.ranges*'`. docs/testing.md has the scores.
 MUTANTS ?=
 mutate:
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 mutmut run --max-children 1 $(if $(MUTANTS),"$(MUTANTS)",)

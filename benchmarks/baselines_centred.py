@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from icdl.config import TaskConfig, load_config
-from icdl.icl import baselines as bl
-from icdl.icl import kernels as kr
 from icdl.icl import metrics
-from icdl.icl.gd_target import GDTargetBaseline
+from icdl.icl.baselines import kernel as kr
+from icdl.icl.baselines import simple as bl
+from icdl.icl.baselines.gd_target import GDTargetBaseline
 from icdl.icl.tasks import net_spec, sample_batch
 from icdl.io import portable_path
 

@@ -10,9 +10,9 @@ JSON objects (the lines the table is made of).
 
 ``--timing``: seconds of the bound pass against reference GD at three sizes. ``--sweep``: instead, where
 the automatic range resolves without a box as L grows (no compilation: only
-[`icdl.construct.ranges.auto_ranges`][icdl.construct.ranges.auto_ranges] on the prompts of seeds 0-4 of the
-CLI's default network N=3, K=8, d_x=4, n=32, lr 0.1, eps 1e-3), for the paper's and the softmax variant's
-needs: how many of the 5 prompts get a range, and the largest R.
+[`icdl.construct.bounds.ranges.auto_ranges`][icdl.construct.bounds.ranges.auto_ranges] on the prompts of seeds
+0-4 of the CLI's default network N=3, K=8, d_x=4, n=32, lr 0.1, eps 1e-3), for the paper's and the softmax
+variant's needs: how many of the 5 prompts get a range, and the largest R.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from icdl.construct.verify_report import verdict_label
+from icdl.construct.check.report import verdict_label
 
 README = "-N 3 -K 16 --in-dim 8 --out-dim 1 -n 64 -L 10"
 COMMANDS: dict[str, str] = {
@@ -82,13 +82,13 @@ def run(args: list[str]) -> dict[str, object]:
 
 def sweep() -> None:
     from icdl.construct.compile import sample_task_info
-    from icdl.construct.variants import get_variant
+    from icdl.construct.variants.registry import get_variant
     from icdl.errors import InputError
     from icdl.nets import NetSpec
 
     print("| activation | variant | " + " | ".join(f"L={L}" for L in (5, 10, 20, 50)) + " |")
     print("|---|---|---|---|---|---|")
-    from icdl.construct.ranges import auto_ranges
+    from icdl.construct.bounds.ranges import auto_ranges
 
     for act in ("relu", "sigmoid", "tanh", "softplus"):
         for variant in ("paper", "softmax"):
@@ -114,9 +114,9 @@ def sweep() -> None:
 def timing() -> None:
     """Seconds of the bound pass (auto_ranges) against reference GD on the same prompt (seed 0, lr 0.1, no
     box, eps 1e-3, ReLU) at three sizes."""
+    from icdl.construct.bounds.ranges import auto_ranges
     from icdl.construct.compile import sample_task_info
-    from icdl.construct.ranges import auto_ranges
-    from icdl.construct.variants import get_variant
+    from icdl.construct.variants.registry import get_variant
     from icdl.nets import NetSpec, reference_gd
 
     for N, K, dx, n, L, variant in ((3, 16, 8, 64, 10, "paper"), (6, 64, 16, 256, 50, "rows"),

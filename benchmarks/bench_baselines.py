@@ -6,8 +6,8 @@ Run with one thread, e.g.::
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_baselines.py --out bench.json
 
-``--tuned`` instead times only the tuned baselines ``ridge_tuned`` and ``kernel`` (icdl.icl.kernels) on
-``--tuned-prompts`` x ``--tuned-points`` prompts of the centred task (configs/cpu-centred.yaml), λ tuned
+``--tuned`` instead times only the tuned baselines ``ridge_tuned`` and ``kernel`` (icdl.icl.baselines.kernel)
+on ``--tuned-prompts`` x ``--tuned-points`` prompts of the centred task (configs/cpu-centred.yaml), λ tuned
 on 640 held-out prompts first::
 
     OMP_NUM_THREADS=2 python benchmarks/bench_baselines.py --tuned --threads 2
@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 
 from icdl import nets
-from icdl.icl import baselines as bl
-from icdl.icl import kernels as kr
 from icdl.icl import metrics
+from icdl.icl.baselines import kernel as kr
+from icdl.icl.baselines import simple as bl
 from icdl.io import portable_path
 
 SHOW_K = (0, 1, 2, 5, 10, 20, 30, 45)

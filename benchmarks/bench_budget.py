@@ -1,7 +1,8 @@
-"""Measured gradient error against the a-priori budget (icdl.construct.budget), every variant and activation.
+"""Measured gradient error against the a-priori budget (icdl.construct.bounds.budget), every variant and
+activation.
 
 For each variant, activation and seed: compile ``NetSpec(3, 3, 2, 1)`` (n = 6, L = 3, lr = 0.2; eps 1e-3 and
-R = 10, softmax eps 1e-2 and R = 4: the cases of tests/construct/test_budget.py), verify on
+R = 10, softmax eps 1e-2 and R = 4: the cases of tests/construct/bounds/test_budget.py), verify on
 ``sample_task(spec, 6, seed)`` and print one markdown row: verdict, the measured ``max_l eps_l``, the largest
 step budget, the largest step ratio ``eps_l / budget_l``, the largest ``budget_l / ||∇L_n||`` (a step at or
 above 1/2 cannot tell GD from no update: INCONCLUSIVE), the budget's parts (approximation, tolerance) and

@@ -1,7 +1,7 @@
 """Wall time of the full baseline panel of ``icdl evaluate`` on one condition (docs/baselines.md, budgets).
 
-Runs the baselines exactly as ``icdl evaluate`` does (``icdl.icl.eval_parts._run_baselines``, the
-evaluation's defaults: 1,280 test prompts of the ``in-distribution`` suite's condition — 1.5x the training
+Runs the baselines exactly as ``icdl evaluate`` does (``icdl.icl.evaluation.baseline_runs._run_baselines``,
+the evaluation's defaults: 1,280 test prompts of the ``in-distribution`` suite's condition — 1.5x the training
 length —, held-out prompts for tuning, ``mlp_tuned`` on the first 320 prompts, ``gd_target`` on the first
 128 tuned on 32) for a config with optional overrides, and records each baseline's seconds, the total,
 the threads and the load average::
@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 
 from icdl.config import load_config
-from icdl.icl import eval_parts, metrics
-from icdl.icl.evaluate import EvalOptions, parse_baselines
+from icdl.icl.evaluation import baseline_runs as eval_parts
+from icdl.icl.evaluation import metrics
+from icdl.icl.evaluation.evaluate import EvalOptions, parse_baselines
 from icdl.icl.suites import EVAL_SEED, build_suite
 from icdl.io import atomic_write_json
 

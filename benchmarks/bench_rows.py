@@ -43,8 +43,8 @@ def performed_flops(model: Any, batch: int = 1) -> int:
     matrices)."""
     import torch
 
-    from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
-    from icdl.construct.ranged import RowAttention, RowMLP, _merged_groups
+    from icdl.construct.engine.layers import EWML, ReLUAttention, ReLUMLP
+    from icdl.construct.engine.row_layers import RowAttention, RowMLP, _merged_groups
 
     T = model.layout.prefix_tokens + model.n + 1
 
@@ -230,7 +230,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     from icdl import theory
-    from icdl.construct.rows import rows_embedding_dim
+    from icdl.construct.variants.rows import rows_embedding_dim
     from icdl.nets import NetSpec
 
     N, _, dx, dy, n, L = K_SWEEP[0]

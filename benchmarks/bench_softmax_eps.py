@@ -1,12 +1,12 @@
 """GD error of the explicit softmax-attention construction (``--variant softmax``) as a function of eps.
 
-For each activation and eps: compile, verify against reference GD (icdl.construct.verify) and print one
+For each activation and eps: compile, verify against reference GD (icdl.construct.check.verify) and print one
 markdown row: sublayers per step, attention heads, embedding dim D, hidden units per step, unique stored
 coefficients, compile and forward seconds (one prompt, float64, this process), max |w_TF - w_GD|,
-prediction error, the gradient error eps_l (max over steps) and its a-priori budget (icdl.construct.budget),
-the trajectory error ||w_TF - w_GD||_2 after L steps and Corollary 1.1 at the budget, the largest
-range ratio of a product factor along the reference trajectory (<= 1: the products' range assumption
-holds) and the verdict (docs/construction.md, "What PASS guarantees").
+prediction error, the gradient error eps_l (max over steps) and its a-priori budget
+(icdl.construct.bounds.budget), the trajectory error ||w_TF - w_GD||_2 after L steps and Corollary 1.1 at the
+budget, the largest range ratio of a product factor along the reference trajectory (<= 1: the products' range
+assumption holds) and the verdict (docs/construction.md, "What PASS guarantees").
 
     OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py --out docs/results/softmax_eps.json  # the docs
     OMP_NUM_THREADS=1 python benchmarks/bench_softmax_eps.py --point 2,3,2,1,6,3 --eps 1e-2,1e-3
@@ -28,7 +28,7 @@ def row(
     import torch
 
     from icdl.construct import compile_gd_transformer, sample_task, verify
-    from icdl.construct.softmax import model_products, range_ratios, surrogate
+    from icdl.construct.variants.softmax import model_products, range_ratios, surrogate
     from icdl.nets import NetSpec, reference_gd
 
     N, K, dx, dy, n, L = spec_args

@@ -17,7 +17,7 @@ prompt (QK^T and AV with the full T x T score matrix, as the usual 6ND + 12LTd c
 On ``--device cuda`` every model trains under bf16 autocast (``precision: auto``), times are taken
 between ``torch.cuda.synchronize`` calls, and three more rows time the paths of ``docs/training.md``:
 ``icdl-softmax+compile`` (``torch.compile`` of the module), ``icdl-softmax+graph`` (the step of
-``train.cuda_graph``, :class:`icdl.icl.fast.StaticStep`: one CUDA graph replay that also SAMPLES the
+``train.cuda_graph``, :class:`icdl.icl.training.fast.StaticStep`: one CUDA graph replay that also SAMPLES the
 prompts on the device, so it does more work than the other rows, which reuse one fixed batch) and
 ``hf-gpt2-sdpa+compile``. ``% peak`` divides the achieved rate by ``--peak-tflops`` (default 989, the
 dense bf16 rate of an H100/H200 SXM).
@@ -44,9 +44,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from icdl.config import load_config
-from icdl.icl.fast import StaticStep
 from icdl.icl.models import ICLTransformer, build_model
 from icdl.icl.tasks import sample_batch
+from icdl.icl.training.fast import StaticStep
 
 
 @dataclass(frozen=True)

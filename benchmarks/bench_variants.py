@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from icdl.construct.verify_report import verdict_label
+from icdl.construct.check.report import verdict_label
 from icdl.io import portable_command
 
 GRID = ((2, 4, 16, 5), (3, 8, 16, 5), (3, 16, 32, 5))

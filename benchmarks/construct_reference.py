@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from icdl.construct.verify_report import verdict_label
+from icdl.construct.check.report import verdict_label
 
 REFERENCE = ["-N", "3", "-K", "16", "--in-dim", "8", "--out-dim", "1", "-n", "64", "-L", "10"]
 SOFTPLUS = ["-N", "3", "-K", "4", "--in-dim", "3", "--out-dim", "2", "-n", "6", "-L", "3", "--lr", "0.5"]

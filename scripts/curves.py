@@ -3,8 +3,9 @@
 Evaluates every run on every suite with the same options (``icdl evaluate``'s cache is reused when
 current; run-independent baselines — ridge_tuned, kernel, mlp_tuned, gd_target — are computed once for
 all seeds, since the seeds share the test prompts), then writes ``OUT_DIR/NAME.json``
-([`icdl.icl.curves.collect`][icdl.icl.curves.collect]: R² per k per predictor per seed, the aggregate over
-seeds with bands over seeds and prompts, the nonlinear skill) and ``OUT_DIR/NAME.md`` (its tables)::
+([`icdl.icl.evaluation.curves.collect`][icdl.icl.evaluation.curves.collect]: R² per k per predictor per seed,
+the aggregate over seeds with bands over seeds and prompts, the nonlinear skill) and ``OUT_DIR/NAME.md`` (its
+tables)::
 
     OMP_NUM_THREADS=2 PYTHONPATH=src python scripts/curves.py cpu-centred \
         runs/cpu-centred-s0 runs/cpu-centred-s1 runs/cpu-centred-s2 \
@@ -24,8 +25,8 @@ import time
 from pathlib import Path
 
 from icdl.errors import InputError
-from icdl.icl.curves import collect, fill_markers, markdown
-from icdl.icl.evaluate import EvalOptions, evaluate_run, parse_baselines
+from icdl.icl.evaluation.curves import collect, fill_markers, markdown
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, parse_baselines
 from icdl.io import atomic_write_json, atomic_write_text, portable_command
 
 

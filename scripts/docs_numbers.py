@@ -9,7 +9,8 @@ list index is a number, ``field=value`` picks the list element whose ``field`` i
 (two such paths) is their ratio; ``FORMAT`` a Python format spec (``.1e`` writes ``4.1e-15``, exponents
 without ``+`` or leading zeros, as the docs write them; ``,`` writes ``1,749``) — ``.3g`` when omitted.
 The headline tables between ``<!-- curves:NAME -->`` and ``<!-- /curves -->`` come from
-``docs/results/curves/NAME.json`` ([`icdl.icl.curves.fill_markers`][icdl.icl.curves.fill_markers]).
+``docs/results/curves/NAME.json``
+([`icdl.icl.evaluation.curves.fill_markers`][icdl.icl.evaluation.curves.fill_markers]).
 
 ``python scripts/docs_numbers.py`` rewrites README.md and docs/**/*.md in place; ``--check`` only says
 which files would change (exit 1), as ``tests/test_docs_numbers.py`` does.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from icdl.errors import InputError
-from icdl.icl.curves import fill_markers
+from icdl.icl.evaluation.curves import fill_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(

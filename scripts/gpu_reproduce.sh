@@ -14,7 +14,7 @@
 #   (issue 20 asks for SEEDS="0 1 2" and >= 10x the 5,000-step budget: PAPER_STEPS=50000)
 #   DRY_RUN=0   DRY_RUN=1 runs every command at toy size on the CPU (1-layer width-16 models, 3 steps,
 #               prompts of 8 examples, 8 test prompts; a few minutes) -- what tests/test_gpu_script.py runs.
-# CUDA_GRAPH=1 trains with train.cuda_graph=true (the captured step of icdl.icl.fast).
+# CUDA_GRAPH=1 trains with train.cuda_graph=true (the captured step of icdl.icl.training.fast).
 # Wall times of the phases go to $RUNS/timings.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRUCT_TESTS = [
     "tests/construct/test_construct.py",
-    "tests/construct/test_verify.py",
-    "tests/construct/test_verify_localise.py",
-    "tests/construct/test_verify_streaming.py",
-    "tests/construct/test_variant_compact.py",
-    "tests/construct/test_contract.py",
+    "tests/construct/check/test_verify.py",
+    "tests/construct/check/test_verify_localise.py",
+    "tests/construct/check/test_verify_streaming.py",
+    "tests/construct/variants/test_variant_compact.py",
+    "tests/construct/build/test_contract.py",
     "tests/construct/test_construct_store.py",
 ]
 SUMS_TESTS = ["tests/test_relu_sums.py", "tests/cli/test_cli_approx.py"]
@@ -51,14 +51,15 @@ class Mutant:
 
 C, V, S, B, T = (
     "src/icdl/construct/compile.py",
-    "src/icdl/construct/verify.py",
+    "src/icdl/construct/check/verify.py",
     "src/icdl/relu_sums.py",
-    "src/icdl/construct/blocks.py",
-    "src/icdl/construct/terms.py",
+    "src/icdl/construct/build/blocks.py",
+    "src/icdl/construct/engine/terms.py",
 )
-LAY, LYT = "src/icdl/construct/layers.py", "src/icdl/construct/layout.py"
+LAY, LYT = "src/icdl/construct/engine/layers.py", "src/icdl/construct/engine/layout.py"
 RST, IO = "src/icdl/relu_sum_type.py", "src/icdl/io.py"
-STR, PR = "src/icdl/construct/stream.py", "src/icdl/construct/prompt.py"  # the sublayer check; the prompt
+# the sublayer check; the prompt
+STR, PR = "src/icdl/construct/check/stream.py", "src/icdl/construct/build/prompt.py"
 CT, ST = tuple(CONSTRUCT_TESTS), tuple(SUMS_TESTS)
 
 MUTANTS = [
@@ -69,7 +70,7 @@ MUTANTS = [
         "bad = ~torch.isfinite(got) & torch.isfinite(want)",
         "bad = torch.zeros_like(got, dtype=torch.bool)",
         (
-            "tests/construct/test_verify_localise.py::test_a_planted_value_is_named_with_its_sublayer_and_slot",
+            "tests/construct/check/test_verify_localise.py::test_a_planted_value_is_named_with_its_sublayer_and_slot",
         ),
         "slot comparison blind to NaN/inf",
     ),
@@ -78,7 +79,7 @@ MUTANTS = [
         V,
         "ze = z[:n]",
         "ze = z",
-        ("tests/construct/test_verify_localise.py::test_query_inside_the_relu_window_is_not_counted",),
+        ("tests/construct/check/test_verify_localise.py::test_query_inside_the_relu_window_is_not_counted",),
         "relu' window counter counts the query",
     ),
     Mutant(
@@ -91,10 +92,10 @@ MUTANTS = [
     ),
     Mutant(
         "train-skip-rng-restore",
-        "src/icdl/icl/checkpoint.py",
+        "src/icdl/icl/training/checkpoint.py",
         "    _set_rng_state(\n",
         "    (lambda _state: None)(\n",
-        ("tests/icl/test_train_resume_dropout.py",),
+        ("tests/icl/training/test_train_resume_dropout.py",),
         "resume does not restore the global RNG",
     ),
     Mutant(
@@ -102,7 +103,7 @@ MUTANTS = [
         B,
         "units.add([(t, -ctx.gate), (p, -1.0)], [(y, -1.0)])",
         "units.add([(t, -ctx.gate), (p, -1.0)], [(y, 1.0)])",
-        ("tests/construct/test_verify_localise.py::test_readout_of_a_clearly_negative_prediction",),
+        ("tests/construct/check/test_verify_localise.py::test_readout_of_a_clearly_negative_prediction",),
         "readout's negative half has the wrong sign",
     ),
     # -- construction ---------------------------------------------------------------------------
@@ -155,7 +156,7 @@ MUTANTS = [
     ),
     Mutant(
         "compact-not-exact",
-        "src/icdl/construct/compact.py",
+        "src/icdl/construct/variants/compact.py",
         "exact_sums=exact)",
         "exact_sums=False)",
         CT,
@@ -253,7 +254,7 @@ MUTANTS = [
     ),
     Mutant(
         "verify-prediction-layer",
-        "src/icdl/construct/contract.py",  # Reference.value lives in the contract
+        "src/icdl/construct/build/contract.py",  # Reference.value lives in the contract
         'return g.p[len(g.p) - 1 if q == "prediction" else _layer(e, 0)]',
         'return g.p[len(g.p) - 2 if q == "prediction" else _layer(e, 0)]',
         CT,
@@ -336,52 +337,52 @@ AUDIT21 = [
         V,
         "pred_own = forward_query(model, traj_tf[-1], c.prompt.x_query)",
         "pred_own = forward_query(model, traj_gd[-1], c.prompt.x_query)",
-        ("tests/construct/test_verify.py",),
+        ("tests/construct/check/test_verify.py",),
         "max_abs_err_prediction_own_w computed at GD's weights, not the transformer's",
     ),
     Mutant(
         "softmax-products-on-radius",
-        "src/icdl/construct/softmax.py",
+        "src/icdl/construct/variants/softmax.py",
         "bw = weight_range if weight_range is not None else box if box is not None else radius",
         "bw = radius",
-        ("tests/construct/test_products.py", "tests/construct/test_variant_softmax.py"),
+        ("tests/construct/engine/test_products.py", "tests/construct/variants/test_variant_softmax.py"),
         "weight products fitted on the radius R instead of the box B",
     ),
     Mutant(
         "cache-mtime-flipped",
-        "src/icdl/icl/evaluate.py",
+        "src/icdl/icl/evaluation/evaluate.py",
         'ck["mtime"] > old.get("mtime", -1)',
         'ck["mtime"] < old.get("mtime", -1)',
-        ("tests/icl/test_evaluate.py::test_cache_reuse_and_staleness", MANIFEST_T),
+        ("tests/icl/evaluation/test_evaluate.py::test_cache_reuse_and_staleness", MANIFEST_T),
         "eval cache stale when the checkpoint is older, not newer",
     ),
     Mutant(
         "cache-digest-flipped",
-        "src/icdl/icl/cache.py",
+        "src/icdl/icl/evaluation/cache.py",
         'seal_.get("checkpoint_manifest_sha256") == checkpoint_digest(run_dir)',
         'seal_.get("checkpoint_manifest_sha256") != checkpoint_digest(run_dir)',
-        ("tests/icl/test_evaluate.py::test_cache_reuse_and_staleness", MANIFEST_T),
+        ("tests/icl/evaluation/test_evaluate.py::test_cache_reuse_and_staleness", MANIFEST_T),
         "eval cache trusted only when the checkpoint hash differs",
     ),
     Mutant(
         "train-mem-acts-floats",
-        "src/icdl/icl/train.py",
+        "src/icdl/icl/training/train.py",
         "float(host if cuda else host + 4 * acts)",
         "float(host if cuda else host + acts)",
-        ("tests/cli/test_hardening.py", "tests/icl/test_train_estimate.py"),
+        ("tests/cli/test_hardening.py", "tests/icl/training/test_train_estimate.py"),
         "CPU activations counted in floats, not bytes (4x low)",
     ),
     Mutant(
         "train-mem-quarter",
-        "src/icdl/icl/train.py",
+        "src/icdl/icl/training/train.py",
         "float(host if cuda else host + 4 * acts)",
         "float(host if cuda else (host + 4 * acts) / 4)",
-        ("tests/cli/test_hardening.py", "tests/icl/test_train_estimate.py"),
+        ("tests/cli/test_hardening.py", "tests/icl/training/test_train_estimate.py"),
         "CPU training-memory estimate 4x low",
     ),
     Mutant(
         "dense-guard-heads",
-        "src/icdl/construct/tables.py",
+        "src/icdl/construct/engine/sublayers.py",
         "return self.num_heads * (2 * self.head_dim * self.dim + self.dim * self.dim)",
         "return 2 * self.head_dim * self.dim + self.dim * self.dim",
         ("tests/inspect/test_head_pattern_variants.py", "tests/inspect/test_inspect.py"),
@@ -427,15 +428,15 @@ AUDIT21 = [
         LYT,
         "if not 0 <= k < s.size:",
         "if not 0 <= k <= s.size:",
-        ("tests/construct/test_layers.py", "tests/construct/test_layout.py"),
+        ("tests/construct/engine/test_layers.py", "tests/construct/engine/test_layout.py"),
         "Layout.index accepts one past the slot's end",
     ),
     Mutant(
         "expect-tokens-unchecked",
-        "src/icdl/construct/contract.py",
+        "src/icdl/construct/build/contract.py",
         'if self.tokens not in ("all", "query", "data", "prefix"):',
         "if False:",
-        ("tests/construct/test_contract.py",),
+        ("tests/construct/build/test_contract.py",),
         "Expect accepts any token selection",
     ),
     Mutant(

@@ -15,7 +15,7 @@ pytest.importorskip("transformer_lens")
 
 from icdl.construct import compile_gd_transformer, sample_task
 from icdl.construct.compile import CompiledModel
-from icdl.construct.layers import EWML, HeadTable, Role, SoftmaxAttention
+from icdl.construct.engine.layers import EWML, HeadTable, Role, SoftmaxAttention
 from icdl.errors import InputError
 from icdl.export import to_transformer_lens
 from icdl.icl.models import ICLTransformer

@@ -20,19 +20,19 @@ def test_lines_are_counted_per_module_and_unjudged_mutants_are_left_out_of_the_s
     ms = _script()
     text = "\n".join(
         [
-            "    icdl.construct.ranges.x__backward__mutmut_1: killed",
-            "    icdl.construct.ranges.x__backward__mutmut_2: survived",
-            "    icdl.construct.ranges.xǁ_Ivǁmag__mutmut_3: killed",
-            "    icdl.construct.ranges.xǁRangeBoundsǁto_dict__mutmut_1: no tests",
-            "    icdl.construct.ranges.x_trajectory_bounds__mutmut_9: checked",
-            "    icdl.icl.kernels.x_fit__mutmut_1: killed",
+            "    icdl.construct.bounds.ranges.x__backward__mutmut_1: killed",
+            "    icdl.construct.bounds.ranges.x__backward__mutmut_2: survived",
+            "    icdl.construct.bounds.ranges.xǁ_Ivǁmag__mutmut_3: killed",
+            "    icdl.construct.bounds.ranges.xǁRangeBoundsǁto_dict__mutmut_1: no tests",
+            "    icdl.construct.bounds.ranges.x_trajectory_bounds__mutmut_9: checked",
+            "    icdl.icl.baselines.kernel.x_fit__mutmut_1: killed",
             "some other line",
         ]
     )
     table = ms.parse(text)
-    assert set(table) == {"icdl.construct.ranges", "icdl.icl.kernels"}
-    r = table["icdl.construct.ranges"]
+    assert set(table) == {"icdl.construct.bounds.ranges", "icdl.icl.baselines.kernel"}
+    r = table["icdl.construct.bounds.ranges"]
     assert (r["killed"], r["survived"], r["no_tests"], r["not_checked"]) == (2, 1, 1, 1)
     assert ms.score(r) == 2 / 4  # a mutant no test reaches counts against the score; unchecked do not
-    assert ms.score(table["icdl.icl.kernels"]) == 1.0
+    assert ms.score(table["icdl.icl.baselines.kernel"]) == 1.0
     assert ms.score(ms.parse("")["nothing"]) is None

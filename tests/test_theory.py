@@ -478,7 +478,7 @@ def test_theory_names_no_construction_variant() -> None:
     import inspect
     import re
 
-    from icdl.construct.variants import VARIANTS
+    from icdl.construct.variants.registry import VARIANTS
 
     src = inspect.getsource(th)
     for name in VARIANTS:

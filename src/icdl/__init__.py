@@ -8,7 +8,7 @@ arXiv 2411.16549). This package makes that claim runnable and checkable:
 * ``icdl.relu_sums``  — sum-of-ReLU approximations (Definition 4, Lemma 7).
 * ``icdl.theory``     — the paper's sizes, bounds and FLOP counts (corrected where the paper errs).
 * ``icdl.sublayer``   — the self-description every compiled sublayer carries (name, role, sizes, slots).
-* ``icdl.construct.layers`` — ReLU / softmax attention, ReLU MLP and EWML sublayers.
+* ``icdl.construct.engine.layers`` — ReLU / softmax attention, ReLU MLP and EWML sublayers.
 * ``icdl.construct``  — the compiler of Theorem 1 and its verifier.
 * ``icdl.icl``        — tasks, ICL transformers, training, baselines, evaluation, plots.
 * ``icdl.inspect``    — named activations, head patterns and plots for both model kinds.
@@ -28,7 +28,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from icdl import aliases
+
 __version__ = "0.1.0"
+
+aliases.install()  # the old module paths (before issue 32's subpackages) import with a DeprecationWarning
 
 _LAZY: dict[str, str] = {
     # compile and verify (Theorem 1)
@@ -39,10 +43,10 @@ _LAZY: dict[str, str] = {
     "verify": "icdl.construct",
     # pretrain and evaluate (App. F)
     "load_config": "icdl.config",
-    "train": "icdl.icl.train",
-    "load_run": "icdl.icl.train",
+    "train": "icdl.icl.training.train",
+    "load_run": "icdl.icl.training.train",
     "sample_batch": "icdl.icl.tasks",
-    "evaluate_run": "icdl.icl.evaluate",
+    "evaluate_run": "icdl.icl.evaluation.evaluate",
     # look inside
     "run_with_cache": "icdl.inspect",
     "plot_residual": "icdl.inspect",

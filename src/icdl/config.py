@@ -70,7 +70,7 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 class RunConfig(Protocol):
     """What the shared run machinery (checkpoints, resume, logging:
-    [`icdl.icl.checkpoint`][icdl.icl.checkpoint]) needs of a run's config: a
+    [`icdl.icl.training.checkpoint`][icdl.icl.training.checkpoint]) needs of a run's config: a
     [`Config`][icdl.config.Config] or a score run's [`ScoreConfig`][icdl.diffusion.config.ScoreConfig]."""
 
     @property

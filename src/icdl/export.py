@@ -61,8 +61,8 @@ import torch
 from torch import Tensor, nn
 
 from icdl.construct.compile import CompiledModel
-from icdl.construct.layers import ReLUMLP, SoftmaxAttention
-from icdl.construct.tables import Sublayer
+from icdl.construct.engine.layers import ReLUMLP, SoftmaxAttention
+from icdl.construct.engine.sublayers import Sublayer
 from icdl.errors import InputError
 from icdl.hooks import PROMPT, resolve_name
 from icdl.icl.models import ICLTransformer

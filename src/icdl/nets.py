@@ -440,9 +440,10 @@ def backward_deltas(
     ``s(j) = r'(j-1) ⊙ V_{j+1}^T s(j+1)``, with pluggable products.
 
     The one recursion behind [`lemma1_terms`][icdl.nets.lemma1_terms] (exact products), the softmax
-    construction's surrogate (approximate products, [`icdl.construct.softmax`][icdl.construct.softmax]) and
-    the rows construction's deltas ([`icdl.construct.rows`][icdl.construct.rows]). ``transpose`` defaults to
-    ``s @ V`` and ``derivative`` to ``r' * m``.
+    construction's surrogate (approximate products,
+    [`icdl.construct.variants.softmax`][icdl.construct.variants.softmax]) and the rows construction's deltas
+    ([`icdl.construct.variants.rows`][icdl.construct.variants.rows]). ``transpose`` defaults to ``s @ V`` and
+    ``derivative`` to ``r' * m``.
 
     Returns:
         ``(s, back)``: per layer j (index j-1) the delta ``s(j)`` and the vector multiplied into ``r'``

@@ -13,8 +13,8 @@ import pytest
 
 from icdl.cli import main
 from icdl.config import load_config
-from icdl.icl.checkpoint import write_run_config
-from icdl.icl.train import train
+from icdl.icl.training.checkpoint import write_run_config
+from icdl.icl.training.train import train
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = [

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from icdl.cli import main
 from icdl.cli._common import MAX_COUNT
 from icdl.config import load_config
-from icdl.icl.train import train
+from icdl.icl.training.train import train
 
 FAST = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -161,7 +161,7 @@ def test_report_accepts_suite_as_well_as_suites() -> None:
 
 def test_builtin_variants_are_the_registry() -> None:
     from icdl.cli._common import BUILTIN_VARIANTS
-    from icdl.construct.variants import VARIANTS
+    from icdl.construct.variants.registry import VARIANTS
 
     assert tuple(VARIANTS)[: len(BUILTIN_VARIANTS)] == BUILTIN_VARIANTS
 
@@ -176,7 +176,7 @@ def test_evaluate_defaults_and_minimums_are_eval_options() -> None:
     import dataclasses
 
     from icdl.errors import InputError
-    from icdl.icl.evaluate import POOLINGS, EvalOptions
+    from icdl.icl.evaluation.evaluate import POOLINGS, EvalOptions
 
     fields = {f.name: f.default for f in dataclasses.fields(EvalOptions)}
     checked = 0
@@ -198,7 +198,7 @@ def test_evaluate_defaults_and_minimums_are_eval_options() -> None:
 
 def test_align_defaults_are_align_options() -> None:
     from icdl.cli import align as align_cli
-    from icdl.icl.align import DEFAULT_BASELINES, AlignOptions
+    from icdl.icl.analysis.align import DEFAULT_BASELINES, AlignOptions
 
     d, a = _defaults(("align",)), AlignOptions()
     assert d["prompts"] == a.prompts

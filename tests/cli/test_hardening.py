@@ -16,8 +16,8 @@ import pytest
 from icdl.cli import main
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.evaluate import EvalOptions, evaluate_run, load_result, result_path
-from icdl.icl.train import clean_stale_temporaries, find_checkpoint, load_run, train
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, load_result, result_path
+from icdl.icl.training.train import clean_stale_temporaries, find_checkpoint, load_run, train
 
 TINY = ["train.steps=4", "train.checkpoint_every=2", "train.keep_checkpoints=1"]
 

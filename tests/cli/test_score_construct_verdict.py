@@ -15,7 +15,7 @@ import pytest
 
 from icdl.cli import main
 from icdl.cli.construct import EXIT_DEGENERATE, EXIT_FAIL
-from icdl.construct.budget import StepBudget
+from icdl.construct.bounds.budget import StepBudget
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, not an installed copy
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}
@@ -42,8 +42,8 @@ ZERO_BUDGET = """
 import importlib
 import sys
 from icdl.cli import main
-from icdl.construct.budget import StepBudget
-v = importlib.import_module("icdl.construct.verify")  # the package's `verify` is the function
+from icdl.construct.bounds.budget import StepBudget
+v = importlib.import_module("icdl.construct.check.verify")  # the package's `verify` is the function
 v.step_budget = lambda *a, **k: StepBudget(0.0, 0.0, 0.0, 0.0)
 main(sys.argv[1:])
 """
@@ -95,7 +95,8 @@ def test_a_degenerate_seed_is_redrawn_by_default_and_passes(capsys: pytest.Captu
 def test_a_planted_budget_failure_is_fail_and_exits_5(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    verify_module = importlib.import_module("icdl.construct.verify")  # not the package's function `verify`
+    # not the package's function `verify`
+    verify_module = importlib.import_module("icdl.construct.check.verify")
     monkeypatch.setattr(verify_module, "step_budget", lambda *a, **k: StepBudget(0.0, 0.0, 0.0, 0.0))
     code, out, err = run([*GOOD, "--json"], capsys)
     assert code == EXIT_FAIL == 5, err

@@ -10,7 +10,7 @@ from icdl.cli import main
 from icdl.diffusion.config import load_score_config
 from icdl.diffusion.train import train_score
 from icdl.errors import InputError
-from icdl.icl.train import load_run
+from icdl.icl.training.train import load_run
 
 TINY = [
     "train.steps=2", "train.log_every=1", "train.checkpoint_every=2", "train.batch_size=4", "train.warmup=1",

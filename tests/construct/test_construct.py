@@ -8,7 +8,7 @@ import torch
 from icdl import theory
 from icdl.construct import compile_gd_transformer, sample_task
 from icdl.construct.compile import with_steps
-from icdl.construct.layout import SCRATCH
+from icdl.construct.engine.layout import SCRATCH
 from icdl.errors import InputError
 from icdl.nets import NetSpec, forward, gradient, lemma1_terms, project, reference_gd
 

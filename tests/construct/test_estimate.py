@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task
+from icdl.construct.engine.sizes import Sizes, paper_sizes
 from icdl.construct.estimate import construction_estimate
-from icdl.construct.sizes import Sizes, paper_sizes
-from icdl.construct.variants import VARIANTS, get_variant, register, unregister
+from icdl.construct.variants.registry import VARIANTS, get_variant, register, unregister
 from icdl.nets import NetSpec
 
 CASES = [(v, "relu") for v in VARIANTS] + [(v, "sigmoid") for v in ("paper", "rows", "softmax")]

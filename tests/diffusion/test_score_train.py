@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 import icdl.diffusion.train as score_train
 from icdl.diffusion.config import load_score_config
-from icdl.icl.checkpoint import find_checkpoint
+from icdl.icl.training.checkpoint import find_checkpoint
 
 TINY = [
     "train.steps=6", "train.log_every=2", "train.checkpoint_every=2", "train.batch_size=8", "train.warmup=1",

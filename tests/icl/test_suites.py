@@ -7,7 +7,7 @@ import torch
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.evaluate import label_diagnostics, parse_baselines
+from icdl.icl.evaluation.evaluate import label_diagnostics, parse_baselines
 from icdl.icl.suites import EVAL_SEED, Suite, build_suite, depth_ks, eval_points, suite_names
 from icdl.icl.tasks import sample_batch
 

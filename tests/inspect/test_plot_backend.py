@@ -18,7 +18,7 @@ import torch
 
 from icdl.cli.approx import _write_plot
 from icdl.diffusion import plots as dplots
-from icdl.icl import plots as iplots
+from icdl.icl.evaluation import plots as iplots
 from icdl.inspect import plots as xplots
 from icdl.relu_sums import relu_sum_for
 

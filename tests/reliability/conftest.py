@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from icdl.config import load_config
-from icdl.icl.train import train
+from icdl.icl.training.train import train
 
 TINY = ["train.steps=20", "train.checkpoint_every=10", "train.threads=1"]
 

@@ -15,7 +15,7 @@ from icdl.config import load_config
 from icdl.construct import compile_gd_transformer, store
 from icdl.errors import InputError
 from icdl.icl.models import build_model
-from icdl.icl.train import save_checkpoint
+from icdl.icl.training.train import save_checkpoint
 from icdl.io import atomic_dir, file_mode
 from icdl.nets import NetSpec
 

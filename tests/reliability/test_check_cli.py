@@ -12,8 +12,8 @@ import pytest
 
 from icdl.cli import main
 from icdl.construct import compile_gd_transformer, save
-from icdl.icl.evaluate import EvalOptions, evaluate_run, result_path
-from icdl.icl.train import find_checkpoint
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, result_path
+from icdl.icl.training.train import find_checkpoint
 from icdl.nets import NetSpec
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -17,8 +17,8 @@ from test_bounded import assert_one_line_error, run_cli
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.evaluate import EvalOptions, evaluate_run, result_status
-from icdl.icl.train import find_checkpoint, load_run
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, result_status
+from icdl.icl.training.train import find_checkpoint, load_run
 from icdl.manifest import MANIFEST
 
 TINY = ["train.steps=20", "train.checkpoint_every=10", "train.threads=1"]

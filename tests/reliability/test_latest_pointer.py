@@ -16,8 +16,8 @@ from test_bounded import assert_one_line_error, run_cli
 from icdl.config import load_config
 from icdl.diffusion.config import load_score_config
 from icdl.diffusion.train import train_score
-from icdl.icl.checkpoint import find_checkpoint, prepare_run_dir
-from icdl.icl.train import train
+from icdl.icl.training.checkpoint import find_checkpoint, prepare_run_dir
+from icdl.icl.training.train import train
 
 SETS = ["train.steps=30", "train.checkpoint_every=10", "train.keep_checkpoints=2", "train.threads=1"]
 SCORE = [

@@ -14,8 +14,8 @@ from legacy_runs import make_legacy
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.evaluate import EvalOptions, evaluate_run, result_path, result_status
-from icdl.icl.train import find_checkpoint, load_run, train
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, result_path, result_status
+from icdl.icl.training.train import find_checkpoint, load_run, train
 from icdl.manifest import MANIFEST
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from icdl.cli import main
-from icdl.icl.checkpoint import find_checkpoint, verify_checkpoint
+from icdl.icl.training.checkpoint import find_checkpoint, verify_checkpoint
 
 LONG = "x" * 300  # one path component past NAME_MAX (255) on every common file system
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from test_bounded import run_cli
 
-import icdl.icl.checkpoint as checkpoint
+import icdl.icl.training.checkpoint as checkpoint
 from icdl.cli.check import check_run
 from icdl.config import load_config
-from icdl.icl.train import train
+from icdl.icl.training.train import train
 
 SETS = ["train.steps=20", "train.checkpoint_every=10", "train.keep_checkpoints=1", "train.threads=1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from icdl.config import load_config
-from icdl.icl.train import train
+from icdl.icl.training.train import train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 HOLD = "import sys, time; from icdl.runlock import RunLock; RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)"  # noqa: E501

@@ -26,7 +26,7 @@ from test_bounded import assert_one_line_error, run_cli
 
 from icdl.diffusion.config import dump_score_config, load_score_config
 from icdl.diffusion.train import score_run_step, train_score
-from icdl.icl.checkpoint import find_checkpoint
+from icdl.icl.training.checkpoint import find_checkpoint
 from icdl.io import portable_path
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

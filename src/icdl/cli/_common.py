@@ -44,7 +44,7 @@ POSITIVE_FLOAT = PositiveFloat()
 
 class RangeOrAuto(PositiveFloat):
     """``--range``: a finite float > 0, or ``auto`` (bounds from the prompt,
-    [`icdl.construct.ranges`][icdl.construct.ranges])."""
+    [`icdl.construct.bounds.ranges`][icdl.construct.bounds.ranges])."""
 
     name = "positive float or auto"
 
@@ -75,16 +75,17 @@ def count(low: int, high: int = MAX_COUNT) -> click.IntRange:
     return Count(min=low, max=high)
 
 
-#: The built-in construction variants, as [`icdl.construct.variants.VARIANTS`][icdl.construct.variants] lists
-#: them, named here so that ``--help`` shows them without importing torch (tests/cli/test_cli_one_tool.py
-#: checks that they are the registry's).
+#: The built-in construction variants, as
+# [`icdl.construct.variants.registry.VARIANTS`][icdl.construct.variants.registry] lists  them, named here so
+# that ``--help`` shows them without importing torch (tests/cli/test_cli_one_tool.py  checks that they are the
+# registry's).
 BUILTIN_VARIANTS: tuple[str, ...] = ("paper", "compact", "no-ewml", "rows", "softmax")
 
 
 class VariantChoice(click.Choice):
     """``--variant`` (``icdl construct``, ``icdl align``): ``--help`` lists `BUILTIN_VARIANTS`; a value is
-    checked against the registry [`icdl.construct.variants`][icdl.construct.variants] (imported then, with
-    torch), so a variant registered at run time is accepted too."""
+    checked against the registry [`icdl.construct.variants.registry`][icdl.construct.variants.registry]
+    (imported then, with torch), so a variant registered at run time is accepted too."""
 
     def __init__(self) -> None:
         super().__init__(BUILTIN_VARIANTS, case_sensitive=True)
@@ -93,7 +94,7 @@ class VariantChoice(click.Choice):
         from icdl.cli import paused_gc
 
         with paused_gc():  # the first import of torch
-            from icdl.construct.variants import VARIANTS
+            from icdl.construct.variants.registry import VARIANTS
 
         self.choices = tuple(VARIANTS)
         return super().convert(value, param, ctx)
@@ -206,7 +207,7 @@ def relu_sum_options(f: F) -> F:
 
 def relu_sum_options_auto(f: F) -> F:
     """``--eps`` and ``--range R|auto`` (``auto``: R from a-priori bounds on the prompt's GD trajectory,
-    [`icdl.construct.ranges`][icdl.construct.ranges]), for commands that have a prompt."""
+    [`icdl.construct.bounds.ranges`][icdl.construct.bounds.ranges]), for commands that have a prompt."""
     return _apply(
         f,
         _relu_sum_options(

@@ -2,9 +2,10 @@
 
 Per k, the agreement of the run's ICL predictions with each baseline, with L-step GD on the target
 architecture over a grid of (lr, L, init), and with a compiled GD transformer: R² between predictors and the
-cosine of their sensitivities d ŷ / d y_i and d ŷ / d x_query ([`icdl.icl.align`][icdl.icl.align]). Writes
-``RUN_DIR/align/align.json`` and its plots (and a copy to ``--out DIR``), prints a table. Exit codes: 0 ok,
-2 bad input (bad or unfinished run directory, score run, unknown baseline, bad k; one line on stderr).
+cosine of their sensitivities d ŷ / d y_i and d ŷ / d x_query
+([`icdl.icl.analysis.align`][icdl.icl.analysis.align]). Writes ``RUN_DIR/align/align.json`` and its plots (and
+a copy to ``--out DIR``), prints a table. Exit codes: 0 ok, 2 bad input (bad or unfinished run directory,
+score run, unknown baseline, bad k; one line on stderr).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from icdl.cli import paused_gc
 from icdl.cli._common import VariantChoice, check_output, count, emit_json, examples, guard, yes_option
 from icdl.icl.suites import EVAL_SEED
 
-# AlignOptions' defaults (icdl.icl.align), written out here so that --help does not import torch;
+# AlignOptions' defaults (icdl.icl.analysis.align), written out here so that --help does not import torch;
 # tests/cli/test_cli_one_tool.py checks each against AlignOptions, which validates the values again.
 DEFAULT_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
 GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
@@ -173,10 +174,10 @@ def align(
 ) -> None:  # fmt: skip
     """Agreement of a run's ICL predictions with baselines, GD on the target and a compiled model."""
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
-        from icdl.icl.align import AlignOptions, align_estimate, align_run, result_path
-        from icdl.icl.align_plots import plot_alignment
-        from icdl.icl.evaluate import checkpoint_info
-        from icdl.icl.train import read_run_config
+        from icdl.icl.analysis.align import AlignOptions, align_estimate, align_run, result_path
+        from icdl.icl.analysis.align_plots import plot_alignment
+        from icdl.icl.evaluation.evaluate import checkpoint_info
+        from icdl.icl.training.train import read_run_config
     from icdl.io import atomic_write
 
     checkpoint_info(run_dir)  # missing run, no checkpoint, score run: one line, exit 2

@@ -47,7 +47,7 @@ def _guarded(path: Path, check: Callable[[], _T]) -> _T | Item:
 def _check_checkpoint(ck: Path) -> Item | None:
     """The item of one checkpoint; None when it vanished while being read (rotated away by a run that is
     training: that is not damage)."""
-    from icdl.icl.checkpoint import CHECKPOINT_FILES, is_legacy_checkpoint
+    from icdl.icl.training.checkpoint import CHECKPOINT_FILES, is_legacy_checkpoint
     from icdl.manifest import verify_manifest
 
     try:
@@ -63,7 +63,7 @@ def _check_checkpoint(ck: Path) -> Item | None:
 
 
 def _check_cache(path: Path, run: Path) -> Item:
-    from icdl.icl.cache import checkpoint_digest, result_content_sha256
+    from icdl.icl.evaluation.cache import checkpoint_digest, result_content_sha256
 
     data = read_json(path, what="evaluation cache")
     seal = data.get("integrity") if isinstance(data, dict) else None
@@ -81,7 +81,7 @@ def _check_cache(path: Path, run: Path) -> Item:
 def check_run(run: Path) -> list[Item]:
     """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory (of
     ``icdl train`` or ``icdl score train``)."""
-    from icdl.icl.checkpoint import find_checkpoint, is_score_run, pointer_problem, read_run_config
+    from icdl.icl.training.checkpoint import find_checkpoint, is_score_run, pointer_problem, read_run_config
 
     score = is_score_run(run)
 

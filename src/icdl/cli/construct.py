@@ -257,7 +257,8 @@ def construct(
 def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str, gd: dict[str, Any]) -> Any:
     """The prompt ``(x, y, x_query, w0)`` of ``task = (examples, seed, raw_task)``: the draw `_run` verifies
     on (``gd``: the run's ``lr``, ``steps`` and ``box``, which decide what is degenerate)."""
-    from icdl.construct.compile import DTYPES, sample_task_info
+    from icdl.construct.compile import sample_task_info
+    from icdl.construct.config import DTYPES
 
     examples, seed, raw = task
     t = sample_task_info(
@@ -297,7 +298,7 @@ def _config(
     dtype: str,
     task: tuple[int, int, bool],
 ) -> Any:
-    """The [`GDConfig`][icdl.construct.compile.GDConfig] of the command's options (checked there: one line,
+    """The [`GDConfig`][icdl.construct.config.GDConfig] of the command's options (checked there: one line,
     exit 2); ``--range auto`` is resolved on the prompt of ``task = (examples, seed, raw_task)``, before
     the estimate."""
     from icdl.construct import GDConfig
@@ -374,10 +375,10 @@ def _run(
 ) -> _Run:
     """Compile ``config`` and verify it on a prompt sampled from ``seed`` (redrawn while degenerate unless
     ``raw_task``). The model runs once: the forward time is that of the verified run, the sublayer check's
-    own time left out ([`trace`][icdl.construct.verify.trace])."""
+    own time left out ([`trace`][icdl.construct.check.verify.trace])."""
     from icdl.construct import compile_gd_transformer
+    from icdl.construct.check.verify import verify
     from icdl.construct.compile import default_tol, sample_task_info
-    from icdl.construct.verify import verify
 
     t0 = time.perf_counter()
     model = compile_gd_transformer(config)

@@ -54,7 +54,7 @@ def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes
 
     if not skip_train:  # the pretraining part is the only sizeable one: check it before anything runs
         from icdl.config import load_config
-        from icdl.icl.train import train_estimate
+        from icdl.icl.training.train import train_estimate
 
         check_output(out, "--out", directory=True)
         overrides = [] if steps is None else [f"train.steps={steps}"]
@@ -132,7 +132,7 @@ DEMO_KS = (1, 5, 10, 15)
 
 def _run_centred_part(ctx: click.Context, paper_run: Path) -> None:
     from icdl.cli.evaluate import evaluate
-    from icdl.icl.evaluate import load_result
+    from icdl.icl.evaluation.evaluate import load_result
 
     _banner("6. The same model on the centred task, where averaging scores 0 (suite centred)")
     ctx.invoke(

@@ -68,7 +68,7 @@ def _summary_lines(res: dict) -> list[str]:
 
 def verdict_footnote(level: float) -> str:
     """What ``ICL beats / matches / trails (a-b)`` next to a baseline means (the paired band of
-    [`icdl.icl.evaluate`][icdl.icl.evaluate])."""
+    [`icdl.icl.evaluation.evaluate`][icdl.icl.evaluation.evaluate])."""
     return (
         f"  ICL beats / matches / trails (a-b): the {level:.0%} paired bootstrap band of the mean of "
         "R²(ICL) - R²(baseline) over k = a..b lies above 0 / contains 0 / lies below 0; 'matches' means no "
@@ -76,8 +76,9 @@ def verdict_footnote(level: float) -> str:
     )
 
 
-# EvalOptions' defaults and lower bounds (icdl.icl.evaluate), written out here so that --help does not import
-# torch; tests/cli/test_cli_one_tool.py checks each against EvalOptions, which validates the values again.
+# EvalOptions' defaults and lower bounds (icdl.icl.evaluation.evaluate), written out here so that --help does
+# not import torch; tests/cli/test_cli_one_tool.py checks each against EvalOptions, which validates the values
+# again.
 POOLINGS = ("pooled", "batch_mean")
 
 
@@ -182,7 +183,7 @@ def evaluate(
     from icdl.errors import InputError
 
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
-        from icdl.icl.evaluate import (
+        from icdl.icl.evaluation.evaluate import (
             EvalOptions,
             checkpoint_info,
             evaluate_estimate,
@@ -191,7 +192,7 @@ def evaluate(
             result_path,
         )
     from icdl.icl.suites import suite_names
-    from icdl.icl.train import read_run_config
+    from icdl.icl.training.train import read_run_config
 
     checkpoint_info(run_dir)  # bad run directory: one line, exit 2
     check_output(run_dir / "eval", "the evaluation cache folder", directory=True)

@@ -87,10 +87,15 @@ def report(
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
-        from icdl.icl.evaluate import EvalOptions, checkpoint_info, evaluate_estimate, parse_baselines
-        from icdl.icl.report import REPORT_SUITES, build_report
+        from icdl.icl.evaluation.evaluate import (
+            EvalOptions,
+            checkpoint_info,
+            evaluate_estimate,
+            parse_baselines,
+        )
+        from icdl.icl.evaluation.report import REPORT_SUITES, build_report
         from icdl.icl.suites import EVAL_SEED, suite_names
-        from icdl.icl.train import read_run_config
+        from icdl.icl.training.train import read_run_config
 
     if out is None:
         out = run_dirs[0] / "report" if len(run_dirs) == 1 else Path("report")

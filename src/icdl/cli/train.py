@@ -77,8 +77,8 @@ def train(
     if print_config:
         click.echo(dump_config(cfg), nl=False)
         return
-    from icdl.icl.train import TrainingDiverged, dist_from_env, find_checkpoint, train_estimate
-    from icdl.icl.train import train as run_training
+    from icdl.icl.training.train import TrainingDiverged, dist_from_env, find_checkpoint, train_estimate
+    from icdl.icl.training.train import train as run_training
 
     run_dir = out if out is not None else Path("runs") / cfg.name
     check_output(run_dir, "--out", directory=True)
@@ -132,7 +132,7 @@ def train(
 def _launch(argv: list[str], nproc: int) -> None:
     """Start the workers (the parent has checked everything a worker would check first) and exit with
     the first failing worker's own code, after one line."""
-    from icdl.icl.launch import LaunchFailed, launch
+    from icdl.icl.training.launch import LaunchFailed, launch
 
     try:
         launch(argv, nproc)

@@ -22,26 +22,25 @@ normalisation of docs/construction.md), so the model records n and rejects promp
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from icdl import hooks
-from icdl.construct._kernels import Written, run_layers
-from icdl.construct.context import BuildContext
-from icdl.construct.layers import Sublayer
-from icdl.construct.layout import Layout
-from icdl.construct.prompt import build_prompt
-from icdl.construct.ranges import naming_auto_range, resolve_auto_range
+from icdl.construct.bounds.ranges import naming_auto_range, resolve_auto_range
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.prompt import build_prompt
+from icdl.construct.config import GDConfig, PromptTensors, default_delta, default_tol
+from icdl.construct.engine.kernels import Written, run_layers
+from icdl.construct.engine.layers import Sublayer
+from icdl.construct.engine.layout import Layout
+from icdl.construct.engine.terms import SumTerms, Terms, activation_terms, loss_terms
 from icdl.construct.task import SampledTask, sample_task, sample_task_info, task_is_degenerate
-from icdl.construct.terms import Terms, activation_terms, loss_terms
-from icdl.construct.variants import get_variant
+from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError, reject_unknown_keywords
-from icdl.nets import NetSpec, get_loss
+from icdl.nets import NetSpec
 from icdl.sublayer import SublayerInfo
 
 __all__ = [
@@ -61,9 +60,6 @@ __all__ = [
     "sample_task_info",
     "task_is_degenerate",
 ]
-
-DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
-
 
 @dataclass(frozen=True)
 class TracePoint:
@@ -95,187 +91,6 @@ class TracePoint:
 TraceFn = Callable[[TracePoint, Tensor], "Tensor | None"]
 
 
-def default_delta(dtype: str) -> float:
-    """Default width of the relu' step window: 1e-9 in float64, 1e-5 in float32 (the step needs
-    ``radius / delta`` below 2^mantissa so that ``X - 1`` is exact, see
-    [`icdl.construct.terms`][icdl.construct.terms])."""
-    return 1e-9 if dtype == "float64" else 1e-5
-
-
-def default_tol(dtype: str) -> float:
-    """Default relative tolerance of the sublayer check
-    ([`icdl.construct.verify.verify`][icdl.construct.verify.verify]): 1e-9 in float64, 1e-4 in float32 (a
-    valid float32 model's sublayers agree with their float32 reference only to a few hundred units of
-    round-off, 2^-24 ~ 6e-8 each)."""
-    return 1e-9 if dtype == "float64" else 1e-4
-
-
-@dataclass(frozen=True)
-class GDConfig:
-    """What to compile.
-
-    Attributes:
-        spec: the network (paper Definition 1 / 10).
-        loss: loss name (``icdl.nets.LOSSES``).
-        lr: GD step size eta.
-        steps: L, the number of GD steps (blocks).
-        n: number of in-context examples (prompts have n + 1 tokens).
-        eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
-        radius: range ``[-R, R]`` of the fitted sums and of the products' non-weight factors
-            ([`GDConfig.create`][icdl.construct.compile.GDConfig.create] with ``radius="auto"`` sets it from
-            the prompt, [`icdl.construct.ranges`][icdl.construct.ranges]).
-        delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
-        box: box projection bound B (None: unprojected GD).
-        gate: constant C of the query gate (Lemma 4) and readout; must exceed every |u| and |p(N)|.
-        variant: construction name (``icdl.construct.variants``).
-        dtype: ``"float64"`` (verification) or ``"float32"``.
-        weight_range: range of the weight factor of the products (the softmax variant's ``v * p`` and
-            ``v * s``); None: the box B, or R without a box.
-        auto_range: whether ``radius`` (and ``weight_range``) were set by ``radius="auto"`` (a record: the
-            config itself holds the resolved numbers, so a saved model recompiles to the same weights).
-    """
-
-    spec: NetSpec
-    loss: str = "squared"
-    lr: float = 0.1
-    steps: int = 1
-    n: int = 16
-    eps: float = 1e-3
-    radius: float = 10.0
-    delta: float | None = None
-    box: float | None = None
-    gate: float = 1e6
-    variant: str = "paper"
-    dtype: str = "float64"
-    weight_range: float | None = None
-    auto_range: bool = False
-
-    def __post_init__(self) -> None:
-        get_loss(self.loss)
-        variant = get_variant(self.variant)
-        if self.dtype not in DTYPES:
-            raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if isinstance(self.radius, str):
-            raise InputError(
-                f"radius must be a number > 0, got {self.radius!r} "
-                '(radius="auto" is resolved by GDConfig.create(..., prompt=(x, y, x_query, w0)))'
-            )
-        ints: tuple[tuple[str, int, int], ...] = (("steps", self.steps, 0), ("n (examples)", self.n, 1))
-        for name, iv, low in ints:
-            if not isinstance(iv, int) or isinstance(iv, bool) or iv < low:
-                raise InputError(f"{name} must be an integer >= {low}, got {iv!r}")
-        floats: tuple[tuple[str, float], ...] = (
-            ("lr", self.lr),
-            ("eps", self.eps),
-            ("radius", self.radius),
-            ("gate", self.gate),
-        )
-        for name, v in floats:
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise InputError(f"{name} must be a finite number > 0, got {v!r}")
-        for name, opt in (("box", self.box), ("weight_range", self.weight_range)):
-            if opt is not None and (not isinstance(opt, (int, float)) or not math.isfinite(opt) or opt <= 0):
-                raise InputError(f"{name} must be a finite number > 0, got {opt!r}")
-        if self.delta is None:
-            object.__setattr__(self, "delta", default_delta(self.dtype))
-        assert self.delta is not None
-        if not math.isfinite(self.delta) or self.delta <= 0:
-            raise InputError(f"delta must be a finite number > 0, got {self.delta!r}")
-        mant = round(-math.log2(torch.finfo(DTYPES[self.dtype]).eps)) + 1  # 53 or 24
-        if self.radius / self.delta >= 2.0 ** (mant - 1):
-            raise InputError(
-                f"delta={self.delta:g} is too small for {self.dtype}: the relu' step needs "
-                f"radius/delta < 2^{mant - 1} "
-                f"(use delta >= {self.radius / 2.0 ** (mant - 1):.1e})"
-            )
-        if variant.check is not None:
-            variant.check(self)  # a variant's own limits (raises InputError)
-
-    @classmethod
-    def create(
-        cls,
-        spec: NetSpec,
-        *,
-        projection: str = "none",
-        box: float | None = None,
-        radius: float | str = 10.0,
-        prompt: PromptTensors | None = None,
-        **kw: Any,
-    ) -> GDConfig:
-        """A config from user-facing options: ``projection`` is ``"none"`` or ``"box"`` (which needs
-        ``box``, the bound B of ``W = {|w_c| <= B}``). The one place that checks the projection options.
-
-        ``radius="auto"`` (with ``prompt=(x, y, x_query, w0)``) sets the range R, and the softmax variant's
-        weight range, from a-priori bounds along the whole GD trajectory on that prompt
-        ([`resolve_auto_range`][icdl.construct.ranges.resolve_auto_range]); the result holds the numbers
-        and ``auto_range=True``."""
-        if projection not in ("none", "box"):
-            raise InputError(f"projection must be 'none' or 'box', got {projection!r}")
-        if projection == "box" and box is None:
-            raise InputError("projection 'box' needs a bound: pass box=B (--box B)")
-        if projection == "none" and box is not None:
-            raise InputError("box is only used with projection 'box' (--projection box)")
-        known = [f.name for f in fields(cls) if f.name not in ("spec", "box", "radius")]
-        known += ["projection", "box", "radius", "prompt"]
-        reject_unknown_keywords({k: v for k, v in kw.items() if k not in known}, known, "GDConfig.create")
-        if radius == "auto":
-            if prompt is None:
-                raise InputError(
-                    'radius="auto" (--range auto) needs the prompt: pass prompt=(x, y, x_query, w0)'
-                )
-            cfg = cls(spec=spec, box=box, **kw)
-            return resolve_auto_range(cfg, prompt, get_variant(cfg.variant).range_needs)
-        if isinstance(radius, str):
-            raise InputError(f'radius must be a number > 0 or "auto", got {radius!r}')
-        return cls(spec=spec, box=box, radius=radius, **kw)
-
-    @property
-    def projection(self) -> str:
-        return "none" if self.box is None else "box"
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["spec"] = {k: v for k, v in d["spec"].items() if not k.startswith("_")}
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GDConfig:
-        return cls(**{**d, "spec": NetSpec(**d["spec"])})
-
-
-#: A prompt ``(x, y, x_query, w0)``: ``(n, d_x)``, ``(n, d_y)``, ``(d_x,)``, ``(P,)``.
-PromptTensors = tuple[Tensor, Tensor, Tensor, Tensor]
-
-
-@dataclass
-class SumTerms:
-    """The conditioned ReLU sums a model uses: ``r`` and ``r_prime`` per layer (index j-1), ``u``."""
-
-    r: tuple[Terms, ...]
-    r_prime: tuple[Terms, ...]
-    u: Terms
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "r": [t.to_dict() for t in self.r],
-            "r_prime": [t.to_dict() for t in self.r_prime],
-            "u": self.u.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SumTerms:
-        return cls(
-            r=tuple(Terms.from_dict(t) for t in d["r"]),
-            r_prime=tuple(Terms.from_dict(t) for t in d["r_prime"]),
-            u=Terms.from_dict(d["u"]),
-        )
-
-
 def _fetch_terms(cfg: GDConfig) -> SumTerms:
     spec = cfg.spec
     delta = cfg.delta
@@ -301,7 +116,7 @@ class CompiledModel(nn.Module):
     """The compiled transformer: ``L`` applications of one block of sublayers, then the readout.
 
     Attributes:
-        config: the [`GDConfig`][icdl.construct.compile.GDConfig] it was compiled from.
+        config: the [`GDConfig`][icdl.construct.config.GDConfig] it was compiled from.
         layout: the token layout.
         block: the sublayers of one GD step (``2N+4`` for the paper's variant), each with a typed ``.info``.
         readout: the readout sublayers (``N+1``).
@@ -417,7 +232,7 @@ class CompiledModel(nn.Module):
     def read_weights(self, H: Tensor, token: int = -1) -> Tensor:
         """The weights w, shape ``(B, P)``: the W slot of one token (default: the query) in the paper's
         layout, the row tokens in a layout that keeps w there
-        ([`Layout.read_weights`][icdl.construct.layout.Layout.read_weights])."""
+        ([`Layout.read_weights`][icdl.construct.engine.layout.Layout.read_weights])."""
         return self.layout.read_weights(H, token)
 
     def read_prediction(self, H: Tensor) -> Tensor:
@@ -439,9 +254,9 @@ class CompiledModel(nn.Module):
         ``reuse`` (default: without ``trace``) writes the states into two buffers in turn, the same values
         without a fresh state per sublayer: a traced state lives until the sublayer after next returns.
         ``inplace`` (default: ``reuse`` without ``trace``) runs the sublayers that are additions at fixed
-        places ([`Sublayer.delta`][icdl.construct.tables.Sublayer.delta]) in the state itself, the same
-        values again: ``point.written`` says where they wrote and what was there, and a traced state lives
-        until the next sublayer. ``H`` is never written."""
+        places ([`Sublayer.delta`][icdl.construct.engine.sublayers.Sublayer.delta]) in the state itself, the
+        same values again: ``point.written`` says where they wrote and what was there, and a traced state
+        lives until the next sublayer. ``H`` is never written."""
         reuse = trace is None if reuse is None else reuse
         inplace = reuse and trace is None if inplace is None else inplace
         self.check_prompt(H)
@@ -536,10 +351,10 @@ def compile_gd_transformer(
     """Compile the transformer that runs ``steps`` projected-GD steps over n-example prompts (Theorem 1:
     L identical blocks, each one GD step).
 
-    Pass a [`GDConfig`][icdl.construct.compile.GDConfig] alone, or a [`NetSpec`][icdl.nets.NetSpec] and
-    keyword options (their meaning and defaults are those of [`GDConfig`][icdl.construct.compile.GDConfig];
+    Pass a [`GDConfig`][icdl.construct.config.GDConfig] alone, or a [`NetSpec`][icdl.nets.NetSpec] and
+    keyword options (their meaning and defaults are those of [`GDConfig`][icdl.construct.config.GDConfig];
     ``projection``/``box`` and ``radius="auto"`` with ``prompt`` are resolved by
-    [`GDConfig.create`][icdl.construct.compile.GDConfig.create]):
+    [`GDConfig.create`][icdl.construct.config.GDConfig.create]):
 
     ```python
     compile_gd_transformer(spec, steps=5, n=16, projection="box", box=0.5)
@@ -555,7 +370,7 @@ def compile_gd_transformer(
         eps: target sup error of every fitted ReLU sum (ignored where sums are exact).
         radius: range ``[-R, R]`` of the fitted sums, or ``"auto"`` (needs ``prompt``): from a-priori
             bounds along the GD trajectory on that prompt.
-        delta: relu' step window (None: [`default_delta`][icdl.construct.compile.default_delta]).
+        delta: relu' step window (None: [`default_delta`][icdl.construct.config.default_delta]).
         projection: ``"none"`` (plain GD) or ``"box"`` (projected GD onto ``{|w_c| <= box}``).
         box: the box bound B (only with ``projection="box"``).
         gate: constant C of the query gate (Lemma 4) and readout.

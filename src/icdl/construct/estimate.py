@@ -2,9 +2,10 @@
 closed-form sizes, per construction variant.
 
 Each variant states its own sizes and costs (``Variant.sizes``, ``Variant.costs``;
-[`icdl.construct.sizes`][icdl.construct.sizes]): this module looks them up through the registry
-([`icdl.construct.variants`][icdl.construct.variants]) and calls only those closed forms: no builder runs, so
-a size is refused before any variant does work. A name not registered gets the paper's sizes and costs.
+[`icdl.construct.engine.sizes`][icdl.construct.engine.sizes]): this module looks them up through the registry
+([`icdl.construct.variants.registry`][icdl.construct.variants.registry]) and calls only those closed forms: no
+builder runs, so a size is refused before any variant does work. A name not registered gets the paper's sizes
+and costs.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import math
 
 from icdl._arith import check_int, safe_float
 from icdl.budget import Estimate
-from icdl.construct.sizes import CONSTRUCT_FLOPS, DENSE_COSTS, CostInputs, paper_sizes
-from icdl.construct.variants import VARIANTS
+from icdl.construct.engine.sizes import CONSTRUCT_FLOPS, DENSE_COSTS, CostInputs, paper_sizes
+from icdl.construct.variants.registry import VARIANTS
 from icdl.nets import NetSpec
 from icdl.theory import EXACT_LOSS_TERMS, EXACT_TERMS, Projection, readout_sublayers
 
@@ -27,7 +28,7 @@ STREAM_STATES = 8
 # stacked copy and the difference's temporaries.
 TRAJECTORIES = 5
 # Hessian-vector products of the default L_f estimate: 20 at the first point, 5 at each of 7 more
-# (icdl.construct.verify.LIPSCHITZ_POINTS), plus one gradient per point.
+# (icdl.construct.check.verify.LIPSCHITZ_POINTS), plus one gradient per point.
 LIPSCHITZ_HVPS = 20 + 7 * 5 + 8
 # Fixed cost of one sublayer, whatever its size: the untraced and the checked forward's module calls and
 # the comparison's Python work (measured 0.7 ms per sublayer for NetSpec(2, 2, 2, 1), n = 3, L = 200 and
@@ -74,8 +75,8 @@ def construction_estimate(
     variant; the paper's for a name not registered).
 
     Memory: the verifier checks every sublayer as the model runs
-    ([`icdl.construct.stream`][icdl.construct.stream]), so it holds a few ``T x D`` states (the prompt,
-    the state before and after the sublayer, the sublayer's own output buffer and temporaries: the
+    ([`icdl.construct.check.stream`][icdl.construct.check.stream]), so it holds a few ``T x D`` states (the
+    prompt, the state before and after the sublayer, the sublayer's own output buffer and temporaries: the
     variant's ``Costs.states``, else `STREAM_STATES`), the two weight trajectories, their stacked copy and
     differences (`TRAJECTORIES` ``(L+1) x P`` float64), the stored coefficients and cached gather plans of
     the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).

@@ -11,7 +11,7 @@ of silently computing something else.
 The hash only proves the files are unmodified since someone computed it, not that they are consistent: a
 hand-edited ``lr`` with the hash recomputed would report one step size and compute with another. So
 [`load`][icdl.construct.store.load] also compiles the model afresh from the saved
-[`GDConfig`][icdl.construct.compile.GDConfig] (what ``icdl construct`` does) and requires the loaded one to
+[`GDConfig`][icdl.construct.config.GDConfig] (what ``icdl construct`` does) and requires the loaded one to
 agree with it exactly: layout, ReLU sums, summary, the block and readout lists (class, name, kind, sizes) and
 every weight/index tensor (dtype, shape, bytes). Every failure to load (missing, truncated, corrupt, tampered,
 inconsistent) is one [`InputError`][icdl.errors.InputError] line that names the file.
@@ -31,9 +31,9 @@ from safetensors.torch import save as save_bytes
 
 from icdl import __version__
 from icdl.construct.compile import CompiledModel, GDConfig, SumTerms, compile_gd_transformer
-from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
-from icdl.construct.ranged import RowAttention, RowMLP
-from icdl.construct.variants import get_variant
+from icdl.construct.engine.layers import EWML, ReLUAttention, ReLUMLP, Role, SoftmaxAttention, Sublayer
+from icdl.construct.engine.row_layers import RowAttention, RowMLP
+from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError
 from icdl.io import atomic_dir, one_line, read_json
 from icdl.sublayer import SublayerInfo

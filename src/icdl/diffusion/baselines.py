@@ -1,8 +1,9 @@
 """Score estimators with the ICL model's signature, for prompts ``((x_t, t), y)`` of the score task.
 
-Every estimator is a *causal predictor* like [`icdl.icl.baselines`][icdl.icl.baselines]: ``__call__(xs, ys) ->
-preds`` with ``xs (B, n, d + 1) = [x_t, t]``, ``ys (B, n, d)`` DSM targets, and ``preds[:, j]`` the score
-estimate at query ``xs[:, j]`` from the context ``(xs[:, i], ys[:, i]), i < j`` only.
+Every estimator is a *causal predictor* like [`icdl.icl.baselines.simple`][icdl.icl.baselines.simple]:
+``__call__(xs, ys) -> preds`` with ``xs (B, n, d + 1) = [x_t, t]``, ``ys (B, n, d)`` DSM targets, and
+``preds[:, j]`` the score estimate at query ``xs[:, j]`` from the context ``(xs[:, i], ys[:, i]), i < j``
+only.
 
 The context reveals its clean points: ``alpha_i x_0,i = x_t,i + h_i y_i``
 ([`context_x0`][icdl.diffusion.baselines.context_x0]), so the closed-form estimators work on the recovered
@@ -25,7 +26,7 @@ The context reveals its clean points: ``alpha_i x_0,i = x_t,i + h_i y_i``
 * [`ContextMLP`][icdl.diffusion.baselines.ContextMLP] — an N-layer ReLU score network ``[x_t, t] -> R^d``
   (biases, linear output) trained on the k context pairs by full-batch Adam on the h-weighted DSM loss, one
   per prompt and k (all prompts in parallel, as
-  [`icdl.icl.baselines.MLPBaseline`][icdl.icl.baselines.MLPBaseline]).
+  [`icdl.icl.baselines.simple.MLPBaseline`][icdl.icl.baselines.simple.MLPBaseline]).
 
 [`score_fn`][icdl.diffusion.baselines.score_fn] turns any causal predictor and a context into a function ``(x
 (M, d), t) -> (M, d)`` for the samplers ([`icdl.diffusion.sampler`][icdl.diffusion.sampler]).
@@ -45,7 +46,7 @@ from torch import Tensor
 
 from icdl.diffusion.task import ou_alpha, ou_h
 from icdl.errors import InputError
-from icdl.icl.baselines import check_prompts
+from icdl.icl.baselines.simple import check_prompts
 from icdl.nets import NetSpec, flatten, forward, init_weights, reference_gd, unflatten
 
 __all__ = [

@@ -139,8 +139,8 @@ def score_gd_prompt(
 def verify_score_gd(
     model: CompiledModel, seed: int = 0, task: ScoreTaskConfig | None = None, *, nondegenerate: bool = True
 ) -> VerifyReport:
-    """[`icdl.construct.verify`][icdl.construct.verify] of ``model`` on a score-task prompt from ``seed``
-    (redrawn while degenerate unless ``nondegenerate=False``)."""
+    """[`icdl.construct.check.verify`][icdl.construct.check.verify] of ``model`` on a score-task prompt from
+    ``seed`` (redrawn while degenerate unless ``nondegenerate=False``)."""
     spec = model.spec
     prompt = score_gd_prompt_info(
         spec.out_dim, spec.depth, spec.width, model.n, seed=seed, task=task, nondegenerate=nondegenerate

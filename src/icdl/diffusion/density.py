@@ -39,7 +39,7 @@ from icdl.diffusion.baselines import ScoreFn, context_x0
 from icdl.diffusion.config import ScoreTaskConfig
 from icdl.diffusion.task import ou_alpha, ou_h
 from icdl.errors import InputError
-from icdl.icl.baselines import check_prompts
+from icdl.icl.baselines.simple import check_prompts
 
 __all__ = ["KDEScore", "MixtureFitScore", "PopulationScore", "mixture_log_density", "mixture_score"]
 

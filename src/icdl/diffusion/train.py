@@ -8,9 +8,9 @@ AdamW, linear warm-up, constant or cosine schedule and clipping follow ``train``
 ([`icdl.config.TrainConfig`][icdl.config.TrainConfig]); the model is
 [`icdl.icl.models.ICLTransformer`][icdl.icl.models.ICLTransformer] with ``d_x = d + 1``, ``d_y = d``.
 
-One run format with ``icdl train`` ([`icdl.icl.train`][icdl.icl.train]), built from the same pieces
-([`icdl.icl.checkpoint`][icdl.icl.checkpoint], [`icdl.icl.interval`][icdl.icl.interval],
-[`icdl.runlock`][icdl.runlock]):
+One run format with ``icdl train`` ([`icdl.icl.training.train`][icdl.icl.training.train]), built from the same
+pieces ([`icdl.icl.training.checkpoint`][icdl.icl.training.checkpoint],
+[`icdl.icl.training.interval`][icdl.icl.training.interval], [`icdl.runlock`][icdl.runlock]):
 
 ```text
 RUN/config.yaml                                  the resolved ScoreConfig
@@ -46,7 +46,8 @@ from safetensors.torch import load_file
 from icdl.diffusion.config import ScoreConfig, dump_score_config, validate_score_config
 from icdl.diffusion.task import ou_h, sample_score_batch
 from icdl.errors import InputError
-from icdl.icl.checkpoint import (
+from icdl.icl.models import ICLTransformer, build_model
+from icdl.icl.training.checkpoint import (
     clean_stale_temporaries,
     find_checkpoint,
     make_optimizer,
@@ -58,9 +59,8 @@ from icdl.icl.checkpoint import (
     verify_checkpoint,
     write_run_config,
 )
-from icdl.icl.interval import Interval, Log
-from icdl.icl.models import ICLTransformer, build_model
-from icdl.icl.train import lr_at  # the same warm-up + cosine schedule as icdl train
+from icdl.icl.training.interval import Interval, Log
+from icdl.icl.training.train import lr_at  # the same warm-up + cosine schedule as icdl train
 from icdl.io import one_line
 from icdl.runlock import RunLock
 

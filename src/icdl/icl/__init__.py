@@ -2,8 +2,8 @@
 
 * [`icdl.icl.tasks`][icdl.icl.tasks]  — random N-layer network tasks, ``sample_batch(cfg, B, seed=, step=)``.
 * [`icdl.icl.models`][icdl.icl.models] — ``ICLTransformer`` (softmax or ReLU attention), ``build_model``.
-* [`icdl.icl.train`][icdl.icl.train]  — ``train(cfg, run_dir)``, ``load_run(run_dir) -> (model, cfg)``
-  (``load_run`` is re-exported here; ``train`` is not, since the name is the submodule's).
+* [`icdl.icl.training.train`][icdl.icl.training.train]  — ``train(cfg, run_dir)``, ``load_run(run_dir) ->
+  (model, cfg)`` (``load_run`` is re-exported here; ``train`` is not, since the name is the submodule's).
 
 Every predictor in this package (the ICL model and every baseline) has the signature
 ``predict(xs (B, n, d_x), ys (B, n, d_y)) -> (B, n, d_y)``, where output row i uses only
@@ -22,7 +22,7 @@ _LAZY = {
     "build_model": "icdl.icl.models",
     "PromptBatch": "icdl.icl.tasks",
     "sample_batch": "icdl.icl.tasks",
-    "load_run": "icdl.icl.train",
+    "load_run": "icdl.icl.training.train",
 }
 
 

@@ -145,9 +145,9 @@ def mse_curve(preds: Tensor, ys: Tensor) -> Tensor:
 def nonlinear_skill(preds: Tensor, linear_preds: Tensor, ys: Tensor) -> Tensor:
     """Nonlinear skill per k: ``1 - MSE_pred(k) / MSE_lin(k)``, ``(n,)`` float64 (docs/baselines.md).
 
-    ``linear_preds`` are the best linear predictor's (``ridge_tuned``, [`icdl.icl.kernels`][icdl.icl.kernels])
-    on the SAME prompts. The skill is the share of the variance left by the best linear predictor that
-    ``preds``
+    ``linear_preds`` are the best linear predictor's (``ridge_tuned``,
+    [`icdl.icl.baselines.kernel`][icdl.icl.baselines.kernel]) on the SAME prompts. The skill is the share of
+    the variance left by the best linear predictor that ``preds``
     explains: 0 = no better than tuned ridge, 1 = perfect, negative = worse than tuned ridge. NaN where
     either prediction is NaN (a baseline not evaluated at that k) or ``MSE_lin(k) = 0``.
     """

@@ -17,8 +17,8 @@ capped by the model's positions, as the paper's 50 -> 75):
   say which; the choice changes the results a lot (docs/protocol.md, pilot findings).
 * ``weight-shift`` — target weights ``N(μ, I)`` for μ in 0, -0.5, +0.5, as written in the paper (F.2).
   Degenerate for bias-free ReLU targets on ``N(-2, I)`` inputs (μ = -0.5: almost every label is exactly 0;
-  μ = +0.5: the label scale explodes with depth); [`icdl.icl.evaluate`][icdl.icl.evaluate] measures and flags
-  this.
+  μ = +0.5: the label scale explodes with depth);
+  [`icdl.icl.evaluation.evaluate`][icdl.icl.evaluation.evaluate] measures and flags this.
 * ``weight-shift-std`` — the same shifts with per-task label standardisation (``standardize: task``),
   a non-degenerate form: R² then measures how well the shape of each network is learned.
 * ``long-prompts`` — the training task at ``1 x``, ``1.5 x`` and ``2 x`` the training prompt length (capped
@@ -26,8 +26,8 @@ capped by the model's positions, as the paper's 50 -> 75):
 * ``centred`` — inputs ``N(0, I)``, labels standardised per task: the trivial predictors (zero, averaging)
   score about 0, so what the model learned about the network itself is what is measured.
 * ``depth`` — the in-distribution condition read at ``k = 15, 30, 45`` (scaled down when the test prompt
-  is shorter); [`icdl.icl.evaluate.depth_sweep`][icdl.icl.evaluate.depth_sweep] gathers it over runs of 4, 6,
-  8, 10 layers (F.3).
+  is shorter); [`icdl.icl.evaluation.evaluate.depth_sweep`][icdl.icl.evaluation.evaluate.depth_sweep] gathers
+  it over runs of 4, 6, 8, 10 layers (F.3).
 
 Test prompts use ``seed`` (default [`EVAL_SEED`][icdl.icl.suites.EVAL_SEED]), which must differ from the run's
 training seed; prompts are drawn in batches of 64 (batch ``b`` = ``sample_batch(task, 64, seed=seed,

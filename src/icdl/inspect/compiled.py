@@ -172,7 +172,7 @@ def head_pattern(
     itself only) the diagonal matrix of scores ``<Q h_i, K h_i>``. Computed from the dense ``Q_m, K_m``
     of the head, independently of the compiled forward pass.
     """
-    from icdl.construct.tables import HeadSublayer
+    from icdl.construct.engine.sublayers import HeadSublayer
 
     m = _get_sublayer(model, name, readout)
     if not isinstance(m, HeadSublayer):

@@ -72,11 +72,11 @@ def plot_residual(
 
     Args:
         H: ``(B, T, D)`` (``batch`` picks one prompt) or ``(T, D)``.
-        layout: an [`icdl.construct.layout.Layout`][icdl.construct.layout.Layout] (slot names on the x axis, a
-            line between slots), or ``None`` for bare coordinates (e.g. a trained model's ``d_model`` stream).
-        token_labels: one label per token (default ``1 .. n`` and ``query`` when a layout is given).
-        linthresh: the colour scale is symmetric-log, linear within ``±linthresh``: the construction
-            holds values from 1e-16 (round-off) to its gate constant 1e6 side by side.
+        layout: an [`icdl.construct.engine.layout.Layout`][icdl.construct.engine.layout.Layout] (slot names on
+            the x axis, a line between slots), or ``None`` for bare coordinates (e.g. a trained model's
+        ``d_model`` stream). token_labels: one label per token (default ``1 .. n`` and ``query`` when a layout
+        is given). linthresh: the colour scale is symmetric-log, linear within ``±linthresh``: the
+            construction holds values from 1e-16 (round-off) to its gate constant 1e6 side by side.
 
     Returns the ``Figure``.
     """

@@ -1,5 +1,5 @@
-"""icdl.construct.budget and the PASS conditions of verify(): every step's measured gradient error is within
-the a-priori budget each variant declares (held-out random non-degenerate prompts, every variant and
+"""icdl.construct.bounds.budget and the PASS conditions of verify(): every step's measured gradient error is
+within the a-priori budget each variant declares (held-out random non-degenerate prompts, every variant and
 activation), and a construction that misses its declared accuracy, or leaves its ranges, FAILs with the
 condition named."""
 
@@ -14,13 +14,13 @@ import torch
 
 from icdl.construct import compile as compile_mod
 from icdl.construct import compile_gd_transformer, sample_task, verify
-from icdl.construct.budget import Declared, step_budget, sum_error, sums_only
+from icdl.construct.bounds.budget import Declared, step_budget, sum_error, sums_only
+from icdl.construct.check.verify import Prompt, compare
 from icdl.construct.compile import SumTerms, default_tol
-from icdl.construct.rows import declared as rows_declared
-from icdl.construct.softmax import VARIANT as SOFTMAX
-from icdl.construct.terms import Terms
-from icdl.construct.variants import get_variant, register, unregister
-from icdl.construct.verify import Prompt, compare
+from icdl.construct.engine.terms import Terms
+from icdl.construct.variants.registry import get_variant, register, unregister
+from icdl.construct.variants.rows import declared as rows_declared
+from icdl.construct.variants.softmax import VARIANT as SOFTMAX
 from icdl.nets import GradTerms, NetSpec, get_loss, gradient, lemma1_terms, unflatten
 
 SMOOTH = ("sigmoid", "tanh", "softplus")
@@ -96,7 +96,7 @@ def test_exact_variants_budget_is_the_tolerance() -> None:
 def test_budget_bounds_the_surrogate_gradient_of_fitted_sums() -> None:
     """The approximation term alone bounds ``||ḡ - ∇L_n||`` of the paper's surrogate (Lemma 1 with the
     fitted sums, against autograd's gradient), at random weights."""
-    from icdl.construct.verify import recursion
+    from icdl.construct.check.verify import recursion
 
     model = _model("paper", "tanh")
     dec = sums_only(model)
@@ -204,7 +204,7 @@ def test_declared_errors() -> None:
 
 
 def test_verdict_label_names_each_failed_condition_once() -> None:
-    from icdl.construct.verify_report import verdict_label
+    from icdl.construct.check.report import verdict_label
 
     fails = ["(c) budget: step 1 over", "(b) range: 3 outside", "(c) budget: step 2 over"]
     assert verdict_label("FAIL", fails) == "FAIL (b) range, (c) budget"
@@ -323,7 +323,7 @@ def test_step_budget_equals_the_plain_propagation(variant, activation) -> None:
 def test_a_skipped_product_is_the_product() -> None:
     """A product skipped for a zero factor is what ``@`` gives, and formed where the other factor is not
     finite (``0 * inf`` is NaN)."""
-    from icdl.construct.budget import _product, _zero
+    from icdl.construct.bounds.budget import _product, _zero
 
     zeros = torch.zeros(3, 2, dtype=torch.float64)
     some = torch.rand(3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -1,8 +1,8 @@
-"""The prediction bound (`icdl.construct.predict`): G(ρ) bounds ||∇_w f_i(w, x_q)|| on the ball of radius ρ
-(checked with autograd at random points of the ball, and within a modest factor of the largest gradient
-there: not vacuous), G(ρ) ρ bounds |f(w, x_q) - f(w_GD, x_q)|, and `verify` reports the a-priori bound
-(Corollary 1.1 at the budget times G) above the measured |f(w_TF, x_q) - f(w_GD, x_q)| and well below the
-prediction's own size."""
+"""The prediction bound (`icdl.construct.bounds.prediction`): G(ρ) bounds ||∇_w f_i(w, x_q)|| on the ball of
+radius ρ (checked with autograd at random points of the ball, and within a modest factor of the largest
+gradient there: not vacuous), G(ρ) ρ bounds |f(w, x_q) - f(w_GD, x_q)|, and `verify` reports the a-priori
+bound (Corollary 1.1 at the budget times G) above the measured |f(w_TF, x_q) - f(w_GD, x_q)| and well below
+the prediction's own size."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
-from icdl.construct.predict import prediction_bound, prediction_lipschitz
+from icdl.construct.bounds.prediction import prediction_bound, prediction_lipschitz
 from icdl.nets import NetSpec, forward
 
 SPECS = [

@@ -1,4 +1,5 @@
-"""``--range auto`` (icdl.construct.ranges): the a-priori bounds hold along the construction's own trajectory.
+"""``--range auto`` (icdl.construct.bounds.ranges): the a-priori bounds hold along the construction's own
+trajectory.
 
 Independent references: the surrogate recursion (the paper's p̄, r̄', ū, s̄ with the fitted sums, which the
 verifier checks every compiled sublayer against) run step by step as plain GD, and the compiled models
@@ -16,16 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from icdl.construct import softmax
+from icdl.construct.bounds.ranges import DEFAULT_NEEDS, auto_ranges, trajectory_bounds
+from icdl.construct.check.verify import recursion, verify
 from icdl.construct.compile import GDConfig, compile_gd_transformer, sample_task_info
-from icdl.construct.ranges import DEFAULT_NEEDS, auto_ranges, trajectory_bounds
-from icdl.construct.terms import activation_terms, loss_terms
-from icdl.construct.variants import get_variant
-from icdl.construct.verify import recursion, verify
+from icdl.construct.engine.terms import activation_terms, loss_terms
+from icdl.construct.variants import softmax
+from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError
 from icdl.nets import NetSpec, lemma1_terms, projected_step
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(__file__).resolve().parents[3] / "src")
 
 
 def _tokens(x, y, xq):  # type: ignore[no-untyped-def]
@@ -337,7 +338,7 @@ def test_estimate_gets_the_resolved_range(monkeypatch: pytest.MonkeyPatch) -> No
 def test_interval_matrix_product_contains_every_product_of_members(seed: int, point: str) -> None:
     """The midpoint-radius product (Rump) of interval matrices contains ``A @ B`` for every member A, B:
     sampled members and corners, centres of both signs (a radius without |centre| is too small there)."""
-    from icdl.construct.ranges import _Iv, _matmul
+    from icdl.construct.bounds.ranges import _Iv, _matmul
 
     g = torch.Generator().manual_seed(seed)
 

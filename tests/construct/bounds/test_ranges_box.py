@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from icdl.construct import GDConfig, compile_gd_transformer, sample_task, verify
+from icdl.construct.bounds.ranges import BOX_CAP_FACTOR, auto_ranges, trajectory_bounds
 from icdl.construct.compile import sample_task_info
-from icdl.construct.ranges import BOX_CAP_FACTOR, auto_ranges, trajectory_bounds
-from icdl.construct.variants import get_variant
+from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError
 from icdl.nets import NetSpec
 

@@ -15,17 +15,17 @@ import torch
 from icdl.construct import (
     Expect,
     Variant,
-    blocks,
     compile_gd_transformer,
-    paper,
     register,
     sample_task,
     verify,
 )
-from icdl.construct.blocks import BuildContext
-from icdl.construct.layers import HeadTable, ReLUAttention, Role, Sublayer
-from icdl.construct.layout import Layout
-from icdl.construct.variants import VARIANTS, unregister
+from icdl.construct.build import blocks
+from icdl.construct.build.blocks import BuildContext
+from icdl.construct.engine.layers import HeadTable, ReLUAttention, Role, Sublayer
+from icdl.construct.engine.layout import Layout
+from icdl.construct.variants import paper
+from icdl.construct.variants.registry import VARIANTS, unregister
 from icdl.nets import NetSpec, reference_gd
 from icdl.sublayer import SublayerInfo
 
@@ -136,8 +136,8 @@ def test_sublayers_describe_themselves_from_their_tables() -> None:
 
 
 def test_the_verifier_has_no_role_or_variant_specific_code() -> None:
-    """No string constant in icdl.construct.verify names a role or a variant."""
-    module = importlib.import_module("icdl.construct.verify")  # the module (the package exports the function)
+    """No string constant in icdl.construct.check.verify names a role or a variant."""
+    module = importlib.import_module("icdl.construct.check.verify")  # the module (the package exports the function)
     assert inspect.ismodule(module) and "def compare(" in inspect.getsource(module)
     tree = ast.parse(inspect.getsource(module))
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}

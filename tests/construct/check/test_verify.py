@@ -1,4 +1,4 @@
-"""icdl.construct.verify: the verifier finds construction errors, and smooth constructions behave as the
+"""icdl.construct.check.verify: the verifier finds construction errors, and smooth constructions behave as the
 paper's error analysis says (gradient error shrinks with eps; trajectory error under Corollary 1.1)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.check.verify import estimate_lipschitz, recursion
 from icdl.construct.compile import sample_task_info
-from icdl.construct.verify import estimate_lipschitz, recursion
 from icdl.nets import NetSpec, forward, gradient, lemma1_terms, reference_gd
 
 

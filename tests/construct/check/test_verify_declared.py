@@ -14,10 +14,10 @@ import math
 import pytest
 
 import icdl.construct.compile as compile_mod
-import icdl.construct.softmax as softmax_mod
+import icdl.construct.variants.softmax as softmax_mod
 from icdl.construct import compile_gd_transformer, sample_task, verify
-from icdl.construct.products import ProductTerms
-from icdl.construct.terms import Terms
+from icdl.construct.engine.products import ProductTerms
+from icdl.construct.engine.terms import Terms
 from icdl.nets import NetSpec
 
 SPEC = NetSpec(3, 4, 3, 2, activation="sigmoid")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.check.verify import relu_step_limit
 from icdl.construct.compile import sample_task_info
-from icdl.construct.verify import relu_step_limit
 from icdl.nets import NetSpec
 
 SPEC = NetSpec(3, 8, 4, 1)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, verify
+from icdl.construct.check.report import CHECKABLE_FRACTION, VerifyReport
 from icdl.construct.compile import sample_task_info
-from icdl.construct.verify_report import CHECKABLE_FRACTION, VerifyReport
 from icdl.nets import NetSpec
 
 # The command `icdl construct --activation sigmoid --dtype float32 --lr 0.001` (its defaults: N=3

@@ -16,9 +16,9 @@ import torch
 from test_verify_streaming import _both, _model, _same
 from torch import Tensor
 
+from icdl.construct.check.stream import StreamCheck
+from icdl.construct.check.verify import Prompt
 from icdl.construct.compile import CompiledModel, TracePoint, default_tol
-from icdl.construct.stream import StreamCheck
-from icdl.construct.verify import Prompt
 
 
 def _plant(model: CompiledModel, index: int, token: int, col: int, value: float) -> None:

@@ -86,7 +86,7 @@ def test_a_planted_value_is_named_with_its_sublayer_and_slot(
 
 def test_a_nan_in_the_prompt_only_slot_is_reported_as_nan() -> None:
     """A NaN that the reference does not have is a divergence even when every finite error is 0."""
-    from icdl.construct.verify import _slot_error
+    from icdl.construct.check.verify import _slot_error
 
     got = torch.zeros(3, 4, dtype=torch.float64)
     got[1, 2] = math.nan
@@ -162,7 +162,7 @@ def test_a_small_error_is_caught_at_the_default_tolerance() -> None:
 def test_a_write_into_a_slot_no_effect_names_is_caught() -> None:
     """Slots a sublayer's expected effects do not name must keep their value: an extra head of F_1 that adds
     1 to Y[0] of every token is named at F_1 and slot Y (not later, at the readout)."""
-    from icdl.construct.layers import HeadTable, ReLUAttention
+    from icdl.construct.engine.layers import HeadTable, ReLUAttention
 
     model, prompt = _setup()
     lay = model.layout
@@ -246,7 +246,7 @@ def test_non_finite_values_are_named_with_default_options(
 
 def _zeroing_cases() -> list[tuple[str, int, str]]:
     """(variant, block index, scratch slot) for every sublayer whose expected effects zero a slot."""
-    from icdl.construct.variants import get_variant
+    from icdl.construct.variants.registry import get_variant
 
     cases = []
     for variant in VARIANT_OPTIONS:

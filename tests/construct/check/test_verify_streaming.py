@@ -16,10 +16,9 @@ import torch
 from torch import Tensor
 
 from icdl.construct import compile_gd_transformer, sample_task
-from icdl.construct.compile import CompiledModel, TracePoint, default_tol
-from icdl.construct.contract import Expect, Reference
-from icdl.construct.variants import get_variant
-from icdl.construct.verify import (
+from icdl.construct.build.contract import Expect, Reference
+from icdl.construct.check.report import Divergence
+from icdl.construct.check.verify import (
     Checked,
     Prompt,
     _count,
@@ -31,7 +30,8 @@ from icdl.construct.verify import (
     report,
     verify,
 )
-from icdl.construct.verify_report import Divergence
+from icdl.construct.compile import CompiledModel, TracePoint, default_tol
+from icdl.construct.variants.registry import get_variant
 from icdl.nets import NetSpec, gradient
 
 _EXACT = ("p", "r_prime", "u", "s")
@@ -241,7 +241,7 @@ def test_the_report_is_the_same(variant, activation, opts) -> None:
         _declared_check(model, r, c_old, tol)
 
     out_old, old = _old_compare(model, prompt, tol, on_step)
-    from icdl.construct.verify import Comparison, Trace
+    from icdl.construct.check.verify import Comparison, Trace
 
     cmp = Comparison(
         old.first,
@@ -357,7 +357,7 @@ def _misdirect_named(model: CompiledModel, prompt: Prompt) -> int:
     """Make the first block sublayer that writes a slot on some tokens only also add 0.5 to that slot on a
     token its Expects do not name (a coordinate the check measures only when the rest is not unchanged);
     returns the sublayer's index."""
-    from icdl.construct.stream import StreamCheck
+    from icdl.construct.check.stream import StreamCheck
 
     H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
     plans = StreamCheck(model, H0, prompt, default_tol(model.config.dtype)).plans
@@ -392,7 +392,7 @@ def test_a_named_slot_written_on_a_token_not_named_is_found() -> None:
 def test_a_slot_that_must_hold_zero_is_measured_as_the_whole_state(value: float) -> None:
     """A sublayer that leaves ``value`` in a slot it must set to 0 everywhere (measured as ``|got|``, NaN and
     inf named): the same divergence and largest error as the whole-state comparison."""
-    from icdl.construct.stream import StreamCheck
+    from icdl.construct.check.stream import StreamCheck
 
     model, task = _model("rows", "relu", 2, {})
     prompt = Prompt.of(model, *task)

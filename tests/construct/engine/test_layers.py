@@ -1,11 +1,12 @@
-"""icdl.construct.layers: compact sublayers against dense implementations of Definitions 6-8 and eq. (E.1)."""
+"""icdl.construct.engine.layers: compact sublayers against dense implementations of Definitions 6-8 and
+eq. (E.1)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, SoftmaxAttention, UnitTable
+from icdl.construct.engine.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, SoftmaxAttention, UnitTable
 
 D = 9
 
@@ -143,7 +144,7 @@ def test_mlp_plan_follows_in_place_table_edits() -> None:
 def test_ordered_sum_adds_left_to_right_bit_for_bit() -> None:
     """The one-call sum used for scores and EWML products equals the pair-by-pair loop in every bit, also
     where the order matters (terms of very different sizes) and for long rows (d_h > 16)."""
-    from icdl.construct._kernels import _ordered_sum
+    from icdl.construct.engine.kernels import _ordered_sum
 
     g = torch.Generator().manual_seed(3)
     for width in (1, 2, 17, 70):

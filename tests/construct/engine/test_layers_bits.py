@@ -1,6 +1,6 @@
-"""icdl.construct.layers: the sublayers against plain per-head / per-unit loops that follow the stored
-floating-point order (icdl.construct.tables), bit for bit (``torch.equal``), in float64 and float32; and
-``CompiledModel.run(reuse=True)`` against fresh states."""
+"""icdl.construct.engine.layers: the sublayers against plain per-head / per-unit loops that follow the stored
+floating-point order (icdl.construct.engine.sublayers), bit for bit (``torch.equal``), in float64 and float32;
+and ``CompiledModel.run(reuse=True)`` against fresh states."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from icdl.construct import compile_gd_transformer, sample_task
-from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, UnitTable
+from icdl.construct.engine.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, UnitTable
 from icdl.nets import NetSpec
 
 D = 9

@@ -1,10 +1,10 @@
-"""icdl.construct.layout: slot addressing, and the documented bounds of ``Layout.index``."""
+"""icdl.construct.engine.layout: slot addressing, and the documented bounds of ``Layout.index``."""
 
 from __future__ import annotations
 
 import pytest
 
-from icdl.construct.layout import paper_layout
+from icdl.construct.engine.layout import paper_layout
 from icdl.nets import NetSpec
 
 SPEC = NetSpec(2, 3, 2, 1)  # P_1 has 3 entries, W has 3*2 + 1*3 = 9

@@ -1,4 +1,4 @@
-"""Token-local products with ReLU MLPs (icdl.construct.products) against direct products."""
+"""Token-local products with ReLU MLPs (icdl.construct.engine.products) against direct products."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icdl.construct.layers import ReLUMLP, UnitTable
-from icdl.construct.layout import Layout
-from icdl.construct.products import (
+from icdl.construct.engine.layers import ReLUMLP, UnitTable
+from icdl.construct.engine.layout import Layout
+from icdl.construct.engine.products import (
     add_mask_in_place,
     add_mask_product,
     product_mlp,

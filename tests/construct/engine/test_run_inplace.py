@@ -1,7 +1,8 @@
-"""``CompiledModel.run(inplace=True)`` (icdl.construct._kernels.run_inplace): sublayers that are additions at
-fixed places (``Sublayer.delta``) written into the state itself give every state bit for bit, tell the trace
-exactly where they wrote and what was there, never write the caller's prompt, and step aside for module hooks;
-and icdl.construct._written.WrittenMap against a plain reconstruction of the state before."""
+"""``CompiledModel.run(inplace=True)`` (icdl.construct.engine.kernels.run_inplace): sublayers that are
+additions at fixed places (``Sublayer.delta``) written into the state itself give every state bit for bit,
+tell the trace exactly where they wrote and what was there, never write the caller's prompt, and step aside
+for module hooks; and icdl.construct.check.written.WrittenMap against a plain reconstruction of the state
+before."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from torch import Tensor
 
 from icdl.construct import compile_gd_transformer, sample_task
-from icdl.construct._written import WrittenMap
+from icdl.construct.check.written import WrittenMap
 from icdl.construct.compile import TracePoint
 from icdl.nets import NetSpec
 

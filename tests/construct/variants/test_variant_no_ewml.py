@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, load, sample_task, verify
-from icdl.construct.layers import EWML, ReLUAttention, ReLUMLP
-from icdl.construct.no_ewml import sublayers_per_step
+from icdl.construct.engine.layers import EWML, ReLUAttention, ReLUMLP
+from icdl.construct.variants.no_ewml import sublayers_per_step
 from icdl.errors import InputError
 from icdl.nets import NetSpec, forward, lemma1_terms, reference_gd
 
@@ -121,7 +121,7 @@ def test_a_wrong_weight_in_a_replaced_ewml_is_named(role: str) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    src = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, not an installed copy
+    src = str(Path(__file__).resolve().parents[3] / "src")  # this checkout's code, not an installed copy
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     return subprocess.run(
         [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env

@@ -13,8 +13,8 @@ import torch
 
 from icdl import theory
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
-from icdl.construct.layers import DEFAULT_CHUNK_ELEMS
-from icdl.construct.rows import (
+from icdl.construct.engine.layers import DEFAULT_CHUNK_ELEMS
+from icdl.construct.variants.rows import (
     RowAttention,
     RowMLP,
     RowsLayout,
@@ -232,7 +232,7 @@ def test_save_load_reproduces_bit_for_bit(tmp_path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    src = str(Path(__file__).resolve().parents[2] / "src")
+    src = str(Path(__file__).resolve().parents[3] / "src")
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     return subprocess.run(
         [sys.executable, "-m", "icdl", "construct", *args], capture_output=True, text=True, env=env
@@ -279,7 +279,7 @@ def test_products_outside_their_range_are_counted() -> None:
     construction's own surrogate and cannot see z leaving that range, so verify counts it."""
     import dataclasses
 
-    from icdl.construct import variants
+    from icdl.construct.variants import registry as variants
 
     # The same construction without the z check: what the pre-activation count alone would report.
     blind = dataclasses.replace(variants.get_variant("rows"), name="rows-without-z-check", ranges=None)
@@ -309,7 +309,7 @@ def test_row_attention_patterns_are_what_the_sublayer_adds(seed: int) -> None:
     scores, so a head whose pattern reaches into another group's token ranges (at a group boundary, say)
     adds what the sublayer never adds. (The flat path may evaluate more pairs than the groups name, which
     adds exactly 0 on the states a construction reaches but not on a random one: it is switched off.)"""
-    from icdl.construct.ranged import RowAttention
+    from icdl.construct.engine.row_layers import RowAttention
 
     spec = NetSpec(3, 3, 2, 1)
     model = compile_gd_transformer(spec, steps=1, n=5, lr=0.1, variant="rows")

@@ -12,8 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from icdl.construct import compile_gd_transformer, load, sample_task, save, verify
-from icdl.construct.layers import ReLUMLP, SoftmaxAttention
-from icdl.construct.softmax import config_products, products, range_ratios, sublayers_per_step, surrogate
+from icdl.construct.engine.layers import ReLUMLP, SoftmaxAttention
+from icdl.construct.variants.softmax import (
+    config_products,
+    products,
+    range_ratios,
+    sublayers_per_step,
+    surrogate,
+)
 from icdl.nets import NetSpec, forward, reference_gd
 
 RADIUS = 4.0  # the products' range assumption |p|, |s|, |w| <= R holds on these prompts
@@ -130,7 +136,7 @@ def test_query_adds_nothing_to_the_gradient() -> None:
 
 
 def test_cli_softmax_json_has_the_paper_keys() -> None:
-    src = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, not an installed copy
+    src = str(Path(__file__).resolve().parents[3] / "src")  # this checkout's code, not an installed copy
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": src}
     args = ["--json", "-N", "2", "-K", "3", "--in-dim", "2", "--out-dim", "1", "-L", "2", "-n", "6"]
     out = {}

@@ -1,4 +1,4 @@
-"""Sensitivities and alignment metrics (icdl.icl.sensitivity, icdl.icl.align).
+"""Sensitivities and alignment metrics (icdl.icl.analysis.sensitivity, icdl.icl.analysis.align).
 
 References: per-prompt central finite differences (independent of the batched autograd), the ridge
 smoother's closed form (d ŷ/d y = x_qᵀ (XᵀX + λI)⁻¹ Xᵀ, d ŷ/d x_q = the fitted weights), GDBaseline (the
@@ -15,11 +15,11 @@ import torch
 from icdl import nets
 from icdl.config import ModelConfig
 from icdl.errors import InputError
-from icdl.icl import align
-from icdl.icl import sensitivity as sens
-from icdl.icl.baselines import AveragingBaseline, GDBaseline
-from icdl.icl.kernels import KernelBaseline, RidgeTunedBaseline, relu_expectation
-from icdl.icl.mlp_tuned import MLPSetting, MLPTunedBaseline
+from icdl.icl.analysis import align
+from icdl.icl.analysis import sensitivity as sens
+from icdl.icl.baselines.kernel import KernelBaseline, RidgeTunedBaseline, relu_expectation
+from icdl.icl.baselines.mlp_tuned import MLPSetting, MLPTunedBaseline
+from icdl.icl.baselines.simple import AveragingBaseline, GDBaseline
 from icdl.icl.models import build_model
 
 D_X, K = 3, 5
@@ -213,7 +213,7 @@ def test_mlp_tuned_is_aligned_through_its_training(tmp_path) -> None:  # type: i
     """``mlp_tuned`` in ``icdl align``: tuned on held-out prompts, its entry measured at every k, its
     sensitivities through the per-prompt training causal, and its agreement with itself 1."""
     from icdl.config import load_config
-    from icdl.icl.train import train
+    from icdl.icl.training.train import train
 
     assert "mlp_tuned" in align.ALIGN_BASELINES and "mlp_tuned" not in align.DEFAULT_BASELINES
     run = tmp_path / "tiny"

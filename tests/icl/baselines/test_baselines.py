@@ -11,8 +11,8 @@ from torch import nn
 
 from icdl import nets
 from icdl.errors import InputError
-from icdl.icl import baselines as bl
 from icdl.icl import metrics
+from icdl.icl.baselines import simple as bl
 
 F64 = torch.float64
 

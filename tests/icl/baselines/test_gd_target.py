@@ -9,8 +9,8 @@ import torch
 
 from icdl import nets
 from icdl.errors import InputError
-from icdl.icl import baselines as bl
-from icdl.icl.gd_target import GDTargetBaseline
+from icdl.icl.baselines import simple as bl
+from icdl.icl.baselines.gd_target import GDTargetBaseline
 
 F64 = torch.float64
 

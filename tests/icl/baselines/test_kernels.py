@@ -1,4 +1,5 @@
-"""ridge_tuned and kernel baselines against plain numpy / Monte Carlo references (icdl.icl.kernels)."""
+"""ridge_tuned and kernel baselines against plain numpy / Monte Carlo references
+(icdl.icl.baselines.kernel)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from icdl import nets
 from icdl.errors import InputError
-from icdl.icl import kernels as kr
+from icdl.icl.baselines import kernel as kr
 
 F64 = torch.float64
 

@@ -7,7 +7,7 @@ import torch
 
 from icdl import nets
 from icdl.errors import InputError
-from icdl.icl.mlp_tuned import MLPSetting, MLPTunedBaseline, fit_predict, init_params
+from icdl.icl.baselines.mlp_tuned import MLPSetting, MLPTunedBaseline, fit_predict, init_params
 
 F64 = torch.float64
 
@@ -117,7 +117,7 @@ def _set_base(k_max: int, epochs: int = 10) -> MLPTunedBaseline:
 
 
 def test_differentiable_training_has_the_same_values_and_matches_finite_differences() -> None:
-    from icdl.icl import sensitivity as sens
+    from icdl.icl.analysis import sensitivity as sens
 
     g = torch.Generator().manual_seed(4)
     xs = torch.randn(3, 6, 2, generator=g, dtype=torch.float64)

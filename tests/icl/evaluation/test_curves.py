@@ -1,4 +1,5 @@
-"""Committed curves over training seeds (icdl.icl.curves) and the mlp_tuned wiring of icdl evaluate."""
+"""Committed curves over training seeds (icdl.icl.evaluation.curves) and the mlp_tuned wiring of icdl
+evaluate."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl import eval_parts
-from icdl.icl.curves import collect, markdown
-from icdl.icl.evaluate import EvalOptions, evaluate_run
-from icdl.icl.train import train
+from icdl.icl.evaluation import baseline_runs as eval_parts
+from icdl.icl.evaluation.curves import collect, markdown
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run
+from icdl.icl.training.train import train
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OPTS = EvalOptions(baselines=("averaging", "ridge_tuned", "mlp_tuned"), resamples=20, cost=False,
                    mlp_tuned_prompts=8, mlp_tune_prompts=6, tuned_prompts=16)  # fmt: skip
 
@@ -77,7 +78,7 @@ def test_baselines_are_computed_once_for_all_seeds(runs: list[Path]) -> None:
 
 def test_tuned_settings_do_not_depend_on_test_labels(runs: list[Path]) -> None:
     from icdl.icl.suites import build_suite
-    from icdl.icl.train import read_run_config
+    from icdl.icl.training.train import read_run_config
 
     cfg = read_run_config(runs[0])
     st = build_suite("long-prompts", cfg, prompts=8)
@@ -117,7 +118,7 @@ def test_script_writes_json_and_markdown(runs: list[Path], tmp_path: Path) -> No
 
 
 def test_fill_markers_regenerates_the_docs_tables(runs: list[Path]) -> None:
-    from icdl.icl.curves import fill_markers, headline
+    from icdl.icl.evaluation.curves import fill_markers, headline
 
     cur = collect("tiny-x", runs, ["long-prompts"])
     text = (
@@ -131,7 +132,7 @@ def test_fill_markers_regenerates_the_docs_tables(runs: list[Path]) -> None:
 
 def test_fill_markers_selects_a_condition(runs: list[Path]) -> None:
     from icdl.errors import InputError
-    from icdl.icl.curves import fill_markers, headline
+    from icdl.icl.evaluation.curves import fill_markers, headline
 
     cur = collect("tiny-x", runs, ["long-prompts"])
     conds = list(cur["suites"]["long-prompts"]["conditions"])

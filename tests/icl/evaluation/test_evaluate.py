@@ -14,10 +14,16 @@ import torch
 
 from icdl.config import load_config
 from icdl.icl import metrics
-from icdl.icl.cost import count_flops, icl_forward_flops, mlp_num_params
-from icdl.icl.evaluate import EvalOptions, evaluate_run, paired_difference, result_path, result_status
+from icdl.icl.evaluation.evaluate import (
+    EvalOptions,
+    evaluate_run,
+    paired_difference,
+    result_path,
+    result_status,
+)
 from icdl.icl.models import build_model
-from icdl.icl.train import train
+from icdl.icl.training.cost import count_flops, icl_forward_flops, mlp_num_params
+from icdl.icl.training.train import train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 CHEAP = EvalOptions(baselines=("zero", "averaging", "ridge"), resamples=100, cost=False)

@@ -11,9 +11,9 @@ import pytest
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.evaluate import EvalOptions, evaluate_run, result_path
-from icdl.icl.report import build_report
-from icdl.icl.train import train
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, result_path
+from icdl.icl.evaluation.report import build_report
+from icdl.icl.training.train import train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 CHEAP = EvalOptions(

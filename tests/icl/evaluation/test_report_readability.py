@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from icdl.icl import plots
-from icdl.icl.report import _evaluated_ks, _mean_at, _paper_setting
+from icdl.icl.evaluation import plots
+from icdl.icl.evaluation.report import _evaluated_ks, _mean_at, _paper_setting
 
 
 def test_sparse_means_are_taken_at_the_evaluated_k() -> None:
@@ -69,8 +69,8 @@ def test_least_squares_spike_gets_its_own_panel(tmp_path: Path) -> None:
 
 def _every_kind() -> set[str]:
     """Every predictor kind the evaluation and ``icdl align`` can produce (``mlp`` yields two)."""
-    from icdl.icl.align import ALIGN_BASELINES
-    from icdl.icl.evaluate import BASELINES, OPTIONAL_BASELINES
+    from icdl.icl.analysis.align import ALIGN_BASELINES
+    from icdl.icl.evaluation.evaluate import BASELINES, OPTIONAL_BASELINES
 
     kinds = {*BASELINES, *OPTIONAL_BASELINES, *ALIGN_BASELINES, "icl", "compiled"} - {"mlp"}
     return kinds | {"mlp-best", "mlp-last"}

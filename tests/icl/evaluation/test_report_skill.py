@@ -1,8 +1,8 @@
-"""The report's nonlinear-skill line (icdl.icl.report._skill_lines)."""
+"""The report's nonlinear-skill line (icdl.icl.evaluation.report._skill_lines)."""
 
 from __future__ import annotations
 
-from icdl.icl import report
+from icdl.icl.evaluation import report
 
 
 def test_skill_line_lists_predictors_but_not_the_reference() -> None:

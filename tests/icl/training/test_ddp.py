@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.train import find_checkpoint, train
+from icdl.icl.training.train import find_checkpoint, train
 
 OVERRIDES = [
     "train.steps=6",

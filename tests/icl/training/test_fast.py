@@ -1,4 +1,4 @@
-"""The static-shape training step (icdl.icl.fast) and the train.cuda_graph key's CPU fallback."""
+"""The static-shape training step (icdl.icl.training.fast) and the train.cuda_graph key's CPU fallback."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from icdl.config import load_config
-from icdl.icl.fast import DeviceSampler, StaticStep, longest_points
 from icdl.icl.models import build_model
 from icdl.icl.tasks import net_spec
-from icdl.icl.train import step_shape, train
+from icdl.icl.training.fast import DeviceSampler, StaticStep, longest_points
+from icdl.icl.training.train import step_shape, train
 from icdl.nets import forward
 
 

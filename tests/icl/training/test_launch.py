@@ -83,7 +83,7 @@ def test_a_worker_killed_by_a_signal_is_reported_with_a_positive_code(
     from torch.distributed.elastic.multiprocessing import errors
     from torch.distributed.launcher import api
 
-    from icdl.icl import launch
+    from icdl.icl.training import launch
 
     def fake_launch(config, entrypoint):  # type: ignore[no-untyped-def]
         def run(*args: str) -> None:

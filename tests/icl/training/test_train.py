@@ -20,7 +20,7 @@ from icdl.cli import main
 from icdl.config import load_config
 from icdl.errors import InputError
 from icdl.icl import tasks as tasks_mod
-from icdl.icl.train import TrainingDiverged, find_checkpoint, load_run, lr_at, train
+from icdl.icl.training.train import TrainingDiverged, find_checkpoint, load_run, lr_at, train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -152,7 +152,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(
             b.ys[0, 0, 0] = float("nan")
         return b
 
-    monkeypatch.setattr("icdl.icl.train.sample_batch", poisoned)
+    monkeypatch.setattr("icdl.icl.training.train.sample_batch", poisoned)
     run = tmp_path / "nan"
     with pytest.raises(TrainingDiverged, match="step 8") as info:
         train(

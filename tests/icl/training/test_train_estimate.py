@@ -1,4 +1,4 @@
-"""The CPU memory estimate of ``icdl train`` (icdl.icl.train.train_estimate) against a measured peak.
+"""The CPU memory estimate of ``icdl train`` (icdl.icl.training.train.train_estimate) against a measured peak.
 
 Refusal tests use sizes far past the limit, where any estimate within 10x refuses; this one measures the
 peak resident memory of real (one-step) training runs and requires the estimate to follow it within a
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from icdl.config import load_config
-from icdl.icl.train import train_estimate
+from icdl.icl.training.train import train_estimate
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 ONE_STEP = ["train.steps=1", "train.checkpoint_every=1", "train.threads=1", "train.device=cpu"]
@@ -23,7 +23,7 @@ LARGE = [*ONE_STEP, "train.batch_size=256", "model.layers=4", "model.d_model=64"
 CHILD = """
 import resource, sys
 from icdl.config import load_config
-from icdl.icl.train import train
+from icdl.icl.training.train import train
 train(load_config("tiny", sys.argv[2:]), sys.argv[1], quiet=True)
 # VmHWM is this process's own peak: ru_maxrss would also count the (large) pytest worker it was forked
 # from, because Linux keeps the pre-exec peak in it.
@@ -68,7 +68,7 @@ def test_estimated_parameter_count_is_the_models() -> None:
     from icdl.icl.models import build_model
 
     presets = sorted(
-        p.stem for p in (Path(__file__).resolve().parents[2] / "src/icdl/configs").glob("*.yaml")
+        p.stem for p in (Path(__file__).resolve().parents[3] / "src/icdl/configs").glob("*.yaml")
     )
     assert {"paper-relu", "cpu-small", "tiny"} <= set(presets)
     for name in presets:

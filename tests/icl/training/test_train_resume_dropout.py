@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from icdl.config import load_config
-from icdl.icl.train import find_checkpoint, train
+from icdl.icl.training.train import find_checkpoint, train
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:

@@ -1,11 +1,12 @@
 """A-priori error budget of one GD step: how far the gradient a construction applies may be from ``∇L_n``.
 
-Every variant declares the sup errors of its approximations ([`Declared`][icdl.construct.budget.Declared]):
-the conditioned ReLU sums of r, r' and u (Lemmas 2-4; 0 where a sum is exact), and for the variants that
-form products by ReLU sums ([`icdl.construct.products`][icdl.construct.products]) the sup error ``h^2/16`` of
-each product. [`step_budget`][icdl.construct.budget.step_budget] propagates them through one step of
-Lemma 1 — the forward pass (Lemma 2), r' (Lemma 3), u (Lemma 4), the backward recursion (Lemma 5, eq. 3.6)
-and the gradient sum (eq. 3.5, 3.7) — **entrywise**, per example, at the step's start weights w:
+Every variant declares the sup errors of its approximations
+([`Declared`][icdl.construct.bounds.budget.Declared]): the conditioned ReLU sums of r, r' and u (Lemmas 2-4; 0
+where a sum is exact), and for the variants that form products by ReLU sums
+([`icdl.construct.engine.products`][icdl.construct.engine.products]) the sup error ``h^2/16`` of each product.
+[`step_budget`][icdl.construct.bounds.budget.step_budget] propagates them through one step of Lemma 1 — the
+forward pass (Lemma 2), r' (Lemma 3), u (Lemma 4), the backward recursion (Lemma 5, eq. 3.6) and the gradient
+sum (eq. 3.5, 3.7) — **entrywise**, per example, at the step's start weights w:
 
 * forward, ``e_z(j) = |V_j| e_p(j-1) + n_{j-1} ε_fwd`` and ``e_p(j) = ε_r + L_r e_z(j)`` (ReLU and linear
   layers: ``e_p(j) = e_z(j)``), ``e_p(0) = 0``;
@@ -49,8 +50,8 @@ from torch import Tensor
 from icdl.nets import GradTerms, NetSpec, get_loss, lemma1_terms, unflatten
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import CompiledModel
-    from icdl.construct.terms import Terms
+    from icdl.construct.engine.terms import Terms
+    from icdl.construct.protocols import Compiled
 
 __all__ = ["Declared", "StepBudget", "declared_sums", "largest", "step_budget", "sum_error", "sums_only"]
 
@@ -71,7 +72,7 @@ def sum_error(t: Terms) -> float:
 @dataclass(frozen=True)
 class Declared:
     """The sup errors a variant declares for one configuration (0: exact), the inputs of
-    [`step_budget`][icdl.construct.budget.step_budget].
+    [`step_budget`][icdl.construct.bounds.budget.step_budget].
 
     Attributes:
         r, r_prime: per layer j (index j-1), sup error of the r and r' sums on ``[-R, R]``.
@@ -110,8 +111,8 @@ def declared_sums(
     gradient: float = 0.0,
     derivative: tuple[float, ...] = (),
 ) -> Declared:
-    """A [`Declared`][icdl.construct.budget.Declared] from a model's conditioned sums
-    ([`sum_error`][icdl.construct.budget.sum_error] of each) and the sup errors of its products."""
+    """A [`Declared`][icdl.construct.bounds.budget.Declared] from a model's conditioned sums
+    ([`sum_error`][icdl.construct.bounds.budget.sum_error] of each) and the sup errors of its products."""
     return Declared(
         r=tuple(sum_error(t) for t in r),
         r_prime=tuple(sum_error(t) for t in r_prime),
@@ -124,7 +125,7 @@ def declared_sums(
     )
 
 
-def sums_only(model: CompiledModel) -> Declared:
+def sums_only(model: Compiled) -> Declared:
     """The declaration of a variant whose only approximations are its ReLU sums (products exact: the EWML,
     or 0/1-mask gates): ``paper``, ``compact``, ``no-ewml``."""
     t = model.terms
@@ -160,8 +161,8 @@ def largest(budgets: list[StepBudget]) -> dict[str, float]:
 
 
 def _relu_switch(z: Tensor, e_z: Tensor, delta: float) -> Tensor:
-    """1 where ``r'`` of a ReLU layer may differ between ``z̄`` (``|z̄ - z| <= e_z``, through the relu' step of
-    width δ) and z, else 0."""
+    """1 where ``r'`` of a ReLU layer may differ between ``z̄`` (``|z̄ - z| <= e_z``, through the relu' step
+    of width δ) and z, else 0."""
     return torch.where(z > 0, z - e_z < delta, z + e_z > 0).to(z.dtype)
 
 
@@ -194,8 +195,8 @@ class _Forward:
 def _forward(spec: NetSpec, dec: Declared, Vabs: list[Tensor], pre: list[Tensor], delta: float) -> _Forward:
     """``e_z(j) = |V_j| e_p(j-1) + ε_fwd · #(entries of p̄(j-1) not exactly 0)``, then ``e_p(j)`` and
     ``e_r'(j)`` (the module docstring; ``Vabs``: the ``|V_j|``). A product whose second factor is exactly 0
-    is exactly 0 ([`icdl.construct.products`][icdl.construct.products]), so known zeros of ``p̄`` add no
-    product error."""
+    is exactly 0 ([`icdl.construct.engine.products`][icdl.construct.engine.products]), so known zeros of
+    ``p̄`` add no product error."""
     n = pre[0].shape[0]
     fw = _Forward([torch.zeros(n, spec.in_dim, dtype=pre[0].dtype)], [], [], [True])
     live = torch.full((n, 1), float(spec.in_dim), dtype=pre[0].dtype)

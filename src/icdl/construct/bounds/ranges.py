@@ -6,9 +6,9 @@ A compiled GD transformer approximates r, r' (Lemmas 2-3), the loss derivative u
 (the configuration's ``radius``) and, for the softmax variant's weight factors, ``|w| <= B`` (the box) or a
 weight range. Outside its range a fitted sum is flat (or a product's error grows like the squared excess),
 so the construction is only as good as the ranges.
-[`trajectory_bounds`][icdl.construct.ranges.trajectory_bounds] bounds, before anything is compiled, every
-such argument at every GD step ``l = 0..L`` and every token (the query included) by **interval arithmetic on
-the actual prompt**:
+[`trajectory_bounds`][icdl.construct.bounds.ranges.trajectory_bounds] bounds, before anything is compiled,
+every such argument at every GD step ``l = 0..L`` and every token (the query included) by **interval
+arithmetic on the actual prompt**:
 
 * weights: ``w^(0)`` exactly; ``w^(l+1) in Proj_W(w^(l) - eta g^(l))`` with ``g^(l)`` the interval of the
   gradient at the weight interval of step l (eq. (2.3)); the box clips the interval (Proj_W is monotone per
@@ -36,7 +36,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -45,8 +45,8 @@ from icdl.errors import InputError
 from icdl.nets import NetSpec, get_loss
 
 if TYPE_CHECKING:
-    # Type-only: the configuration is the compiler's, which calls resolve_auto_range.
-    from icdl.construct.compile import GDConfig
+    # Type-only: a configuration as read here (GDConfig, above, calls resolve_auto_range).
+    from icdl.construct.protocols import StepConfig
 
 __all__ = [
     "AUTO_RANGE_FLOOR",
@@ -63,8 +63,10 @@ __all__ = [
     "trajectory_bounds",
 ]
 
+C = TypeVar("C", bound="StepConfig")  # the configuration type resolve_auto_range returns as it got
+
 #: The quantities bounded along the trajectory (keys of
-#: [`RangeBounds.maxima`][icdl.construct.ranges.RangeBounds]): ``x`` inputs (all tokens), ``z``
+#: [`RangeBounds.maxima`][icdl.construct.bounds.ranges.RangeBounds]): ``x`` inputs (all tokens), ``z``
 #: pre-activations of every layer, ``p`` the inputs ``p(0..N-1)`` of the forward products, ``t`` the
 #: network output ``p(N)``, ``y`` labels, ``u`` loss derivative, ``s`` deltas, ``back`` the vectors
 #: multiplied into r' (``u`` and ``V_{j+1}^T s(j+1)``), ``w`` weights, ``r_prime`` r'.
@@ -166,7 +168,7 @@ def _activation(name: str, z: _Iv, slack: float, delta: float) -> tuple[_Iv, _Iv
     tanh, monotone for softplus and relu), widened by the fitted sums' error ``slack`` where fitted."""
     lo, hi = z.lo, z.hi
     if name == "relu":
-        # r' is the relu' step clamp(z / delta, 0, 1) (icdl.construct.terms): monotone in z.
+        # r' is the relu' step clamp(z / delta, 0, 1) (icdl.construct.engine.terms): monotone in z.
         step = (lambda t: (t / delta).clamp(0, 1)) if delta > 0 else (lambda t: (t > 0).to(t.dtype))
         return _Iv(lo.clamp(min=0), hi.clamp(min=0)), _Iv(step(lo), step(hi))
     if name == "identity":
@@ -389,10 +391,10 @@ class AutoRanges:
         radius: ``R``: every fitted sum's and product's non-weight factor lies in ``[-R, R]``.
         weight_range: the weight factors' range of the products (None: the variant does not need one, or the
             box B covers the whole trajectory).
-        bounds: the [`RangeBounds`][icdl.construct.ranges.RangeBounds] they came from (capped ones replaced).
-        capped: the quantities whose interval bound (with a box) was above ``BOX_CAP_FACTOR`` times the exact
-            GD trajectory's maximum and was capped there: for those, being in range is not by construction
-            but checked by the verdict's (b).
+        bounds: the [`RangeBounds`][icdl.construct.bounds.ranges.RangeBounds] they came from (capped ones
+        replaced). capped: the quantities whose interval bound (with a box) was above ``BOX_CAP_FACTOR`` times
+            the exact GD trajectory's maximum and was capped there: for those, being in range is not by
+            construction but checked by the verdict's (b).
     """
 
     radius: float
@@ -418,7 +420,7 @@ def auto_ranges(
     limit: float = 1e6,
 ) -> AutoRanges:
     """``R`` (and, when ``needs.weights``, the products' weight range) from
-    [`trajectory_bounds`][icdl.construct.ranges.trajectory_bounds]: the largest bound among
+    [`trajectory_bounds`][icdl.construct.bounds.ranges.trajectory_bounds]: the largest bound among
     ``needs.quantities`` (the variant's), plus ``t`` and ``y`` for a fitted loss derivative (its two-argument
     sum is fitted on ``[-R, R]^2``), rounded up to 3 significant digits and at least
     ``AUTO_RANGE_FLOOR``.
@@ -482,7 +484,7 @@ def auto_ranges(
     return AutoRanges(radius, weight_range, b, capped)
 
 
-def explain_auto_range(error: InputError, config: GDConfig) -> InputError:
+def explain_auto_range(error: InputError, config: StepConfig) -> InputError:
     """``error`` (a fitter's refusal, e.g. ``eps too small for softplus on [-62700, 62700]``) with what set
     its range when ``config`` came from ``--range auto``: the user never typed that R. Unchanged otherwise."""
     if not config.auto_range or "--range auto" in str(error):
@@ -495,9 +497,9 @@ def explain_auto_range(error: InputError, config: GDConfig) -> InputError:
 
 
 @contextmanager
-def naming_auto_range(config: GDConfig) -> Iterator[None]:
+def naming_auto_range(config: StepConfig) -> Iterator[None]:
     """Re-raise an [`InputError`][icdl.errors.InputError] from the block as
-    [`explain_auto_range`][icdl.construct.ranges.explain_auto_range] words it (a fitter's refusal)."""
+    [`explain_auto_range`][icdl.construct.bounds.ranges.explain_auto_range] words it (a fitter's refusal)."""
     try:
         yield
     except InputError as e:
@@ -505,11 +507,11 @@ def naming_auto_range(config: GDConfig) -> Iterator[None]:
 
 
 def resolve_auto_range(
-    config: GDConfig, prompt: tuple[Tensor, Tensor, Tensor, Tensor], needs: RangeNeeds
-) -> GDConfig:
+    config: C, prompt: tuple[Tensor, Tensor, Tensor, Tensor], needs: RangeNeeds
+) -> C:
     """``config`` with ``radius`` (and ``weight_range``) set by
-    [`auto_ranges`][icdl.construct.ranges.auto_ranges] on ``prompt = (x, y, x_query, w0)`` for a variant
-    that needs ``needs`` (``Variant.range_needs``), over all ``config.steps`` GD steps, and
+    [`auto_ranges`][icdl.construct.bounds.ranges.auto_ranges] on ``prompt = (x, y, x_query, w0)`` for a
+    variant that needs ``needs`` (``Variant.range_needs``), over all ``config.steps`` GD steps, and
     ``auto_range=True``. The gate constant C is the limit."""
     x, y, x_query, w0 = prompt
     c = config

@@ -1,12 +1,12 @@
 """One builder per sublayer role of a GD block (Theorem 1's proof, Appendix C), plus the readout, and
-the expected effect of every role ([`effects`][icdl.construct.blocks.effects], the contract of
-[`icdl.construct.contract`][icdl.construct.contract]).
+the expected effect of every role ([`effects`][icdl.construct.build.blocks.effects], the contract of
+[`icdl.construct.build.contract`][icdl.construct.build.contract]).
 
-Every builder takes a [`BuildContext`][icdl.construct.context.BuildContext] (network, layout, conditioned ReLU
+Every builder takes a [`BuildContext`][icdl.construct.build.context.BuildContext] (network, layout, conditioned ReLU
 sums, step size, prompt length, gate constant, projection) and returns a module from
-[`icdl.construct.layers`][icdl.construct.layers] built with its [`Role`][icdl.construct.tables.Role]; the
+[`icdl.construct.engine.layers`][icdl.construct.engine.layers] built with its [`Role`][icdl.construct.engine.sublayers.Role]; the
 module derives its [`SublayerInfo`][icdl.sublayer.SublayerInfo] (sizes, slots read and written) from its own
-tables. Coordinates come only from the [`Layout`][icdl.construct.layout.Layout] API.
+tables. Coordinates come only from the [`Layout`][icdl.construct.engine.layout.Layout] API.
 
 Roles (paper order inside one block; N = depth):
 
@@ -25,11 +25,11 @@ readout    MLP             not in the paper           ``2 d_y``
 
 from __future__ import annotations
 
-from icdl.construct.context import BuildContext
-from icdl.construct.contract import Expect
-from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, Role, UnitTable
-from icdl.construct.layout import Layout
-from icdl.construct.terms import Terms
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.contract import Expect
+from icdl.construct.engine.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, Role, UnitTable
+from icdl.construct.engine.layout import Layout
+from icdl.construct.engine.terms import Terms
 from icdl.sublayer import SublayerInfo
 from icdl.theory import READOUT_LEMMA  # the readout is not in the paper (docs/construction.md)
 
@@ -84,7 +84,7 @@ def derivative_layer(ctx: BuildContext) -> ReLUAttention:
 
     For the exact relu' delta-step the heads are summed per (query, key) pair before the sum over keys
     (``accumulate="heads"``), which keeps ``relu(X) - relu(X - 1) = 1`` exact
-    ([`icdl.construct.terms`][icdl.construct.terms]).
+    ([`icdl.construct.engine.terms`][icdl.construct.engine.terms]).
     """
     heads = HeadTable()
     for j in range(1, ctx.spec.depth + 1):
@@ -202,13 +202,13 @@ def readout_layer(ctx: BuildContext) -> ReLUMLP:
 
 
 # --------------------------------------------------------------------------------------------------
-# Expected effects of the roles above (the contract, icdl.construct.contract)
+# Expected effects of the roles above (the contract, icdl.construct.build.contract)
 # --------------------------------------------------------------------------------------------------
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     """What must hold after a sublayer built by this module (see
-    [`icdl.construct.contract`][icdl.construct.contract])."""
+    [`icdl.construct.build.contract`][icdl.construct.build.contract])."""
     N = layout.spec.depth
     j = info.layer
     if info.role == "forward":

@@ -1,9 +1,9 @@
-"""The inputs every sublayer builder gets ([`BuildContext`][icdl.construct.context.BuildContext]): network,
+"""The inputs every sublayer builder gets ([`BuildContext`][icdl.construct.build.context.BuildContext]): network,
 layout, conditioned ReLU sums, step size, prompt length, gate constant, projection, and the factories that
-turn coefficient tables into sublayers of [`icdl.construct.layers`][icdl.construct.layers].
+turn coefficient tables into sublayers of [`icdl.construct.engine.layers`][icdl.construct.engine.layers].
 
-It sits below the contract ([`icdl.construct.contract`][icdl.construct.contract]) and the builders
-([`icdl.construct.blocks`][icdl.construct.blocks] and the variant modules), which all take it.
+It sits below the contract ([`icdl.construct.build.contract`][icdl.construct.build.contract]) and the builders
+([`icdl.construct.build.blocks`][icdl.construct.build.blocks] and the variant modules), which all take it.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from icdl.construct.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, Role, UnitTable
-from icdl.construct.layout import Layout
-from icdl.construct.terms import Terms
+from icdl.construct.engine.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, Role, UnitTable
+from icdl.construct.engine.layout import Layout
+from icdl.construct.engine.terms import Terms
 from icdl.nets import NetSpec
 
 if TYPE_CHECKING:
-    # Type-only: the configuration and the sums are defined by the compiler, which builds this context.
-    from icdl.construct.compile import GDConfig, SumTerms
+    # Type-only: a configuration as read by the builders (GDConfig is above them).
+    from icdl.construct.engine.terms import SumTerms
+    from icdl.construct.protocols import StepConfig
 
 __all__ = ["BuildContext"]
 
@@ -32,12 +33,12 @@ class BuildContext:
     the rest is read from them (properties below).
 
     Attributes:
-        config: the [`GDConfig`][icdl.construct.compile.GDConfig] being compiled.
+        config: the [`GDConfig`][icdl.construct.config.GDConfig] being compiled.
         layout: the token layout (``variant.layout(config.spec)``).
-        terms: the conditioned ReLU sums ([`SumTerms`][icdl.construct.compile.SumTerms]).
+        terms: the conditioned ReLU sums ([`SumTerms`][icdl.construct.engine.terms.SumTerms]).
     """
 
-    config: GDConfig
+    config: StepConfig
     layout: Layout
     terms: SumTerms
 
@@ -104,7 +105,7 @@ class BuildContext:
     @cached_property
     def slot_labels(self) -> tuple[str, ...]:
         """Slot label of every coordinate (what sublayers derive their reads/writes from;
-        [`slot_labels`][icdl.construct.layout.Layout.slot_labels])."""
+        [`slot_labels`][icdl.construct.engine.layout.Layout.slot_labels])."""
         return self.layout.slot_labels()
 
     def attention(self, heads: HeadTable, role: Role, *, exact_sums: bool = False) -> ReLUAttention:

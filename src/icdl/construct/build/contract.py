@@ -2,14 +2,14 @@
 
 A variant builds sublayers (each describes itself with a [`SublayerInfo`][icdl.sublayer.SublayerInfo] derived
 from its own tables) and states, next to its builders, the **expected effect** of every role as a list of
-[`Expect`][icdl.construct.contract.Expect]: "after this sublayer, slot S holds reference quantity Q". Every
-slot not named keeps its value. The verifier ([`icdl.construct.verify`][icdl.construct.verify]) evaluates the
+[`Expect`][icdl.construct.build.contract.Expect]: "after this sublayer, slot S holds reference quantity Q". Every
+slot not named keeps its value. The verifier ([`icdl.construct.check.verify`][icdl.construct.check.verify]) evaluates the
 named quantities on the prompt and compares the whole token state; it has no code for any particular role or
 variant.
 
 Reference quantities (all evaluated at the transformer's own weights w at the start of the current GD step,
 with the construction's conditioned ReLU sums, on all ``T = n + 1`` tokens, the query last; see
-[`Reference`][icdl.construct.contract.Reference]):
+[`Reference`][icdl.construct.build.contract.Reference]):
 
 ==============  =============================  ===============================================================
 quantity        shape per token                meaning (paper)
@@ -27,8 +27,8 @@ quantity        shape per token                meaning (paper)
 ``zero``        slot size                      0 (scratch cleared for the next block)
 ==============  =============================  ===============================================================
 
-An [`Expect`][icdl.construct.contract.Expect] may instead carry a function of the
-[`Reference`][icdl.construct.contract.Reference] (for a quantity only one variant needs, e.g. an intermediate
+An [`Expect`][icdl.construct.build.contract.Expect] may instead carry a function of the
+[`Reference`][icdl.construct.build.contract.Reference] (for a quantity only one variant needs, e.g. an intermediate
 product), and its own relative tolerance (for approximate constructions).
 """
 
@@ -40,18 +40,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from icdl.construct.budget import Declared, sums_only
-from icdl.construct.context import BuildContext
-from icdl.construct.layers import Sublayer
-from icdl.construct.layout import Layout
-from icdl.construct.ranges import DEFAULT_NEEDS, RangeNeeds
-from icdl.construct.sizes import DENSE_COSTS, Costs, Sizes, paper_sizes
+from icdl.construct.bounds.budget import Declared, sums_only
+from icdl.construct.build.context import BuildContext
+from icdl.construct.engine.layers import Sublayer
+from icdl.construct.engine.layout import Layout
+from icdl.construct.bounds.ranges import DEFAULT_NEEDS, RangeNeeds
+from icdl.construct.engine.sizes import DENSE_COSTS, Costs, Sizes, paper_sizes
 from icdl.nets import GradTerms, NetSpec, projected_step
 from icdl.sublayer import SublayerInfo
 
 if TYPE_CHECKING:
-    # Type-only: the compiled model and its configuration sit above the contract (they run variants).
-    from icdl.construct.compile import CompiledModel, GDConfig
+    # Type-only: a compiled model and its configuration as the contract reads them (both sit above it).
+    from icdl.construct.protocols import Compiled, StepConfig
 
 __all__ = ["QUANTITIES", "EffectsFn", "Expect", "Reference", "Variant"]
 
@@ -102,11 +102,11 @@ EffectsFn = Callable[[SublayerInfo, Layout], list[Expect]]
 
 @dataclass
 class Reference:
-    """The reference quantities of one GD step (`icdl.construct.contract.QUANTITIES`) at the
+    """The reference quantities of one GD step (`icdl.construct.build.contract.QUANTITIES`) at the
     transformer's own step-start weights ``w``, on all T tokens: ``sur`` with the construction's ReLU sums
     (what every slot must hold), ``exact`` with the true r, r', u (for the per-step error table).
 
-    A variant's callable [`Expect`][icdl.construct.contract.Expect] gets this object; ``model``, ``x_all``,
+    A variant's callable [`Expect`][icdl.construct.build.contract.Expect] gets this object; ``model``, ``x_all``,
     ``y_all`` (zero on the query) and ``t`` (1 on examples, 0 on the query) let it evaluate its own
     recursion. ``cache`` is free for such callables (one Reference per GD step).
     """
@@ -116,7 +116,7 @@ class Reference:
     exact: GradTerms
     lr: float
     box: float | None
-    model: CompiledModel
+    model: Compiled
     x_all: Tensor
     y_all: Tensor
     t: Tensor
@@ -166,9 +166,9 @@ class Variant:
         readout: ``BuildContext -> sublayers after the last step`` (write the prediction into Y).
         effects: ``(info, layout) -> list[Expect]``: what must hold after each of its sublayers.
         paper: whether this is the paper's construction as published (up to the documented fixes).
-        range_needs: what it fits on ranges ([`RangeNeeds`][icdl.construct.ranges.RangeNeeds]): the
+        range_needs: what it fits on ranges ([`RangeNeeds`][icdl.construct.bounds.ranges.RangeNeeds]): the
             quantities ``radius="auto"`` must bound by R, whether its products take a weight range, and
-            its approximate products ([`icdl.construct.ranges`][icdl.construct.ranges]).
+            its approximate products ([`icdl.construct.bounds.ranges`][icdl.construct.bounds.ranges]).
         check: optional ``GDConfig -> None`` raising [`InputError`][icdl.errors.InputError] for configurations
             the variant cannot build (e.g. a non-ReLU activation).
         ranges: optional ``Reference -> int``: how many arguments (or groups of them) of the variant's own
@@ -177,14 +177,14 @@ class Variant:
             surrogate cannot see an approximation used outside its range.
         sizes: ``(spec, examples) -> Sizes``: token width D, tokens T and sublayers per GD step from
             closed forms, for the budget estimate before anything is built
-            ([`icdl.construct.sizes`][icdl.construct.sizes]; default the paper's layout). D and T must equal
+            ([`icdl.construct.engine.sizes`][icdl.construct.engine.sizes]; default the paper's layout). D and T must equal
             the built model's; ``per_step`` may bound it from above.
-        costs: the variant's cost formulas ([`Costs`][icdl.construct.sizes.Costs]; default the paper's
+        costs: the variant's cost formulas ([`Costs`][icdl.construct.engine.sizes.Costs]; default the paper's
             dense MLPs and attention).
         budget: ``CompiledModel -> Declared``: the sup errors of the variant's approximations (its ReLU sums
-            and any products of ReLU sums), from which [`icdl.construct.budget`][icdl.construct.budget]
+            and any products of ReLU sums), from which [`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]
             derives the a-priori budget of every step's applied gradient (PASS condition (c); default
-            [`sums_only`][icdl.construct.budget.sums_only]: products exact).
+            [`sums_only`][icdl.construct.bounds.budget.sums_only]: products exact).
         product_errors: optional ``(Reference, tol) -> [(kind, layer, measured, declared)]``: each kind of
             the variant's approximate products, measured at this step on the factors it actually multiplies
             (inside their ranges) against the exact product, beside the sup error ``budget`` declares for it
@@ -199,9 +199,9 @@ class Variant:
     effects: EffectsFn
     paper: bool = False
     range_needs: RangeNeeds = DEFAULT_NEEDS
-    check: Callable[[GDConfig], Any] | None = None
+    check: Callable[[StepConfig], Any] | None = None
     ranges: Callable[[Reference], int] | None = None
     sizes: Callable[[NetSpec, int], Sizes] = paper_sizes
     costs: Costs = DENSE_COSTS
-    budget: Callable[[CompiledModel], Declared] = sums_only
+    budget: Callable[[Compiled], Declared] = sums_only
     product_errors: Callable[[Reference, float], list[tuple[str, int, float, float]]] | None = None

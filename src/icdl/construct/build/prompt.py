@@ -1,5 +1,5 @@
 """The GD-step prompt (paper eq. 3.1, in icdl's named slots): examples, query and the initial weights
-written into the tokens of a [`Layout`][icdl.construct.layout.Layout]. Re-exported by
+written into the tokens of a [`Layout`][icdl.construct.engine.layout.Layout]. Re-exported by
 [`icdl.construct.compile`][icdl.construct.compile]."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icdl.construct.layout import Layout
+from icdl.construct.engine.layout import Layout
 from icdl.errors import InputError
 
 __all__ = ["build_prompt"]

@@ -1,5 +1,5 @@
-"""The result of [`icdl.construct.verify.verify`][icdl.construct.verify.verify]: per-step errors, the first
-divergence, the PASS conditions and the verdict, and their table and JSON forms.
+"""The result of [`icdl.construct.check.verify.verify`][icdl.construct.check.verify.verify]: per-step errors,
+the first divergence, the PASS conditions and the verdict, and their table and JSON forms.
 
 PASS requires (docs/construction.md, "What PASS guarantees"):
 
@@ -9,9 +9,9 @@ b. **ranges**: no argument of a fitted sum or product outside its range (``out_o
    variant has fitted ones), no more relu' window hits than the variant allows, and the gate constant C above
    every ``|u|`` and ``|p(N)|`` (``gate_margin > 0``);
 c. **budget**: every step's applied-gradient error ``eps_l`` within the variant's **a-priori** budget
-   (``StepErrors.budget_l2``, [`icdl.construct.budget`][icdl.construct.budget]: derived from the declared sup
-   errors, never from the measured error), and every step's trajectory error within Corollary 1.1 evaluated
-   at that budget (``StepErrors.bound_budget_l2``; checked when an L_f estimate was made).
+   (``StepErrors.budget_l2``, [`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]: derived from the
+   declared sup errors, never from the measured error), and every step's trajectory error within Corollary 1.1
+   evaluated at that budget (``StepErrors.bound_budget_l2``; checked when an L_f estimate was made).
 
 Any failed condition is named in ``failures`` and the verdict is FAIL; otherwise a degenerate task (GD's
 movement comes from the projection alone, or nothing: [`icdl.construct.task.gd_is_degenerate`]
@@ -81,18 +81,19 @@ class StepErrors:
     r_prime, u and s are NaN when no expected effect of the variant names that quantity.
 
     Attributes:
-        grad_l2: the measured ``eps_l = ||ḡ_l - ∇L_n(w̄^{l-1})||_2`` (ḡ: the gradient the transformer applied).
-        budget_l2: the a-priori budget of ``eps_l`` ([`icdl.construct.budget`][icdl.construct.budget]).
-        trajectory_l2: ``||w̄^l - w^l_GD||_2``.
-        bound_measured_l2: Corollary 1.1 at step l with the measured ``max_{k<=l} eps_k`` (a stability check
-            of GD with those errors: it holds almost by construction).
+        grad_l2: the measured ``eps_l = ||ḡ_l - ∇L_n(w̄^{l-1})||_2`` (ḡ: the gradient the transformer
+        applied). budget_l2: the a-priori budget of ``eps_l``
+        ([`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]). trajectory_l2: ``||w̄^l -
+        w^l_GD||_2``. bound_measured_l2: Corollary 1.1 at step l with the measured ``max_{k<=l} eps_k`` (a
+            stability check of GD with those errors: it holds almost by construction).
         bound_budget_l2: Corollary 1.1 at step l with the a-priori ``max_{k<=l} budget_k`` (PASS (c)).
         grad_norm: ``||∇L_n(w̄^{l-1})||_2``, the true gradient at the step's start weights.
         applied_norm: ``||ḡ_l||_2``, the gradient the transformer applied.
         budget_approximation, budget_tolerance, budget_roundoff: the parts of ``budget_l2``.
         weight_norm: ``||w^l_GD||_2``, the scale the trajectory bound is compared with.
         prediction_bound: the a-priori bound on ``|f(w̄^l, x_q) - f(w^l_GD, x_q)|`` (max over outputs) from
-            ``bound_budget_l2`` and the Lipschitz constant of ``f(., x_q)`` (``icdl.construct.predict``).
+            ``bound_budget_l2`` and the Lipschitz constant of ``f(., x_q)``
+            (``icdl.construct.bounds.prediction``).
     """
 
     step: int
@@ -159,11 +160,11 @@ class Divergence:
 
 @dataclass
 class VerifyReport:
-    """Result of [`verify`][icdl.construct.verify.verify]: see the module docstring for the PASS conditions.
-    ``verdict`` is ``"FAIL"`` when any condition fails (``failures`` names each), else ``"DEGENERATE"`` when
-    reference GD never moves w (``weights_moved`` = ``max |w_L - w_0|`` is 0 with L >= 1 steps: every
-    comparison with GD is then trivially exact, so the check proves nothing), else ``"PASS"``. ``passed``
-    means ``verdict == "PASS"``.
+    """Result of [`verify`][icdl.construct.check.verify.verify]: see the module docstring for the PASS
+    conditions. ``verdict`` is ``"FAIL"`` when any condition fails (``failures`` names each), else
+    ``"DEGENERATE"`` when reference GD never moves w (``weights_moved`` = ``max |w_L - w_0|`` is 0 with L >= 1
+    steps: every comparison with GD is then trivially exact, so the check proves nothing), else ``"PASS"``.
+    ``passed`` means ``verdict == "PASS"``.
 
     Error fields: ``eps_grad`` is the measured ``max_l eps_l``, ``grad_budget`` the largest a-priori step
     budget; ``corollary_bound_measured`` and ``corollary_bound_budget`` are Corollary 1.1 after L steps at
@@ -171,8 +172,8 @@ class VerifyReport:
     ``trajectory_checked`` says whether the trajectory part of (c) was checked (it needs the L_f estimate).
     ``max_abs_err_f`` is ``max_i |f_i(w̄_L, x_q) - f_i(w^L_GD, x_q)|`` (the exact network at both final
     weights), ``prediction_bound`` its a-priori bound: Corollary 1.1 at the budget times the Lipschitz
-    constant of ``f(., x_q)`` on that ball ([`icdl.construct.predict`][icdl.construct.predict]); it holds
-    whenever (c) does.
+    constant of ``f(., x_q)`` on that ball
+    ([`icdl.construct.bounds.prediction`][icdl.construct.bounds.prediction]); it holds whenever (c) does.
     """
 
     steps: list[StepErrors]
@@ -295,7 +296,7 @@ class VerifyReport:
     @property
     def uncheckable_steps(self) -> list[int]:
         """The steps (1-based) whose budget cannot tell their GD update from none
-        ([`StepErrors.certifies`][icdl.construct.verify_report.StepErrors.certifies])."""
+        ([`StepErrors.certifies`][icdl.construct.check.report.StepErrors.certifies])."""
         return [e.step for e in self.steps if not e.certifies(self.checkable_fraction)]
 
     @property

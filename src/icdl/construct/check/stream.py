@@ -1,15 +1,15 @@
-"""The streaming sublayer check behind [`icdl.construct.verify`][icdl.construct.verify]: every sublayer's
-output is compared with its expected effect while the model runs (the callback of
+"""The streaming sublayer check behind [`icdl.construct.check.verify`][icdl.construct.check.verify]: every
+sublayer's output is compared with its expected effect while the model runs (the callback of
 [`CompiledModel.run`][icdl.construct.compile.CompiledModel.run]), so the verifier holds the current state, the
 one before it and the reference of the current GD step, never the whole trace.
 
 What is compared is what the verifier has always compared: after each sublayer every slot must hold what the
-variant's [`Expect`][icdl.construct.contract.Expect]s name (the surrogate recursion at the transformer's own
-step-start weights), on the tokens they name, and every other coordinate must keep its value. The check
+variant's [`Expect`][icdl.construct.build.contract.Expect]s name (the surrogate recursion at the transformer's
+own step-start weights), on the tokens they name, and every other coordinate must keep its value. The check
 does that in two parts: the coordinates no Expect names are compared **bit for bit** with the state before the
 sublayer (one elementwise ``!=`` over the state into a reused boolean buffer, the named slots on the named
 tokens let through; for a sublayer run in place, ``point.written``, only the positions it added into can
-differ, and those are compared with their old values, `icdl.construct._written`); only when one of them
+differ, and those are compared with their old values, `icdl.construct.check.written`); only when one of them
 differs (a bug, or a NaN the state already had) are those slots
 measured as well, on every token. Each named slot is measured on its own columns
 (``max |got - want| / max(1, |want|)``, NaN and inf named), on the named tokens while the rest is unchanged,
@@ -28,15 +28,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icdl.construct._written import WrittenMap
+from icdl.construct.build.contract import Expect, Reference
+from icdl.construct.check.report import Divergence
+from icdl.construct.check.written import WrittenMap
 from icdl.construct.compile import CompiledModel, TracePoint
-from icdl.construct.contract import Expect, Reference
-from icdl.construct.variants import get_variant
-from icdl.construct.verify_report import Divergence
+from icdl.construct.variants.registry import get_variant
 from icdl.nets import GradTerms, lemma1_terms
 
 if TYPE_CHECKING:
-    from icdl.construct.layout import Slot
+    from icdl.construct.engine.layout import Slot
 
 __all__ = ["Comparison", "Prompt", "SlotError", "StreamCheck", "recursion", "slot_error"]
 
@@ -91,7 +91,7 @@ class SlotError:
 
 
 def slot_error(label: str, got: Tensor, want: Tensor) -> SlotError:
-    """The [`SlotError`][icdl.construct.stream.SlotError] of ``got`` against ``want`` (same shape)."""
+    """The [`SlotError`][icdl.construct.check.stream.SlotError] of ``got`` against ``want`` (same shape)."""
     diff = got - want
     if bool(
         torch.isfinite(diff).all()
@@ -243,7 +243,7 @@ def _spans(slots: list[Slot]) -> list[slice]:
 class StreamCheck:
     """The callback ``(point, H) -> None`` that checks each sublayer's output as the model runs (batch element
     0), and the state it keeps: the state before the sublayer, the current step's reference, the step-end
-    weights, and what has been found so far ([`result`][icdl.construct.stream.StreamCheck.result])."""
+    weights, and what has been found so far ([`result`][icdl.construct.check.stream.StreamCheck.result])."""
 
     def __init__(
         self,
@@ -437,12 +437,12 @@ class StreamCheck:
     def measure(
         self, plan: _Plan, S: Tensor, written: tuple[WrittenMap, Tensor] | None = None
     ) -> list[SlotError]:
-        """The [`SlotError`][icdl.construct.stream.SlotError] of every named slot on the named tokens, in
-        layout order: the slots gathered side by side and measured in one pass (the same elementwise
-        errors and maxima as one [`slot_error`][icdl.construct.stream.slot_error] per slot, which is what
-        a NaN or inf anywhere falls back to). A slot that must hold 0 has ``|got - 0| / max(1, 0) = |got|``
-        as both errors. ``written``: the sublayer ran in place (its map and the old values), so the state
-        before is ``S`` with those put back."""
+        """The [`SlotError`][icdl.construct.check.stream.SlotError] of every named slot on the named tokens,
+        in layout order: the slots gathered side by side and measured in one pass (the same elementwise
+        errors and maxima as one [`slot_error`][icdl.construct.check.stream.slot_error] per slot, which is
+        what a NaN or inf anywhere falls back to). A slot that must hold 0 has ``|got - 0| / max(1, 0) =
+        |got|`` as both errors. ``written``: the sublayer ran in place (its map and the old values), so the
+        state before is ``S`` with those put back."""
         j = plan.joint
         errs: dict[str, SlotError] = {}
         if j.zero.labels:
@@ -489,8 +489,8 @@ class StreamCheck:
         return {lab: SlotError(lab, max(rel[c0:c1]), max(ab[c0:c1]), "finite") for lab, (c0, c1) in bounds}
 
     def _written_map(self, pt: TracePoint, plan: _Plan, idx: Tensor, S: Tensor) -> WrittenMap:
-        """The [`WrittenMap`][icdl.construct._written.WrittenMap] of the sublayer at ``pt`` (built once per
-        sublayer and written-positions tensor)."""
+        """The [`WrittenMap`][icdl.construct.check.written.WrittenMap] of the sublayer at ``pt`` (built once
+        per sublayer and written-positions tensor)."""
         key = (pt.step is None, pt.name)
         m = self._maps.get(key)
         if m is None or m.idx is not idx:

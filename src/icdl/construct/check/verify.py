@@ -1,11 +1,11 @@
 """Verify a compiled GD transformer against reference gradient descent, sublayer by sublayer.
 
-[`verify`][icdl.construct.verify.verify] is three steps with no knowledge of any role or variant:
-[`trace`][icdl.construct.verify.trace] runs the model on one prompt and keeps the state after every sublayer
-(named ``(step, sublayer name)``, step None for the readout); [`compare`][icdl.construct.verify.compare]
-checks every state against what the variant's expected effects
-([`icdl.construct.contract`][icdl.construct.contract]) say must be in each slot;
-[`report`][icdl.construct.verify.report] adds the GD comparisons below. It compares
+[`verify`][icdl.construct.check.verify.verify] is three steps with no knowledge of any role or variant:
+[`trace`][icdl.construct.check.verify.trace] runs the model on one prompt and keeps the state after every
+sublayer (named ``(step, sublayer name)``, step None for the readout);
+[`compare`][icdl.construct.check.verify.compare] checks every state against what the variant's expected
+effects ([`icdl.construct.build.contract`][icdl.construct.build.contract]) say must be in each slot;
+[`report`][icdl.construct.check.verify.report] adds the GD comparisons below. It compares
 
 1. **the whole token state after every sublayer** with what the construction must produce — the
    *surrogate* recursion: the paper's p̄, r̄', ḡ, s̄ (Lemmas 2-5, eq. (C.6), (3.20)) evaluated directly with
@@ -20,14 +20,14 @@ checks every state against what the variant's expected effects
 3. the corrected Corollary 1.1 bound ``L_f^{-1} ((1 + eta L_f)^l - 1) eps``
    ([`icdl.theory.corollary11_bound`][icdl.theory_bounds.corollary11_bound]), at the measured
    ``eps = max_l eps_l`` and at the variant's **a-priori** step budget
-   ([`icdl.construct.budget`][icdl.construct.budget]); ``L_f`` is a local estimate (largest ``|eigenvalue|``
-   of the Hessian of ``L_n`` by power iteration at the points of both trajectories: a lower bound on the true
-   Lipschitz constant of ``∇L_n`` over W, piecewise for ReLU networks).
+   ([`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]); ``L_f`` is a local estimate (largest
+   ``|eigenvalue|`` of the Hessian of ``L_n`` by power iteration at the points of both trajectories: a lower
+   bound on the true Lipschitz constant of ``∇L_n`` over W, piecewise for ReLU networks).
 
 It also counts the example pre-activations inside the relu' window ``(0, delta)`` (the only place where a
 ReLU construction may differ from GD), pre-activations outside the range ``[-R, R]`` of fitted sums (where
 they are flat), and checks the query gate constant C against the loss units' arguments. The PASS conditions
-(sublayers, ranges, budget) are those of [`VerifyReport`][icdl.construct.verify_report.VerifyReport].
+(sublayers, ranges, budget) are those of [`VerifyReport`][icdl.construct.check.report.VerifyReport].
 """
 
 from __future__ import annotations
@@ -40,16 +40,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from icdl.construct.budget import Declared, StepBudget, largest, step_budget
+from icdl.construct.bounds.budget import Declared, StepBudget, largest, step_budget
+from icdl.construct.bounds.prediction import prediction_bound
+from icdl.construct.build.contract import Reference
+from icdl.construct.check.report import Divergence, StepErrors, VerifyReport, max_or_nan
+from icdl.construct.check.report import corollary_bound as _bound
+from icdl.construct.check.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
+from icdl.construct.check.stream import slot_error as _slot_error  # noqa: F401  (its old name)
 from icdl.construct.compile import CompiledModel, TraceFn, TracePoint, default_tol
-from icdl.construct.contract import Reference
-from icdl.construct.predict import prediction_bound
-from icdl.construct.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
-from icdl.construct.stream import slot_error as _slot_error  # noqa: F401  (its old name)
 from icdl.construct.task import gd_is_degenerate
-from icdl.construct.variants import get_variant
-from icdl.construct.verify_report import Divergence, StepErrors, VerifyReport, max_or_nan
-from icdl.construct.verify_report import corollary_bound as _bound
+from icdl.construct.variants.registry import get_variant
 from icdl.nets import (
     empirical_risk,
     forward,
@@ -93,7 +93,8 @@ def lipschitz_points(count: int, max_points: int | None = LIPSCHITZ_POINTS) -> l
 
 
 def lipschitz_method(iters: int, count: int, max_points: int | None = LIPSCHITZ_POINTS) -> str:
-    """How [`estimate_lipschitz`][icdl.construct.verify.estimate_lipschitz] estimated L_f, for the report."""
+    """How [`estimate_lipschitz`][icdl.construct.check.verify.estimate_lipschitz] estimated L_f, for the
+    report."""
     used = len(lipschitz_points(count, max_points))
     if used == count:
         how = f"{iters}-step power iteration at {count} trajectory points"
@@ -119,7 +120,7 @@ def estimate_lipschitz(
 
     With at most ``max_points`` points (or ``max_points=None``) every point gets ``iters`` steps from its
     own random start. Otherwise ``max_points`` evenly spread points are visited
-    ([`lipschitz_points`][icdl.construct.verify.lipschitz_points]): the first with ``iters`` steps, each
+    ([`lipschitz_points`][icdl.construct.check.verify.lipschitz_points]): the first with ``iters`` steps, each
     later one with ``max(1, iters // 4)`` steps warm-started from the previous vector. Either way the result
     is a lower bound on the largest |eigenvalue| at the points visited.
     """
@@ -187,9 +188,10 @@ def compare(
     on_step: Callable[[Reference], None] | None = None,
 ) -> tuple[Trace, Comparison]:
     """Run ``model`` on ``H0`` and check every sublayer's output as it comes against the variant's expected
-    effects (everything not named must keep its value; [`StreamCheck`][icdl.construct.stream.StreamCheck]).
-    The reference is re-evaluated at the transformer's own weights at the start of every step, so each
-    sublayer is checked on its own input and the first divergence is where a bug is."""
+    effects (everything not named must keep its value;
+    [`StreamCheck`][icdl.construct.check.stream.StreamCheck]). The reference is re-evaluated at the
+    transformer's own weights at the start of every step, so each sublayer is checked on its own input and the
+    first divergence is where a bug is."""
     check = StreamCheck(model, H0, prompt, tol, on_step)
     tr = trace(model, H0, check)
     return tr, check.result()
@@ -245,7 +247,8 @@ def _declared_check(model: CompiledModel, ref: Reference, c: _Counters, tol: flo
     range ``[-R, R]``; outside it (b) counts them) against the true r, r': the measured error over the
     variant's declared sup error, which the a-priori budget assumes. A fit worse than declared (or a wrong
     knot where the arguments fall) shows here, however loose the budget. The variant's approximate products
-    likewise, on the factors they multiplied ([`Variant.product_errors`][icdl.construct.contract.Variant])."""
+    likewise, on the factors they multiplied
+    ([`Variant.product_errors`][icdl.construct.build.contract.Variant])."""
     if c.declared is None:
         c.declared = get_variant(model.config.variant).budget(model)
     for j, z in enumerate(ref.sur.pre):
@@ -284,8 +287,8 @@ def relu_step_limit(delta: float, dtype: torch.dtype) -> float:
 
 def _budget(model: CompiledModel, ref: Reference, c: _Counters, prompt: Prompt, tol: float) -> None:
     """The a-priori budget of the step starting at ``ref.w``
-    ([`step_budget`][icdl.construct.budget.step_budget]) from the exact Lemma 1 terms the sublayer check
-    evaluated there (their examples' rows: the query's u and s are 0), for the first ``model.steps``
+    ([`step_budget`][icdl.construct.bounds.budget.step_budget]) from the exact Lemma 1 terms the sublayer
+    check evaluated there (their examples' rows: the query's u and s are 0), for the first ``model.steps``
     references (the last one is the readout's, at the final weights)."""
     if len(c.budgets) >= model.steps:
         return
@@ -311,15 +314,15 @@ def verify(
     tol: float | None = None,
     lipschitz_iters: int = 20,
 ) -> VerifyReport:
-    """Run ``model`` on one prompt and compare it with reference GD: [`trace`][icdl.construct.verify.trace],
-    [`compare`][icdl.construct.verify.compare], [`report`][icdl.construct.verify.report] (see the module
-    docstring).
+    """Run ``model`` on one prompt and compare it with reference GD:
+    [`trace`][icdl.construct.check.verify.trace], [`compare`][icdl.construct.check.verify.compare],
+    [`report`][icdl.construct.check.verify.report] (see the module docstring).
 
     Args:
         model: a compiled model.
         x: ``(n, d_x)`` inputs; y: ``(n, d_y)`` labels; x_query: ``(d_x,)``; w0: ``(P,)`` initial weights.
         tol: relative tolerance of the sublayer check (``|err| <= tol * max(1, |expected|)``); default
-            [`default_tol`][icdl.construct.compile.default_tol] of the model's dtype (1e-9 float64, 1e-4
+            [`default_tol`][icdl.construct.config.default_tol] of the model's dtype (1e-9 float64, 1e-4
             float32).
         lipschitz_iters: power-iteration steps per trajectory point for the L_f estimate (0: skip).
     """
@@ -341,8 +344,8 @@ def verify(
 
 @dataclass
 class Checked:
-    """What [`report`][icdl.construct.verify.report] turns into a
-    [`VerifyReport`][icdl.construct.verify_report.VerifyReport]: the model, the prompt, its trace, the
+    """What [`report`][icdl.construct.check.verify.report] turns into a
+    [`VerifyReport`][icdl.construct.check.report.VerifyReport]: the model, the prompt, its trace, the
     sublayer comparison, the range counters, the tolerance used and when the verification started."""
 
     model: CompiledModel
@@ -375,7 +378,7 @@ class _GDCheck:
 def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
     """Reference GD from the prompt's w0 (timed), the local L_f estimate along both trajectories, and the
     variant's a-priori budget of every step at its start weights
-    ([`step_budget`][icdl.construct.budget.step_budget])."""
+    ([`step_budget`][icdl.construct.bounds.budget.step_budget])."""
     model, p, cmp = c.model, c.prompt, c.comparison
     cfg, L = model.config, model.steps
     t0 = time.perf_counter()
@@ -403,7 +406,7 @@ def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
 
 
 def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
-    """One [`StepErrors`][icdl.construct.verify_report.StepErrors] per GD step: the exact-term errors,
+    """One [`StepErrors`][icdl.construct.check.report.StepErrors] per GD step: the exact-term errors,
     trajectory and gradient errors, the a-priori budget, and Corollary 1.1 at the measured errors and at the
     budgets of the steps so far."""
     out = []
@@ -441,8 +444,8 @@ def _step_errors(c: Checked, gd: _GDCheck) -> list[StepErrors]:
 
 
 def report(c: Checked, *, lipschitz_iters: int = 20) -> VerifyReport:
-    """Turn a [`Comparison`][icdl.construct.verify.Comparison] into a
-    [`VerifyReport`][icdl.construct.verify_report.VerifyReport]: trajectory against reference GD, the
+    """Turn a [`Comparison`][icdl.construct.check.verify.Comparison] into a
+    [`VerifyReport`][icdl.construct.check.report.VerifyReport]: trajectory against reference GD, the
     a-priori budgets and Corollary 1.1 (local L_f estimate), the prediction errors, degeneracy; the PASS
     conditions are the report's ``failures``."""
     model, cmp, L = c.model, c.comparison, c.model.steps

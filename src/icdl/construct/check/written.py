@@ -1,8 +1,8 @@
-"""What the streaming check ([`icdl.construct.stream`][icdl.construct.stream]) compares after a sublayer that
-was run in place ([`Written`][icdl.construct._kernels.Written]): such a sublayer changed only the positions
-it added into, so of the coordinates outside the named slots on the named tokens only those it wrote can
-differ from the state before, and the state before is the state after with the written positions' old
-values put back."""
+"""What the streaming check ([`icdl.construct.check.stream`][icdl.construct.check.stream]) compares after a
+sublayer that was run in place ([`Written`][icdl.construct.engine.kernels.Written]): such a sublayer changed
+only the positions it added into, so of the coordinates outside the named slots on the named tokens only those
+it wrote can differ from the state before, and the state before is the state after with the written positions'
+old values put back."""
 
 from __future__ import annotations
 

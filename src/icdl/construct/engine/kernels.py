@@ -1,9 +1,10 @@
-"""The tensor kernels of the compact sublayers ([`icdl.construct.tables`][icdl.construct.tables],
-[`icdl.construct.layers`][icdl.construct.layers]): gathers of the slots a table reads, sums added in a fixed
-order, scatters into the written slots, and the state buffers of
+"""The tensor kernels of the compact sublayers
+([`icdl.construct.engine.sublayers`][icdl.construct.engine.sublayers],
+[`icdl.construct.engine.layers`][icdl.construct.engine.layers]): gathers of the slots a table reads, sums
+added in a fixed order, scatters into the written slots, and the state buffers of
 [`CompiledModel.run`][icdl.construct.compile.CompiledModel.run]. Every one computes the same additions in the
 same order as the plain loops it replaces (the sublayers' outputs are compared bit for bit in
-tests/construct/test_layers_bits.py)."""
+tests/construct/engine/test_layers_bits.py)."""
 
 from __future__ import annotations
 
@@ -111,8 +112,8 @@ def _ordered_sum(x: Tensor, dim: int) -> Tensor:
     """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
 
     In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the
-    tensor's own dtype (one call instead of ``2 d_h``; ``tests/construct/test_layers.py`` checks the bits
-    against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan
+    tensor's own dtype (one call instead of ``2 d_h``; ``tests/construct/engine/test_layers.py`` checks the
+    bits against the loop); elsewhere (other dtypes accumulate cumsum in a wider type; other devices may scan
     in parallel) the loop itself.
     """
     if x.dtype == torch.float64 and x.device.type == "cpu":
@@ -158,9 +159,9 @@ def run_inplace(
     m: nn.Module, H: Tensor, buffers: list[Tensor], keep_before: bool
 ) -> tuple[Tensor, Written | None]:
     """``m(H)`` written into the state itself when the sublayer is additions at fixed places
-    ([`Sublayer.delta`][icdl.construct.tables.Sublayer.delta]), with what it wrote (``keep_before``: and
-    the values there before); otherwise [`run_sublayer`][icdl.construct._kernels.run_sublayer] and None.
-    A state that is not one of ``buffers`` (the caller's prompt) is first copied into one: it is never
+    ([`Sublayer.delta`][icdl.construct.engine.sublayers.Sublayer.delta]), with what it wrote (``keep_before``:
+    and the values there before); otherwise [`run_sublayer`][icdl.construct.engine.kernels.run_sublayer] and
+    None. A state that is not one of ``buffers`` (the caller's prompt) is first copied into one: it is never
     written."""
     delta: Callable[[Tensor], tuple[Tensor, Tensor] | None] | None = getattr(m, "delta", None)
     d = delta(H) if delta is not None and _plain(m) else None

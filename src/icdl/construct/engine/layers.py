@@ -4,19 +4,19 @@ Every module maps a batch of prompts ``H`` of shape ``(B, T, D)`` — **tokens a
 tokens as columns, ``H in R^{D x T}``; we use the transpose so that the embedding is the last, contiguous
 axis) — to a tensor of the same shape, and is residual: ``out = H + f(H)``.
 
-* [`ReLUAttention`][icdl.construct.layers.ReLUAttention] — Definition 7 (vector form): ``out_i = h_i + (1/T)
-  sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (the paper's
-  Definition 7 normalises by n; docs/construction.md explains why T).
-* [`EWML`][icdl.construct.layers.EWML] — Definition 6: ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i``
-  (same token, no ReLU, no normalisation).
-* [`ReLUMLP`][icdl.construct.layers.ReLUMLP] — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases (the ONE
-  slot provides them).
-* [`SoftmaxAttention`][icdl.construct.layers.SoftmaxAttention] — eq. (E.1) with ``W^(O)`` folded into V:
-  ``out_i = h_i + sum_m sum_s softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
+* [`ReLUAttention`][icdl.construct.engine.layers.ReLUAttention] — Definition 7 (vector form): ``out_i = h_i +
+  (1/T) sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` with T the number of tokens, no mask, no softmax (the
+  paper's Definition 7 normalises by n; docs/construction.md explains why T).
+* [`EWML`][icdl.construct.engine.layers.EWML] — Definition 6: ``out_i = h_i + sum_m <Q_m h_i, K_m h_i> V_m
+  h_i`` (same token, no ReLU, no normalisation).
+* [`ReLUMLP`][icdl.construct.engine.layers.ReLUMLP] — Definition 8: ``out = H + W_2 relu(W_1 H)``, no biases
+  (the ONE slot provides them).
+* [`SoftmaxAttention`][icdl.construct.engine.layers.SoftmaxAttention] — eq. (E.1) with ``W^(O)`` folded into
+  V: ``out_i = h_i + sum_m sum_s softmax_s(<Q_m h_i, K_m h_s>) V_m h_s``.
 
 The compact weight format and the floating-point order every sublayer keeps are in
-[`icdl.construct.tables`][icdl.construct.tables]; the same tables evaluated on token ranges are in
-[`icdl.construct.ranged`][icdl.construct.ranged].
+[`icdl.construct.engine.sublayers`][icdl.construct.engine.sublayers]; the same tables evaluated on token
+ranges are in [`icdl.construct.engine.row_layers`][icdl.construct.engine.row_layers].
 """
 
 from __future__ import annotations
@@ -29,8 +29,16 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from icdl.construct._kernels import _features, _gather, _ordered_dot, _Rows, _same_tokens, _scatter, _tokens
-from icdl.construct.tables import (
+from icdl.construct.engine.kernels import (
+    _features,
+    _gather,
+    _ordered_dot,
+    _Rows,
+    _same_tokens,
+    _scatter,
+    _tokens,
+)
+from icdl.construct.engine.sublayers import (
     DEFAULT_CHUNK_ELEMS,
     Accumulate,
     HeadSublayer,
@@ -68,7 +76,7 @@ class ReLUAttention(HeadSublayer):
     ``out_i = h_i + (1/T) sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s`` for ``H`` of shape ``(B, T, D)``.
 
     Args:
-        tables: compact head tables ([`HeadTable`][icdl.construct.tables.HeadTable]).
+        tables: compact head tables ([`HeadTable`][icdl.construct.engine.sublayers.HeadTable]).
         dim: the embedding dimension D.
         accumulate: ``"tokens"`` sums over keys s for each head, then over heads (fast);
             ``"heads"`` sums the heads writing each coordinate for every (i, s) pair first, then over s —

@@ -1,8 +1,8 @@
 """Token layouts: named slots of the embedding (the only place where coordinates are computed).
 
-A [`Layout`][icdl.construct.layout.Layout] is an ordered list of named [`Slot`][icdl.construct.layout.Slot]
-groups for one *token type*. The paper's construction (docs/construction.md, "Token layout") has a single
-token type whose slots are
+A [`Layout`][icdl.construct.engine.layout.Layout] is an ordered list of named
+[`Slot`][icdl.construct.engine.layout.Slot] groups for one *token type*. The paper's construction
+(docs/construction.md, "Token layout") has a single token type whose slots are
 
 ====  =========================  ==============================================================
 slot  size                       content at block start
@@ -20,10 +20,12 @@ T     1                          t_i = 1 on examples, 0 on the query
 
 so ``D = d_x + 2 d_y + P + 3 sum_j n_j + 2``. Other variants (e.g. one that keeps each weight row in its
 own token) build other layouts with other slot lists and ``token_type`` names; everything outside this
-module addresses coordinates only through [`Layout.slot`][icdl.construct.layout.Layout.slot],
-[`Layout.index`][icdl.construct.layout.Layout.index], [`Layout.w_row`][icdl.construct.layout.Layout.w_row],
-[`Layout.w_col`][icdl.construct.layout.Layout.w_col], [`Layout.w_entry`][icdl.construct.layout.Layout.w_entry]
-and [`Layout.p`][icdl.construct.layout.Layout.p].
+module addresses coordinates only through [`Layout.slot`][icdl.construct.engine.layout.Layout.slot],
+[`Layout.index`][icdl.construct.engine.layout.Layout.index],
+[`Layout.w_row`][icdl.construct.engine.layout.Layout.w_row],
+[`Layout.w_col`][icdl.construct.engine.layout.Layout.w_col],
+[`Layout.w_entry`][icdl.construct.engine.layout.Layout.w_entry] and
+[`Layout.p`][icdl.construct.engine.layout.Layout.p].
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class Layout:
     def slot_labels(self) -> tuple[str, ...]:
         """Slot label of every coordinate (length D), e.g. ``"P_2"``; W coordinates are labelled by their
         block, ``"W[V_j]"``. Sublayers derive the slots they read and write from these
-        ([`icdl.construct.layers.Role`][icdl.construct.tables.Role])."""
+        ([`icdl.construct.engine.layers.Role`][icdl.construct.engine.sublayers.Role])."""
         out: list[str] = []
         for s in self.slots:
             if s.name == "W" and s.size == self.spec.num_params:
@@ -230,7 +232,7 @@ def paper_layout(spec: NetSpec) -> Layout:
     return Layout(spec, groups, token_type="token")
 
 
-# Scratch of the rows layout: the paper's plus Z_j = V_{j+1}^T s(j+1) (icdl.construct.rows).
+# Scratch of the rows layout: the paper's plus Z_j = V_{j+1}^T s(j+1) (icdl.construct.variants.rows).
 ROWS_SCRATCH = (*SCRATCH, "Z")
 
 

@@ -5,9 +5,9 @@ of a token exactly; the paper adds the element-wise multiplication layer (Defini
 backward products of Lemma 5 and notes (Remark 3) that attention cannot form them. This module builds the
 standard-layer replacements:
 
-* [`ProductTerms`][icdl.construct.products.ProductTerms] — ``x y`` on a box ``|x| <= R_x, |y| <= R_y`` by
-  polarisation, ``x y = ((x/a + a y)^2 - (x/a - a y)^2) / 4`` with ``a = sqrt(R_x / R_y)``, each square a sum
-  of ReLUs (Definition 4): the piecewise-linear interpolant of ``t^2`` on ``m`` equal pieces of
+* [`ProductTerms`][icdl.construct.engine.products.ProductTerms] — ``x y`` on a box ``|x| <= R_x, |y| <= R_y``
+  by polarisation, ``x y = ((x/a + a y)^2 - (x/a - a y)^2) / 4`` with ``a = sqrt(R_x / R_y)``, each square a
+  sum of ReLUs (Definition 4): the piecewise-linear interpolant of ``t^2`` on ``m`` equal pieces of
   ``[-R_s, R_s]``, ``R_s = 2 sqrt(R_x R_y)``,
 
       t^2 ~ sum_{i<m} c_i (relu(t - i h) + relu(-t - i h)),   h = R_s / m,  c_0 = h,  c_i = 2h (i >= 1).
@@ -16,15 +16,15 @@ standard-layer replacements:
   ``[-h^2/16, h^2/16]``, and this bound is attained (``u`` at a midpoint, ``v`` at a knot). For a target
   ``eps``: ``m = ceil(R_s / (4 sqrt(eps)))`` pieces, ``4m`` hidden units. The biases ``-i h`` are read from
   the token's ONE slot. Outside the box the error grows like ``(|u| - R_s)^2``.
-* [`add_mask_product`][icdl.construct.products.add_mask_product] — the exact special case for ReLU networks,
-  where one factor is a 0/1 mask (``r'`` of Lemma 3): ``m z = relu(z - C(1 - m)) - relu(-z - C(1 - m))`` for
-  ``|z| <= C``; and [`add_mask_in_place`][icdl.construct.products.add_mask_in_place], which turns a slot
-  holding ``z`` into ``m z`` (``-(1 - m) z`` is added).
+* [`add_mask_product`][icdl.construct.engine.products.add_mask_product] — the exact special case for ReLU
+  networks, where one factor is a 0/1 mask (``r'`` of Lemma 3): ``m z = relu(z - C(1 - m)) - relu(-z - C(1 -
+  m))`` for ``|z| <= C``; and [`add_mask_in_place`][icdl.construct.engine.products.add_mask_in_place], which
+  turns a slot holding ``z`` into ``m z`` (``-(1 - m) z`` is added).
 
-Exact zeros: the units of [`ProductTerms`][icdl.construct.products.ProductTerms] are stored in (u, v) pairs
-with equal biases, so when the *second* factor is exactly 0 (``u = v``) every pair cancels exactly and the
-product is exactly 0. Builders put the factor that vanishes on the query token (``s``, ``u``) second, so the
-query still adds nothing to the gradient (Lemma 4's gate).
+Exact zeros: the units of [`ProductTerms`][icdl.construct.engine.products.ProductTerms] are stored in (u, v)
+pairs with equal biases, so when the *second* factor is exactly 0 (``u = v``) every pair cancels exactly and
+the product is exactly 0. Builders put the factor that vanishes on the query token (``s``, ``u``) second, so
+the query still adds nothing to the gradient (Lemma 4's gate).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from icdl.construct.layers import ReLUMLP, Role, UnitTable
-from icdl.construct.layout import Layout
+from icdl.construct.engine.layers import ReLUMLP, Role, UnitTable
+from icdl.construct.engine.layout import Layout
 from icdl.errors import InputError
 
 __all__ = [
@@ -144,8 +144,8 @@ class ProductTerms:
 
 
 def product_terms(x_range: float, y_range: float, eps: float) -> ProductTerms:
-    """The fewest-piece [`ProductTerms`][icdl.construct.products.ProductTerms] with sup error ``<= eps`` on
-    ``|x| <= x_range, |y| <= y_range``.
+    """The fewest-piece [`ProductTerms`][icdl.construct.engine.products.ProductTerms] with sup error ``<=
+    eps`` on ``|x| <= x_range, |y| <= y_range``.
 
     ``m = ceil(2 sqrt(R_x R_y) / (4 sqrt(eps)))``: the hidden width ``4m`` grows like ``sqrt(R_x R_y / eps)``.
     """
@@ -172,8 +172,8 @@ def add_product(
     gate: Sequence[tuple[int, float]] = (),
 ) -> None:
     """Add the ``4m`` units that add ``weight * x y`` (approximately, see
-    [`ProductTerms`][icdl.construct.products.ProductTerms]) to coordinate ``dst``; ``x``, ``y``, ``one`` are
-    coordinates of the same token.
+    [`ProductTerms`][icdl.construct.engine.products.ProductTerms]) to coordinate ``dst``; ``x``, ``y``,
+    ``one`` are coordinates of the same token.
 
     ``gate``: reads accumulated *first* into every unit (e.g. ``[(ONE, -C), (R, C)]`` turns the product off
     where the mask R is 0 and leaves it unchanged, exactly, where R is 1)."""
@@ -223,7 +223,7 @@ def product_mlp(
     """A bias-free ReLU MLP (Definition 8) that adds ``x[k] * y[k]`` to ``out[k]`` for every entry k of three
     equally sized slots of the same token (slots named as ``(name, layer)``), with sup error
     ``<= eps`` while ``|x[k]| <= x_range`` and ``|y[k]| <= y_range``. Returns the MLP and its
-    [`ProductTerms`][icdl.construct.products.ProductTerms] (sup error, hidden width per product, range
+    [`ProductTerms`][icdl.construct.engine.products.ProductTerms] (sup error, hidden width per product, range
     assumptions)."""
     xs, ys, os = layout.indices(*x), layout.indices(*y), layout.indices(*out)
     if not len(xs) == len(ys) == len(os):

@@ -1,15 +1,18 @@
-"""Head and MLP tables evaluated on token ranges ([`RowAttention`][icdl.construct.ranged.RowAttention],
-[`RowMLP`][icdl.construct.ranged.RowMLP]): the sublayers of [`icdl.construct.layers`][icdl.construct.layers]
-for prompts made of token types (data tokens and weight-row tokens, e.g. ``--variant rows``), where a head or
-hidden unit is non-zero only between known ranges of tokens.
+"""Head and MLP tables evaluated on token ranges
+([`RowAttention`][icdl.construct.engine.row_layers.RowAttention],
+[`RowMLP`][icdl.construct.engine.row_layers.RowMLP]): the sublayers of
+[`icdl.construct.engine.layers`][icdl.construct.engine.layers] for prompts made of token types (data tokens
+and weight-row tokens, e.g. ``--variant rows``), where a head or hidden unit is non-zero only between known
+ranges of tokens.
 
-* [`RowAttention`][icdl.construct.ranged.RowAttention] — ReLU attention **without** the 1/T factor (Definition
-  7 with 1/T folded into the value weights), heads evaluated for query tokens
+* [`RowAttention`][icdl.construct.engine.row_layers.RowAttention] — ReLU attention **without** the 1/T factor
+  (Definition 7 with 1/T folded into the value weights), heads evaluated for query tokens
   ``[q0, q1)`` against key tokens ``[k0, k1)``, the score of a head split into parts added in order, computed
   with matmuls;
-* [`RowMLP`][icdl.construct.ranged.RowMLP] — the ReLU MLP of Definition 8 evaluated on token ranges;
-* [`pack_heads`][icdl.construct.ranged.pack_heads] — padded head tables (and part widths) from per-head Q/K
-  parts and values.
+* [`RowMLP`][icdl.construct.engine.row_layers.RowMLP] — the ReLU MLP of Definition 8 evaluated on token
+  ranges;
+* [`pack_heads`][icdl.construct.engine.row_layers.pack_heads] — padded head tables (and part widths) from
+  per-head Q/K parts and values.
 
 The class names are those saved in model files ([`icdl.construct.store`][icdl.construct.store]), so they stay.
 """
@@ -23,8 +26,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from icdl.construct.layers import ReLUMLP
-from icdl.construct.tables import Accumulate, HeadSublayer, Role
+from icdl.construct.engine.layers import ReLUMLP
+from icdl.construct.engine.sublayers import Accumulate, HeadSublayer, Role
 from icdl.sublayer import SublayerKind
 
 __all__ = ["MERGE_ELEMS", "RowAttention", "RowMLP", "pack_heads"]
@@ -197,12 +200,12 @@ MERGE_ELEMS = 1 << 20  # merge groups while their joint score and value tensors 
 def _merged_groups(m: RowAttention, T: int) -> list[tuple[slice, slice, slice, list[Any]]]:
     """``m``'s groups, with consecutive groups that share their key tokens and whose heads and query tokens
     follow on merged into one (heads ``[h0, h2)`` x queries ``[q0, q2)``) while the merged tensors stay under
-    [`MERGE_ELEMS`][icdl.construct.ranged.MERGE_ELEMS] entries (small sizes, where each group's fixed cost per
-    call dominates).
+    [`MERGE_ELEMS`][icdl.construct.engine.row_layers.MERGE_ELEMS] entries (small sizes, where each group's
+    fixed cost per call dominates).
 
     The extra (head, query) pairs are those the layout makes exactly 0 — the invariant that lets the
-    builder skip them (see [`RowAttention`][icdl.construct.ranged.RowAttention]): a zero score, relu(0) = 0, a
-    zero value added. The scatter order for every coordinate stays (head, entry).
+    builder skip them (see [`RowAttention`][icdl.construct.engine.row_layers.RowAttention]): a zero score,
+    relu(0) = 0, a zero value added. The scatter order for every coordinate stays (head, entry).
     """
     width = m.head_dim + int(m.v_src.shape[1])
     merged: list[list[int]] = []
@@ -223,8 +226,8 @@ def _merged_groups(m: RowAttention, T: int) -> list[tuple[slice, slice, slice, l
 
 @dataclass(frozen=True)
 class _RowPlan:
-    """Flat indices into ``H.reshape(-1)`` for one [`RowAttention`][icdl.construct.ranged.RowAttention] and
-    one prompt shape.
+    """Flat indices into ``H.reshape(-1)`` for one
+    [`RowAttention`][icdl.construct.engine.row_layers.RowAttention] and one prompt shape.
 
     ``gather_idx``: every Q operand ``(B, heads, Tq, width)``, K operand ``(B, heads, width, Tk)`` (per part,
     distinct heads only) and V operand ``(B, heads, Tk, E)`` of every group, back to back; ``coefs``: per
@@ -306,9 +309,10 @@ class _RowPlan:
 
 class RowMLP(ReLUMLP):
     """The token-wise ReLU MLP of Definition 8 (``out = H + W_2 relu(W_1 H)``, reads accumulated in stored
-    order, as [`ReLUMLP`][icdl.construct.layers.ReLUMLP]) evaluated only where its units can be non-zero:
-    ``groups`` are ``(first unit, end unit, token start, token stop)`` (stop -1: to the end). On other
-    tokens every read of those units is 0 (layout invariant, checked by the verifier), ``relu(0) = 0``."""
+    order, as [`ReLUMLP`][icdl.construct.engine.layers.ReLUMLP]) evaluated only where its units can be
+    non-zero: ``groups`` are ``(first unit, end unit, token start, token stop)`` (stop -1: to the end). On
+    other tokens every read of those units is 0 (layout invariant, checked by the verifier), ``relu(0) =
+    0``."""
 
     def __init__(
         self,

@@ -1,11 +1,11 @@
-"""A construction's closed-form sizes and costs: what a [`Variant`][icdl.construct.contract.Variant] states
-about itself for ``icdl construct``'s budget estimate ([`icdl.construct.estimate`][icdl.construct.estimate]),
-before anything is built.
+"""A construction's closed-form sizes and costs: what a [`Variant`][icdl.construct.build.contract.Variant]
+states about itself for ``icdl construct``'s budget estimate
+([`icdl.construct.estimate`][icdl.construct.estimate]), before anything is built.
 
-``variant.sizes(spec, examples)`` is a [`Sizes`][icdl.construct.sizes.Sizes] (token width D, tokens T,
+``variant.sizes(spec, examples)`` is a [`Sizes`][icdl.construct.engine.sizes.Sizes] (token width D, tokens T,
 sublayers per GD step) from closed forms only: no O(N) table is built for a depth that will be refused.
-``variant.costs`` holds the two cost hooks ([`Costs`][icdl.construct.sizes.Costs]); the defaults here are the
-paper's dense layout and attention (Theorem 1), which a variant keeps unless its own tables differ.
+``variant.costs`` holds the two cost hooks ([`Costs`][icdl.construct.engine.sizes.Costs]); the defaults here
+are the paper's dense layout and attention (Theorem 1), which a variant keeps unless its own tables differ.
 """
 
 from __future__ import annotations

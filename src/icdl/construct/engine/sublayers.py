@@ -1,7 +1,8 @@
-"""Compact coefficient tables of the sublayers ([`HeadTable`][icdl.construct.tables.HeadTable],
-[`UnitTable`][icdl.construct.tables.UnitTable]) and their base classes
-([`Sublayer`][icdl.construct.tables.Sublayer], [`HeadSublayer`][icdl.construct.tables.HeadSublayer]); the
-sublayer types are in [`icdl.construct.layers`][icdl.construct.layers].
+"""Compact coefficient tables of the sublayers ([`HeadTable`][icdl.construct.engine.sublayers.HeadTable],
+[`UnitTable`][icdl.construct.engine.sublayers.UnitTable]) and their base classes
+([`Sublayer`][icdl.construct.engine.sublayers.Sublayer],
+[`HeadSublayer`][icdl.construct.engine.sublayers.HeadSublayer]); the sublayer types are in
+[`icdl.construct.engine.layers`][icdl.construct.engine.layers].
 
 Compact weights (why: a sigmoid construction has thousands of heads, each touching a handful of the D
 coordinates, so dense ``D x D`` matrices per head would be absurd). A head ``m`` of width ``d_h`` stores
@@ -27,14 +28,14 @@ Heads are processed in chunks so that no ``(B, heads, T, T)`` score tensor excee
 
 Speed without changing a bit: per sublayer, gather and scatter plans (stacked index tables, flat MLP
 indices) are built once per prompt shape, dtype and device and cached
-([`Sublayer.cached_plan`][icdl.construct.tables.Sublayer.cached_plan]; the cache follows in-place edits of the
-tables and is not part of ``state_dict``); the slots a table reads are gathered from the state itself, each
-distinct ``(slot, coefficient)`` product once (heads sharing their queries read them once); scores are added
-pair by pair into one running sum (no ``(heads, d_h, ...)`` product tensor); heads that differ only in their
-last pair share their leading partial score; only the written coordinates are computed and added, the rest
-copied (into a reused buffer under ``CompiledModel.run``); the kernels are in ``icdl.construct._kernels``.
-Every sublayer's output equals the plain loops' bit for bit. All modules work in any floating dtype; use
-float64 to verify constructions.
+([`Sublayer.cached_plan`][icdl.construct.engine.sublayers.Sublayer.cached_plan]; the cache follows in-place
+edits of the tables and is not part of ``state_dict``); the slots a table reads are gathered from the state
+itself, each distinct ``(slot, coefficient)`` product once (heads sharing their queries read them once);
+scores are added pair by pair into one running sum (no ``(heads, d_h, ...)`` product tensor); heads that
+differ only in their last pair share their leading partial score; only the written coordinates are computed
+and added, the rest copied (into a reused buffer under ``CompiledModel.run``); the kernels are in
+``icdl.construct.engine.kernels``. Every sublayer's output equals the plain loops' bit for bit. All modules
+work in any floating dtype; use float64 to verify constructions.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from icdl.construct._kernels import _ordered_dot, _Rows, _slot_rows
+from icdl.construct.engine.kernels import _ordered_dot, _Rows, _slot_rows
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -201,7 +202,7 @@ def _coord_labels(coords: Tensor, labels: Sequence[str] | None) -> tuple[str, ..
 class Sublayer(nn.Module):
     """Base class: registers the compact tables as buffers (so ``state_dict`` holds them), counts them and
     describes itself (``info``, derived from the tables and the builder's
-    [`Role`][icdl.construct.tables.Role])."""
+    [`Role`][icdl.construct.engine.sublayers.Role])."""
 
     TABLES: tuple[str, ...] = ()
     INDEX_TABLES: frozenset[str] = frozenset()
@@ -305,7 +306,7 @@ class Sublayer(nn.Module):
 
     def _added(self, H: Tensor, out: Tensor | None, d: tuple[Tensor, Tensor]) -> Tensor:
         """``H`` (copied, into ``out`` when given) with the additions ``d = (idx, values)`` of
-        [`delta`][icdl.construct.tables.Sublayer.delta]: the forward of a sublayer that has one."""
+        [`delta`][icdl.construct.engine.sublayers.Sublayer.delta]: the forward of a sublayer that has one."""
         new = self._copy(H, out)
         new.view(-1).index_add_(0, *d)
         return new
@@ -347,8 +348,8 @@ class Sublayer(nn.Module):
 
 class HeadSublayer(Sublayer):
     """Base of the head-table sublayers (attention, EWML): the Q/K/V tables of
-    [`HeadTable`][icdl.construct.tables.HeadTable], their sizes, reads and writes, and the dense per-head
-    form."""
+    [`HeadTable`][icdl.construct.engine.sublayers.HeadTable], their sizes, reads and writes, and the dense
+    per-head form."""
 
     TABLES = ("q_idx", "q_coef", "k_idx", "k_coef", "v_src", "v_dst", "v_coef")
     q_idx: Tensor
@@ -422,8 +423,8 @@ class HeadSublayer(Sublayer):
         return plans[key]
 
     def _gather_rows(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[_Rows]:
-        """`_gather_stacked` as [`_Rows`][icdl.construct.tables._Rows]: each distinct ``coef * h[slot]``
-        product computed once (the same products, so the same bits)."""
+        """`_gather_stacked` as [`_Rows`][icdl.construct.engine.sublayers._Rows]: each distinct ``coef *
+        h[slot]`` product computed once (the same products, so the same bits)."""
         uidx, ucoef, invs = self._unique_reads(H, names)
         B = H.shape[0]
         base = _slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)

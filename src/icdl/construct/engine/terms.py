@@ -6,10 +6,10 @@ homogeneous, ``c relu(a t + b) = (c / lam) relu(lam a t + lam b)`` for any ``lam
 |c|`` so that every head writes ``±1`` and all the magnitude sits in the score. For the exact relu'
 delta-step ``relu(t)/delta - relu(t - delta)/delta`` this gives ``relu(X) - relu(X - 1)`` with ``X = t /
 delta``: when the two heads share their leading reads and the bias ``-1`` is added last (see
-[`icdl.construct.layers`][icdl.construct.layers]), ``X - 1`` is exact for ``X >= 1/2`` and the difference is
-*exactly* 1 — where the unconditioned form loses ``ulp(t) / delta ~ 1e-7`` to rounding. For exact sums,
-conditioned ``b`` and ``c`` within a few ulps of an integer are snapped to it (``fl(delta * fl(1/delta))`` is
-not always 1, e.g. for ``delta = 1e-9``).
+[`icdl.construct.engine.layers`][icdl.construct.engine.layers]), ``X - 1`` is exact for ``X >= 1/2`` and the
+difference is *exactly* 1 — where the unconditioned form loses ``ulp(t) / delta ~ 1e-7`` to rounding. For
+exact sums, conditioned ``b`` and ``c`` within a few ulps of an integer are snapped to it (``fl(delta *
+fl(1/delta))`` is not always 1, e.g. for ``delta = 1e-9``).
 
 The same conditioned terms are evaluated by the verifier's surrogate recursion, so "what the transformer
 should compute" and "what it computes" use identical coefficients.
@@ -26,7 +26,7 @@ from torch import Tensor
 
 from icdl.errors import InputError
 
-__all__ = ["Terms", "activation_terms", "loss_terms"]
+__all__ = ["SumTerms", "Terms", "activation_terms", "loss_terms"]
 
 _SNAP_ULPS = 8.0
 
@@ -136,7 +136,7 @@ def _condition(
 
 
 def _from_relu_sum(s: Any, delta: float | None = None) -> Terms:
-    """Conditioned [`Terms`][icdl.construct.terms.Terms] of an
+    """Conditioned [`Terms`][icdl.construct.engine.terms.Terms] of an
     [`icdl.relu_sums.ReluSum`][icdl.relu_sum_type.ReluSum] (any number of arguments)."""
     a = s.a.reshape(s.num_terms, -1).tolist()
     A, B, C = _condition(a, s.b.tolist(), s.c.tolist(), bool(s.exact))
@@ -177,3 +177,28 @@ def loss_terms(loss: str, *, eps: float, radius: float) -> Terms:
     from icdl.relu_sums import loss_derivative_sum
 
     return _from_relu_sum(loss_derivative_sum(loss, eps=eps, radius=radius))
+
+
+@dataclass
+class SumTerms:
+    """The conditioned ReLU sums a model uses: ``r`` and ``r_prime`` per layer (index j-1), ``u``."""
+
+    r: tuple[Terms, ...]
+    r_prime: tuple[Terms, ...]
+    u: Terms
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "r": [t.to_dict() for t in self.r],
+            "r_prime": [t.to_dict() for t in self.r_prime],
+            "u": self.u.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SumTerms:
+        return cls(
+            r=tuple(Terms.from_dict(t) for t in d["r"]),
+            r_prime=tuple(Terms.from_dict(t) for t in d["r_prime"]),
+            u=Terms.from_dict(d["u"]),
+        )

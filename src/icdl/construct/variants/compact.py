@@ -11,11 +11,12 @@ their heads per (query, key) pair first, as the paper's r' layer does, so the re
 
 from __future__ import annotations
 
-from icdl.construct import blocks, paper
-from icdl.construct.context import BuildContext
-from icdl.construct.contract import Expect, Variant
-from icdl.construct.layers import HeadTable, ReLUAttention, Role, Sublayer
-from icdl.construct.layout import Layout, paper_layout
+from icdl.construct.build import blocks
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.contract import Expect, Variant
+from icdl.construct.engine.layers import HeadTable, ReLUAttention, Role, Sublayer
+from icdl.construct.engine.layout import Layout, paper_layout
+from icdl.construct.variants import paper
 from icdl.sublayer import SublayerInfo
 
 __all__ = ["VARIANT", "build_block", "effects", "forward_derivative_layer"]
@@ -49,7 +50,7 @@ build_readout = paper.build_readout
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     """The merged layer writes p(j) and r'(j); other roles as in
-    [`icdl.construct.blocks.effects`][icdl.construct.blocks.effects]."""
+    [`icdl.construct.build.blocks.effects`][icdl.construct.build.blocks.effects]."""
     if info.role == "forward_derivative":
         return [Expect(f"P_{info.layer}", "p", info.layer), Expect(f"R_{info.layer}", "r_prime", info.layer)]
     return blocks.effects(info, layout)

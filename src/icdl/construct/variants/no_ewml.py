@@ -4,18 +4,20 @@ The paper needs the element-wise multiplication layer (Definition 6) for the bac
 ``s(N) = r'(N-1) ⊙ u`` and ``s(j) = r'(j-1) ⊙ (V_{j+1}^T s(j+1))`` (eq. (3.6), (3.20)), because attention
 cannot multiply two quantities of the same token (Remark 3). For ReLU networks ``r'`` is a 0/1 mask (the
 exact relu' step of Lemma 3), and multiplying by a mask is a *gate*: ``m z = relu(z - C(1-m)) -
-relu(-z - C(1-m))`` for ``|z| <= C`` ([`icdl.construct.products`][icdl.construct.products]). A gate can sit
-inside a ReLU unit or a ReLU attention score, so each EWML is replaced by at most one standard sublayer:
+relu(-z - C(1-m))`` for ``|z| <= C`` ([`icdl.construct.engine.products`][icdl.construct.engine.products]). A
+gate can sit inside a ReLU unit or a ReLU attention score, so each EWML is replaced by at most one standard
+sublayer:
 
 * E_N -> no sublayer: the loss MLP (Lemma 4) also writes ``s(N) = r'(N-1) ⊙ u`` into S_N, with a copy of
   each loss unit whose gate ``-2C ONE + C T + C R_N[k]`` is exactly 0 on examples where the mask is 1 and
-  ``<= -C`` (unit off) elsewhere ([`loss_delta_layer`][icdl.construct.no_ewml.loss_delta_layer]);
-* E_j, j < N -> one ReLU attention (Definition 7, [`backward_layer`][icdl.construct.no_ewml.backward_layer])
-  with heads ``(k, σ = ±1)``: ``Q h_i = [-C ONE; C R_j[k]; σ s_i(j+1)]``, ``K h_t =
-  [ONE; ONE; column k of V_{j+1}]`` (from the key's W slot, identical in every token), ``V h_t = σ ONE ->
-  S_j[k]``. The score ``-C(1 - r'_i(j-1)[k]) + σ (V_{j+1}^T s_i(j+1))[k]`` does not depend on the key, so the
-  1/T cancels, and the two heads add ``relu(z - C(1-m)) - relu(-z - C(1-m)) = m z`` — the EWML head (C.15)
-  with its diagonal score moved across tokens and its value factor r' turned into a gate.
+  ``<= -C`` (unit off) elsewhere ([`loss_delta_layer`][icdl.construct.variants.no_ewml.loss_delta_layer]);
+* E_j, j < N -> one ReLU attention (Definition 7,
+  [`backward_layer`][icdl.construct.variants.no_ewml.backward_layer]) with heads ``(k, σ = ±1)``: ``Q h_i =
+  [-C ONE; C R_j[k]; σ s_i(j+1)]``, ``K h_t = [ONE; ONE; column k of V_{j+1}]`` (from the key's W slot,
+  identical in every token), ``V h_t = σ ONE -> S_j[k]``. The score ``-C(1 - r'_i(j-1)[k]) + σ (V_{j+1}^T
+  s_i(j+1))[k]`` does not depend on the key, so the 1/T cancels, and the two heads add ``relu(z - C(1-m)) -
+  relu(-z - C(1-m)) = m z`` — the EWML head (C.15) with its diagonal score moved across tokens and its value
+  factor r' turned into a gate.
 
 The gate pairs come first in every score, so ``-C + C * 1`` is an exact 0 before the products are added in
 the EWML's order: s(j) equals the paper's value bit for bit. Everything else is the paper's block
@@ -28,17 +30,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from icdl.construct import blocks, paper
-from icdl.construct.context import BuildContext
-from icdl.construct.contract import Expect, Variant
-from icdl.construct.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
-from icdl.construct.layout import Layout, paper_layout
+from icdl.construct.build import blocks
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.contract import Expect, Variant
+from icdl.construct.engine.layers import HeadTable, ReLUAttention, ReLUMLP, Role, Sublayer, UnitTable
+from icdl.construct.engine.layout import Layout, paper_layout
+from icdl.construct.variants import paper
 from icdl.errors import InputError
 from icdl.nets import NetSpec
 from icdl.sublayer import SublayerInfo
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import GDConfig
+    from icdl.construct.protocols import StepConfig
 
 __all__ = [
     "VARIANT",
@@ -61,7 +64,7 @@ def layout(spec: NetSpec) -> Layout:
     return paper_layout(spec)
 
 
-def check(cfg: GDConfig) -> None:
+def check(cfg: StepConfig) -> None:
     """The gates are exact only when every layer's r' is 0/1: ReLU networks (optionally with a linear
     output layer)."""
     spec = cfg.spec
@@ -137,7 +140,7 @@ build_readout = paper.build_readout
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
     """The loss MLP also leaves s(N) in S_N; every other role (the gated backward attention included) as in
-    [`icdl.construct.blocks.effects`][icdl.construct.blocks.effects]."""
+    [`icdl.construct.build.blocks.effects`][icdl.construct.build.blocks.effects]."""
     if info.role == "loss_delta":
         N = layout.spec.depth
         return [Expect("G", "u"), Expect(f"S_{N}", "s", N)]

@@ -8,11 +8,11 @@ runs F_1..F_N once more and copies the query's p(N) into its Y slot.
 
 from __future__ import annotations
 
-from icdl.construct import blocks
-from icdl.construct.context import BuildContext
-from icdl.construct.contract import Variant
-from icdl.construct.layers import Sublayer
-from icdl.construct.layout import Layout, paper_layout
+from icdl.construct.build import blocks
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.contract import Variant
+from icdl.construct.engine.layers import Sublayer
+from icdl.construct.engine.layout import Layout, paper_layout
 from icdl.nets import NetSpec
 
 __all__ = ["VARIANT", "build_block", "build_readout", "layout"]

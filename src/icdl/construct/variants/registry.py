@@ -1,20 +1,20 @@
 """Registry of constructions (``--variant``). Each variant supplies a layout, the sublayers of one GD step,
 the readout sublayers and the expected effect of each of its roles (a
-[`Variant`][icdl.construct.contract.Variant]); the compiler, verifier, CLI and save/load are shared and know
-nothing about any particular variant.
+[`Variant`][icdl.construct.build.contract.Variant]); the compiler, verifier, CLI and save/load are shared and
+know nothing about any particular variant.
 
 The built-in variants are listed below, one line each. To add one: write its builders and its
 ``VARIANT = Variant(name="mine", summary="...", layout=..., block=..., readout=..., effects=...)`` in a module
-next to [`icdl.construct.paper`][icdl.construct.paper] (plus ``sizes=`` and ``costs=``,
-[`icdl.construct.sizes`][icdl.construct.sizes], when its token differs from the paper's: the budget estimate
-reads them), and add a line to `VARIANTS` so that ``--variant mine`` finds it
-([`register`][icdl.construct.variants.register] adds one at run time, e.g. a toy variant in a test).
+next to [`icdl.construct.variants.paper`][icdl.construct.variants.paper] (plus ``sizes=`` and ``costs=``,
+[`icdl.construct.engine.sizes`][icdl.construct.engine.sizes], when its token differs from the paper's: the
+budget estimate reads them), and add a line to `VARIANTS` so that ``--variant mine`` finds it
+([`register`][icdl.construct.variants.registry.register] adds one at run time, e.g. a toy variant in a test).
 """
 
 from __future__ import annotations
 
-from icdl.construct import compact, no_ewml, paper, rows, softmax
-from icdl.construct.contract import Variant
+from icdl.construct.build.contract import Variant
+from icdl.construct.variants import compact, no_ewml, paper, rows, softmax
 from icdl.errors import InputError
 
 __all__ = ["VARIANTS", "Variant", "get_variant", "register", "unregister"]

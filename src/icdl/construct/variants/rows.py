@@ -11,10 +11,11 @@ token**, placed before the n + 1 data tokens. The prompt is
   P_j, R_j (p(j) and r'(V_j p(j-1))), G (u), Z_j (``z_j = V_{j+1}^T s(j+1)``, j < N), ONE = 1 and T.
 
 so ``D = 2 d_x + 5 d_y + 5 (N-1) K + N + 2`` for every activation
-([`rows_embedding_dim`][icdl.construct.rows.rows_embedding_dim]).
+([`rows_embedding_dim`][icdl.construct.variants.rows.rows_embedding_dim]).
 
-One GD step, re-routed through cross-token attention ([`RowAttention`][icdl.construct.ranged.RowAttention],
-unnormalised: Definition 7 with the 1/T factor folded into the value weights):
+One GD step, re-routed through cross-token attention
+([`RowAttention`][icdl.construct.engine.row_layers.RowAttention], unnormalised: Definition 7 with the 1/T
+factor folded into the value weights):
 
 1. ``F_j`` (Lemmas 2-3): one head per term m of r (and of r'): data token i queries with
    ``[a_m p_i(j-1); b_m ONE]``, the row token (j, k) answers with ``[v_jk; ROW_j]``, so the score is
@@ -31,7 +32,7 @@ unnormalised: Definition 7 with the 1/T factor folded into the value weights):
      value ``σ v_{j+1,k}``;
    * smooth layers (sigmoid, tanh, softplus: r' a fitted sum): one head per unit m of the two-argument
      ReLU sum ``r' z ~ sum_m w_m relu(a_m r' + b_m + c_m z)``
-     ([`derivative_product`][icdl.construct.rows.derivative_product]: polarisation ``ab = ((a+b)^2 -
+     ([`derivative_product`][icdl.construct.variants.rows.derivative_product]: polarisation ``ab = ((a+b)^2 -
      (a-b)^2)/4``, each square a 1-D ReLU sum, as Lemma 2 puts a ReLU sum into the scores), score ``a_m r'[k]
      + b_m + c_m z[k]``, value ``w_m v_{j+1,k}``. The units come in pairs that differ only in the sign of
      ``c_m`` and ``w_m``, so where z is exactly 0 (the query: its u is gated off) both heads of a pair get the
@@ -58,26 +59,26 @@ import torch
 from torch import Tensor
 
 from icdl._arith import check_int
-from icdl.construct import blocks
-from icdl.construct.budget import Declared, declared_sums
-from icdl.construct.context import BuildContext
-from icdl.construct.contract import Expect, Reference, Variant
-from icdl.construct.layers import (
+from icdl.construct.bounds.budget import Declared, declared_sums
+from icdl.construct.bounds.ranges import RangeNeeds
+from icdl.construct.build import blocks
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.contract import Expect, Reference, Variant
+from icdl.construct.engine.layers import (
     ReLUMLP,
     Role,
     Sublayer,
 )
-from icdl.construct.layout import ROWS_SCRATCH, Layout, RowsLayout
-from icdl.construct.products import ProductTerms, product_terms
-from icdl.construct.ranged import RowAttention, RowMLP, pack_heads
-from icdl.construct.ranges import RangeNeeds
-from icdl.construct.sizes import CostInputs, Costs, Sizes
-from icdl.construct.terms import Terms
+from icdl.construct.engine.layout import ROWS_SCRATCH, Layout, RowsLayout
+from icdl.construct.engine.products import ProductTerms, product_terms
+from icdl.construct.engine.row_layers import RowAttention, RowMLP, pack_heads
+from icdl.construct.engine.sizes import CostInputs, Costs, Sizes
+from icdl.construct.engine.terms import Terms
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import CompiledModel
+    from icdl.construct.protocols import Compiled
 
 __all__ = [
     "VARIANT",
@@ -108,15 +109,16 @@ def unit_derivative(spec: NetSpec, j: int) -> bool:
 
 def smooth(spec: NetSpec, j: int) -> bool:
     """Whether layer j's r' is a fitted sum (sigmoid, tanh, softplus ...): ``r' ⊙ z`` is taken inside the
-    scores as a two-argument sum of ReLUs ([`derivative_product`][icdl.construct.rows.derivative_product])."""
+    scores as a two-argument sum of ReLUs
+    ([`derivative_product`][icdl.construct.variants.rows.derivative_product])."""
     return not (gated(spec, j) or unit_derivative(spec, j))
 
 
 def derivative_product(spec: NetSpec, j: int, r_prime: Terms, *, eps: float, radius: float) -> ProductTerms:
     """The ReLU sum of ``r'[k] z[k]`` for a smooth layer j (polarisation, each square a 1-D ReLU sum:
-    [`ProductTerms`][icdl.construct.products.ProductTerms], sup error ``h^2/16 <= eps``) on ``|r'| <= L_r +
-    e'`` (``L_r = max |r'|``, e' the sup error of the fitted r' sum) and ``|z| <= radius``; the backward and
-    update heads of layer j put it in their scores, one head per unit."""
+    [`ProductTerms`][icdl.construct.engine.products.ProductTerms], sup error ``h^2/16 <= eps``) on ``|r'| <=
+    L_r + e'`` (``L_r = max |r'|``, e' the sup error of the fitted r' sum) and ``|z| <= radius``; the backward
+    and update heads of layer j put it in their scores, one head per unit."""
     return product_terms(spec.layer_act(j).lipschitz + r_prime.sup_error, radius, eps)
 
 
@@ -159,7 +161,7 @@ def _on(ctx: BuildContext, m: ReLUMLP, tokens: tuple[int, int]) -> RowMLP:
 
 
 def _rows_layout(layout: Layout) -> RowsLayout:
-    """The builders of this module run on a [`RowsLayout`][icdl.construct.layout.RowsLayout] only."""
+    """The builders of this module run on a [`RowsLayout`][icdl.construct.engine.layout.RowsLayout] only."""
     if not isinstance(layout, RowsLayout):
         raise TypeError(f"the rows builders need a RowsLayout, got {type(layout).__name__}")
     return layout
@@ -192,8 +194,8 @@ def _attention(
     keys: tuple[int, int],
     groups: list[tuple[int, int, int, int, int, int]] | None = None,
 ) -> RowAttention:
-    """A [`RowAttention`][icdl.construct.ranged.RowAttention] from per-head parts; one group (queries x keys)
-    unless ``groups``."""
+    """A [`RowAttention`][icdl.construct.engine.row_layers.RowAttention] from per-head parts; one group
+    (queries x keys) unless ``groups``."""
     tables, parts = pack_heads(heads, ctx.dtype)
     groups = groups or [(0, len(heads), *queries, *keys)]
     return RowAttention(tables, ctx.layout.dim, parts, groups, role=role, labels=ctx.slot_labels)
@@ -250,8 +252,8 @@ def _delta_score(
 
     * gated (0/1 r'): ``(C, -C, ±1)``: the gate part is 0 (r' = 1) or -C (r' = 0, head off), so the pair
       ``σ = ±1`` gives ``s_i(j)[k] = r'[k] z[k]`` exactly;
-    * smooth r': one head per unit of [`derivative_product`][icdl.construct.rows.derivative_product], ``(a_m,
-      b_m, c_m)``: ``relu(a_m r'[k] + b_m + c_m z[k])``;
+    * smooth r': one head per unit of [`derivative_product`][icdl.construct.variants.rows.derivative_product],
+      ``(a_m, b_m, c_m)``: ``relu(a_m r'[k] + b_m + c_m z[k])``;
     * r' = 1 (linear layer): ``(0, 0, ±1)``, no first part.
 
     ``data_queries`` puts the data side in Q (backward layers), else in K (the update).
@@ -396,8 +398,9 @@ def build_readout(ctx: BuildContext) -> list[Sublayer]:
 def _deltas(ref: Reference) -> list[Tensor]:
     """The deltas ``s(1..N)`` (T, n_j) the construction forms at the reference's weights and prompt: the
     exact ``r' ⊙ z`` for ReLU and linear layers (what ``ref.sur.s`` holds), the surrogate products of
-    [`derivative_product`][icdl.construct.rows.derivative_product]
-    ([`eval_product`][icdl.construct.rows.eval_product]) for smooth layers; computed once per GD step."""
+    [`derivative_product`][icdl.construct.variants.rows.derivative_product]
+    ([`eval_product`][icdl.construct.variants.rows.eval_product]) for smooth layers; computed once per GD
+    step."""
     out = ref.cache.get("rows_deltas")
     if out is not None:
         return out
@@ -481,7 +484,7 @@ def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
 def ranges(ref: Reference) -> int:
     """How many ``z_j`` entries of a smooth layer leave ``[-radius, radius]`` at this step: the products
     ``r' ⊙ z`` in the backward and update scores are fitted on that range
-    ([`derivative_product`][icdl.construct.rows.derivative_product])."""
+    ([`derivative_product`][icdl.construct.variants.rows.derivative_product])."""
     spec, cfg = ref.model.spec, ref.model.config
     count = 0
     for j in range(1, spec.depth + 1):
@@ -491,10 +494,11 @@ def ranges(ref: Reference) -> int:
     return count
 
 
-def declared(model: CompiledModel) -> Declared:
-    """The budget declaration ([`icdl.construct.budget`][icdl.construct.budget]): the ReLU sums' errors, and
-    for each smooth layer the sup error ``h^2/16`` of its ``r' z`` product
-    ([`derivative_product`][icdl.construct.rows.derivative_product]); ReLU gates and linear layers exact."""
+def declared(model: Compiled) -> Declared:
+    """The budget declaration ([`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]): the ReLU sums'
+    errors, and for each smooth layer the sup error ``h^2/16`` of its ``r' z`` product
+    ([`derivative_product`][icdl.construct.variants.rows.derivative_product]); ReLU gates and linear layers
+    exact."""
     spec, cfg, t = model.spec, model.config, model.terms
     der = tuple(
         derivative_product(spec, j, t.r_prime[j - 1], eps=cfg.eps, radius=cfg.radius).sup_error
@@ -532,7 +536,8 @@ def rows_sublayers_per_step(spec: NetSpec) -> int:
 
 
 def rows_sizes(spec: NetSpec, examples: int) -> Sizes:
-    """The row-token construction's [`Sizes`][icdl.construct.sizes.Sizes] (weights in their own tokens)."""
+    """The row-token construction's [`Sizes`][icdl.construct.engine.sizes.Sizes] (weights in their own
+    tokens)."""
     return Sizes(rows_embedding_dim(spec), rows_tokens(spec, examples), rows_sublayers_per_step(spec))
 
 

@@ -9,7 +9,7 @@ the exact average ``(1/T) sum_t V h_t`` — the same ``1/T`` the paper's ReLU up
 query token adds nothing because its loss derivative is gated to exactly 0 (Lemma 4) and every product
 below is exactly 0 when its second factor is. Everything else is token-local (each token holds w), so it is
 done by bias-free ReLU MLPs (Definition 8), with products from
-[`icdl.construct.products`][icdl.construct.products]:
+[`icdl.construct.engine.products`][icdl.construct.engine.products]:
 
 ========================  =======  =============================================================
 sublayer (name)           kind     computes (in the token's own slots)
@@ -33,11 +33,11 @@ products are approximate; for smooth activations ``r``, ``r'`` are the fitted su
 and the ``r' ⊙ z`` products are approximate too. Each product has sup error ``<= eps`` while its factors stay
 in their assumed ranges: weights ``|w| <= B`` (the box; so ``w^(0)`` must lie in it) or ``R`` (the config's
 ``radius``) without a box, derivatives ``|r'| <= 1`` (``1 + e'`` where a fitted ``r̄'`` with sup error e'
-can exceed 1: [`derivative_range`][icdl.construct.softmax.derivative_range]), every other factor ``<= R``;
-[`range_ratios`][icdl.construct.softmax.range_ratios] checks them.
+can exceed 1: [`derivative_range`][icdl.construct.variants.softmax.derivative_range]), every other factor ``<=
+R``; [`range_ratios`][icdl.construct.variants.softmax.range_ratios] checks them.
 
-[`surrogate`][icdl.construct.softmax.surrogate] evaluates the same approximate recursion directly, so the
-verifier can check every sublayer to round-off; the distance to exact GD is the approximation error, which
+[`surrogate`][icdl.construct.variants.softmax.surrogate] evaluates the same approximate recursion directly, so
+the verifier can check every sublayer to round-off; the distance to exact GD is the approximation error, which
 shrinks with eps.
 """
 
@@ -51,23 +51,23 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from icdl.construct import blocks
-from icdl.construct.budget import Declared, declared_sums, sum_error
-from icdl.construct.context import BuildContext
-from icdl.construct.contract import Expect, Reference, Variant
-from icdl.construct.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
-from icdl.construct.layout import SCRATCH, Layout, paper_layout
-from icdl.construct.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
-from icdl.construct.products import ProductTerms, add_product, product_terms
-from icdl.construct.ranges import PRODUCTS, RangeNeeds
-from icdl.construct.sizes import CONSTRUCT_FLOPS, CostInputs, Costs, Sizes
-from icdl.construct.terms import Terms
+from icdl.construct.bounds.budget import Declared, declared_sums, sum_error
+from icdl.construct.bounds.ranges import PRODUCTS, RangeNeeds
+from icdl.construct.build import blocks
+from icdl.construct.build.context import BuildContext
+from icdl.construct.build.contract import Expect, Reference, Variant
+from icdl.construct.engine.layers import HeadTable, ReLUMLP, Role, SoftmaxAttention, Sublayer, UnitTable
+from icdl.construct.engine.layout import SCRATCH, Layout, paper_layout
+from icdl.construct.engine.products import ProductTerms, add_product, product_terms
+from icdl.construct.engine.sizes import CONSTRUCT_FLOPS, CostInputs, Costs, Sizes
+from icdl.construct.engine.terms import Terms
+from icdl.construct.variants.no_ewml import MASK_ACTIVATIONS, loss_delta_layer
 from icdl.nets import NetSpec, backward_deltas, projected_step, unflatten
 from icdl.sublayer import SublayerInfo
 from icdl.theory import embedding_dim
 
 if TYPE_CHECKING:
-    from icdl.construct.compile import CompiledModel, GDConfig
+    from icdl.construct.protocols import Compiled, StepConfig
 
 __all__ = [
     "VARIANT",
@@ -115,9 +115,9 @@ class Products:
         forward: ``v * p`` (``|v| <= B_w``, ``|p| <= R``).
         transpose: ``v * s`` (``|v| <= B_w``, ``|s| <= R``).
         gradient: ``p * s`` (``|p| <= R``, ``|s| <= R``).
-        derivative: ``r' * z`` (``|r'| <=`` [`derivative_range`][icdl.construct.softmax.derivative_range],
-            ``|z| <= R``); None where every r' is a 0/1 mask (exact).
-        gate: C of the exact mask products (``|z| <= C``).
+        derivative: ``r' * z`` (``|r'| <=``
+            [`derivative_range`][icdl.construct.variants.softmax.derivative_range], ``|z| <= R``); None where
+        every r' is a 0/1 mask (exact). gate: C of the exact mask products (``|z| <= C``).
     """
 
     forward: ProductTerms
@@ -130,7 +130,7 @@ class Products:
 def derivative_range(spec: NetSpec, r_prime: tuple[Terms, ...]) -> float:
     """The range of the ``r'`` factor of the ``r' z`` products: ``DERIVATIVE_RANGE`` = 1, or ``max |r'| +
     e'`` where the fitted ``r̄'`` can exceed 1 (tanh, softplus: ``max |r'| = 1`` and the sum's declared sup
-    error e', [`sum_error`][icdl.construct.budget.sum_error])."""
+    error e', [`sum_error`][icdl.construct.bounds.budget.sum_error])."""
     peak = max(spec.layer_act(j).lipschitz + sum_error(t) for j, t in enumerate(r_prime, start=1))
     return max(DERIVATIVE_RANGE, peak)
 
@@ -147,8 +147,8 @@ def products(
 ) -> Products:
     """The products for a configuration (ranges as in the module docstring): the weight factors on
     ``weight_range`` when given (``--range auto`` sets it from the trajectory), else on the box B, else R;
-    the r' factors on ``r_prime_range`` ([`derivative_range`][icdl.construct.softmax.derivative_range] of
-    the model's r' sums)."""
+    the r' factors on ``r_prime_range``
+    ([`derivative_range`][icdl.construct.variants.softmax.derivative_range] of the model's r' sums)."""
     bw = weight_range if weight_range is not None else box if box is not None else radius
     mask = all(spec.layer_act(j).name in MASK_ACTIVATIONS for j in range(1, spec.depth + 1))
     return Products(
@@ -164,8 +164,9 @@ def _products(ctx: BuildContext) -> Products:
     return config_products(ctx.spec, ctx.config, tuple(ctx.r_prime))
 
 
-def config_products(spec: NetSpec, cfg: GDConfig, r_prime: tuple[Terms, ...]) -> Products:
-    """The [`products`][icdl.construct.softmax.products] of a configuration with its fitted r' sums."""
+def config_products(spec: NetSpec, cfg: StepConfig, r_prime: tuple[Terms, ...]) -> Products:
+    """The [`products`][icdl.construct.variants.softmax.products] of a configuration with its fitted r'
+    sums."""
     return products(
         spec,
         eps=cfg.eps,
@@ -177,8 +178,8 @@ def config_products(spec: NetSpec, cfg: GDConfig, r_prime: tuple[Terms, ...]) ->
     )
 
 
-def model_products(model: CompiledModel) -> Products:
-    """[`products`][icdl.construct.softmax.products] of a compiled model (its config and r' sums)."""
+def model_products(model: Compiled) -> Products:
+    """[`products`][icdl.construct.variants.softmax.products] of a compiled model (its config and r' sums)."""
     return config_products(model.spec, model.config, model.terms.r_prime)
 
 
@@ -226,7 +227,7 @@ def forward_activation(ctx: BuildContext, j: int) -> ReLUMLP:
 def backward_output(ctx: BuildContext) -> ReLUMLP:
     """``S_N += r'(N-1) ⊙ G`` (Lemma 5, j = N) by approximate products (smooth activations; for 0/1 masks
     the loss MLP writes s(N) itself,
-    [`icdl.construct.no_ewml.loss_delta_layer`][icdl.construct.no_ewml.loss_delta_layer])."""
+    [`icdl.construct.variants.no_ewml.loss_delta_layer`][icdl.construct.variants.no_ewml.loss_delta_layer])."""
     L = ctx.layout
     N = ctx.spec.depth
     prod = _products(ctx).derivative
@@ -273,7 +274,7 @@ def backward_gated(ctx: BuildContext, j: int) -> ReLUMLP:
 def backward_derivative(ctx: BuildContext, j: int) -> ReLUMLP:
     """``S_j <- r'(j-1) ⊙ S_j`` in place (eq. (3.6)) for smooth activations:
     ``S_j += prod(R_j, S_j) - relu(S_j) + relu(-S_j)`` (ReLU networks use
-    [`backward_gated`][icdl.construct.softmax.backward_gated])."""
+    [`backward_gated`][icdl.construct.variants.softmax.backward_gated])."""
     L = ctx.layout
     prod = _products(ctx).derivative
     assert prod is not None
@@ -442,12 +443,13 @@ def surrogate_step(sur: Surrogate, w: Tensor, lr: float, box: float | None) -> T
     return projected_step(w, sur.grad, lr, box)
 
 
-# -- expected effects (the contract of icdl.construct.contract) ------------------------------------------
+# -- expected effects (the contract of icdl.construct.build.contract)
+# ------------------------------------------
 
 
 def _surrogate_of(ref: Reference, spec: NetSpec) -> Surrogate:
-    """[`surrogate`][icdl.construct.softmax.surrogate] at the reference's weights and prompt, computed once
-    per GD step."""
+    """[`surrogate`][icdl.construct.variants.softmax.surrogate] at the reference's weights and prompt,
+    computed once per GD step."""
     sur = ref.cache.get("softmax_surrogate")
     if sur is None:
         terms = ref.model.terms
@@ -467,10 +469,11 @@ def _quantity(spec: NetSpec, name: str, pick: Callable[[Surrogate], Tensor]) -> 
 
 
 def effects(info: SublayerInfo, layout: Layout) -> list[Expect]:
-    """Every slot a sublayer writes must hold the value of [`surrogate`][icdl.construct.softmax.surrogate]
-    (the same approximate products and sums, evaluated directly), so each sublayer is checked to round-off;
-    the project and readout MLPs as in [`icdl.construct.blocks.effects`][icdl.construct.blocks.effects] but at
-    the surrogate's gradient and prediction."""
+    """Every slot a sublayer writes must hold the value of
+    [`surrogate`][icdl.construct.variants.softmax.surrogate] (the same approximate products and sums,
+    evaluated directly), so each sublayer is checked to round-off; the project and readout MLPs as in
+    [`icdl.construct.build.blocks.effects`][icdl.construct.build.blocks.effects] but at the surrogate's
+    gradient and prediction."""
     spec = layout.spec
     j = info.layer if info.layer is not None else 0
 
@@ -515,9 +518,9 @@ def _named(name: str, fn: Callable[[Reference], Tensor]) -> Callable[[Reference]
 
 
 def ranges(ref: Reference) -> int:
-    """How many kinds of product ([`range_ratios`][icdl.construct.softmax.range_ratios]) leave the ranges
-    their ReLU sums were fitted on at this step (ratio above 1): there the products, and so the step, are no
-    longer within eps."""
+    """How many kinds of product ([`range_ratios`][icdl.construct.variants.softmax.range_ratios]) leave the
+    ranges their ReLU sums were fitted on at this step (ratio above 1): there the products, and so the step,
+    are no longer within eps."""
     spec = ref.model.spec
     prods = model_products(ref.model)
     return sum(1 for r in range_ratios(prods, _surrogate_of(ref, spec), ref.w).values() if r > 1)
@@ -539,8 +542,8 @@ def product_errors(ref: Reference, tol: float) -> list[tuple[str, int, float, fl
     """Each kind of approximate product, per layer, on the factors it multiplied at this step (the
     surrogate's, which every sublayer matched to ``tol``: the token's w and p, s, r', back), against the exact
     ``x y``: ``(kind, layer, measured, declared)`` with the declared sup error ``h^2/16``
-    ([`declared`][icdl.construct.softmax.declared]). A product fitted worse than declared (a wrong knot, a
-    scaled coefficient) shows here however loose the budget. Layers as the sublayers name them:
+    ([`declared`][icdl.construct.variants.softmax.declared]). A product fitted worse than declared (a wrong
+    knot, a scaled coefficient) shows here however loose the budget. Layers as the sublayers name them:
     ``forward_products_j``, ``backward_transpose_j`` (or the gated ``backward_j``), the ``r' z`` product of
     layer j, and the gradient products ``s(j) p(j-1)^T``."""
     spec = ref.model.spec
@@ -570,10 +573,10 @@ def product_errors(ref: Reference, tol: float) -> list[tuple[str, int, float, fl
 
 
 # -- closed-form sizes and cost (the budget estimate, before anything is built) ------------------------
-def declared(model: CompiledModel) -> Declared:
-    """The budget declaration ([`icdl.construct.budget`][icdl.construct.budget]): the ReLU sums' errors and
-    the sup error ``h^2/16`` of each ``v p``, ``v s``, ``p s`` and (smooth layers) ``r' z`` product
-    ([`products`][icdl.construct.softmax.products]); 0/1-mask products are exact."""
+def declared(model: Compiled) -> Declared:
+    """The budget declaration ([`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]): the ReLU sums'
+    errors and the sup error ``h^2/16`` of each ``v p``, ``v s``, ``p s`` and (smooth layers) ``r' z`` product
+    ([`products`][icdl.construct.variants.softmax.products]); 0/1-mask products are exact."""
     spec, t = model.spec, model.terms
     prods = model_products(model)
     d = prods.derivative

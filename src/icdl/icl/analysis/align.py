@@ -1,9 +1,10 @@
 """Which algorithm does the trained transformer run? Its agreement with baselines, GD and a compiled model.
 
 ``align_run(run_dir)`` loads a run's newest checkpoint, draws in-distribution test prompts (the
-[`icdl.icl.suites`][icdl.icl.suites] test stream, as [`icdl evaluate`][icdl.icl.evaluate.evaluate_run]), and
-for every k in ``ks`` compares the ICL model's prediction ``ŷ_ICL`` for the query after k examples with that
-of each other predictor ``ŷ_P`` on the same prompts:
+[`icdl.icl.suites`][icdl.icl.suites] test stream, as [`icdl
+evaluate`][icdl.icl.evaluation.evaluate.evaluate_run]), and for every k in ``ks`` compares the ICL model's
+prediction ``ŷ_ICL`` for the query after k examples with that of each other predictor ``ŷ_P`` on the same
+prompts:
 
 * ``r2``: R² of ``ŷ_P`` as a prediction of ``ŷ_ICL`` (ICL is the target), ``1 - Σ (ŷ_ICL - ŷ_P)² / Σ (ŷ_ICL -
   mean ŷ_ICL)²`` over prompts — 1 when the predictions coincide, 0 when ``ŷ_P`` explains none of ICL's
@@ -11,23 +12,23 @@ of each other predictor ``ŷ_P`` on the same prompts:
 * ``corr``: the Pearson correlation of the two predictions across prompts (``r2`` without the charge for
   a different scale or offset);
 * ``cos_y`` / ``cos_x``: the cosine between the two predictors' sensitivities ``d ŷ / d y_i`` (the k context
-  labels) and ``d ŷ / d x_query``, per prompt by autograd ([`icdl.icl.sensitivity`][icdl.icl.sensitivity]),
-  averaged over prompts (prompts where either gradient is zero are left out; their count is kept). The two
-  "model sensitivity" comparisons of von Oswald et al. (2023, Sec. 3). At k = 1 ``cos_y`` compares two
-  scalars (±1).
+  labels) and ``d ŷ / d x_query``, per prompt by autograd
+  ([`icdl.icl.analysis.sensitivity`][icdl.icl.analysis.sensitivity]), averaged over prompts (prompts where
+  either gradient is zero are left out; their count is kept). The two "model sensitivity" comparisons of von
+  Oswald et al. (2023, Sec. 3). At k = 1 ``cos_y`` compares two scalars (±1).
 
-Predictors: the baselines named in ``baselines`` ([`ALIGN_BASELINES`][icdl.icl.align.ALIGN_BASELINES]; the
-tuned ones are tuned on held-out prompts,
-[`icdl.icl.eval_parts.tuned_baseline`][icdl.icl.eval_parts.tuned_baseline];
-[`register_baseline`][icdl.icl.align.register_baseline] adds one by name), and L-step GD on the target
-architecture ([`gd_predictions`][icdl.icl.sensitivity.gd_predictions]) for every ``(lr, L, init)`` of the
-grid, from a seeded ``w0 ~ init · He`` shared by all prompts. Finally the GD grid point that agrees best
-with ICL (mean R² over ks, among L <= ``compiled_max_steps``) is COMPILED into a transformer of the target
-architecture (``compile_gd_transformer``, exact ``compiled_variant``, one model per k since its weights
-depend on n) and measured the same way, against ICL and against the GD point it compiles: the latter must
-be ~1 (R² and cosines), a built-in check that the measurements see an algorithm when one is there.
+Predictors: the baselines named in ``baselines``
+([`ALIGN_BASELINES`][icdl.icl.analysis.align.ALIGN_BASELINES]; the tuned ones are tuned on held-out prompts,
+[`icdl.icl.evaluation.baseline_runs.tuned_baseline`][icdl.icl.evaluation.baseline_runs.tuned_baseline];
+[`register_baseline`][icdl.icl.analysis.align.register_baseline] adds one by name), and L-step GD on the
+target architecture ([`gd_predictions`][icdl.icl.analysis.sensitivity.gd_predictions]) for every ``(lr, L,
+init)`` of the grid, from a seeded ``w0 ~ init · He`` shared by all prompts. Finally the GD grid point that
+agrees best with ICL (mean R² over ks, among L <= ``compiled_max_steps``) is COMPILED into a transformer of
+the target architecture (``compile_gd_transformer``, exact ``compiled_variant``, one model per k since its
+weights depend on n) and measured the same way, against ICL and against the GD point it compiles: the latter
+must be ~1 (R² and cosines), a built-in check that the measurements see an algorithm when one is there.
 
-Results: ``RUN_DIR/align/align.json`` (atomic), see [`align_run`][icdl.icl.align.align_run].
+Results: ``RUN_DIR/align/align.json`` (atomic), see [`align_run`][icdl.icl.analysis.align.align_run].
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from torch import Tensor
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
-from icdl.icl import sensitivity as sens
-from icdl.icl.eval_parts import _prompts, k_ranges, simple_baselines, tuned_baseline, tuned_mlp
+from icdl.icl.analysis import sensitivity as sens
+from icdl.icl.evaluation.baseline_runs import _prompts, k_ranges, simple_baselines, tuned_baseline, tuned_mlp
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, eval_points
 from icdl.icl.tasks import PromptBatch, net_spec
 from icdl.io import atomic_write_json, clean_json, portable_path
@@ -97,13 +98,14 @@ ALIGN_BASELINES: dict[str, Callable[[BaselineContext], Any]] = {
 }
 """Baselines by name: ``factory(BaselineContext) -> predictor`` with the ICL model's signature
 (``(xs, ys) -> (B, n, d_y)``, causal, differentiable in ``xs`` and ``ys`` where it is; ``mlp_tuned`` (minutes,
-not a default) through its training, [`predict_last`][icdl.icl.mlp_tuned.MLPTunedBaseline.predict_last])."""
+not a default) through its training,
+[`predict_last`][icdl.icl.baselines.mlp_tuned.MLPTunedBaseline.predict_last])."""
 
 DEFAULT_BASELINES: tuple[str, ...] = ("averaging", "ridge", "ridge_tuned", "kernel")
 
 
 def register_baseline(name: str, factory: Callable[[BaselineContext], Any], *, replace: bool = False) -> None:
-    """Add a baseline to [`ALIGN_BASELINES`][icdl.icl.align.ALIGN_BASELINES] (e.g. ``mlp_tuned``)."""
+    """Add a baseline to [`ALIGN_BASELINES`][icdl.icl.analysis.align.ALIGN_BASELINES] (e.g. ``mlp_tuned``)."""
     if name in ALIGN_BASELINES and not replace:
         raise ValueError(f"baseline {name!r} already registered")
     ALIGN_BASELINES[name] = factory
@@ -113,9 +115,9 @@ def register_baseline(name: str, factory: Callable[[BaselineContext], Any], *, r
 class AlignOptions:
     """Settings of an alignment (all recorded in the result).
 
-    ``ks=None``: [`default_ks`][icdl.icl.align.default_ks]; ``compiled_ks=None``: 5, 10 and the training
-    length (those <= the longest k); ``compiled_ks=()`` skips the compiled model. ``batch``: prompts per
-    autograd pass (memory). ``tuned_prompts`` / ``mlp_tune_prompts``: held-out prompts that tune
+    ``ks=None``: [`default_ks`][icdl.icl.analysis.align.default_ks]; ``compiled_ks=None``: 5, 10 and the
+    training length (those <= the longest k); ``compiled_ks=()`` skips the compiled model. ``batch``: prompts
+    per autograd pass (memory). ``tuned_prompts`` / ``mlp_tune_prompts``: held-out prompts that tune
     ``ridge_tuned``/``kernel`` and ``mlp_tuned``.
     """
 
@@ -155,7 +157,7 @@ class AlignOptions:
         for b in self.baselines:
             if b not in ALIGN_BASELINES:
                 raise InputError(f"unknown baseline {b!r}; choose from {', '.join(ALIGN_BASELINES)}")
-        from icdl.construct.variants import get_variant
+        from icdl.construct.variants.registry import get_variant
 
         get_variant(self.compiled_variant)
 
@@ -405,7 +407,7 @@ def _progress(total: int, enabled: bool | None) -> Any:
 
 def _make_baselines(cfg: Config, st: Suite, cond: Condition, opts: AlignOptions) -> dict[str, Any]:
     """Every baseline of ``opts.baselines``, the tuned ones tuned on held-out prompts."""
-    from icdl.icl.evaluate import EvalOptions
+    from icdl.icl.evaluation.evaluate import EvalOptions
 
     evo = EvalOptions(tuned_prompts=opts.tuned_prompts, mlp_tune_prompts=opts.mlp_tune_prompts)
     ctx = BaselineContext(cfg, st, cond, evo)
@@ -467,8 +469,8 @@ def align_run(
     ``gd_best`` (the best grid point overall, and per k the best R² and its point), ``compiled`` (per
     compiled k:
     ``vs_gd``, ``vs_icl``, ``gd_vs_icl``, ``max_abs_pred_diff``) and provenance."""
-    from icdl.icl.evaluate import checkpoint_info
-    from icdl.icl.train import load_run
+    from icdl.icl.evaluation.evaluate import checkpoint_info
+    from icdl.icl.training.train import load_run
 
     opts = options or AlignOptions()
     ck = checkpoint_info(run_dir)
@@ -484,7 +486,7 @@ def align_run(
     pb = _prompts(cond, opts.prompts, st.seed)
     baselines = _make_baselines(cfg, st, cond, opts)
     spec = net_spec(cfg.task)
-    from icdl.icl.baselines import GDBaseline
+    from icdl.icl.baselines.simple import GDBaseline
 
     w0s = {
         float(i): GDBaseline(spec, seed=st.seed, init_std=float(i)).initial_weights() for i in opts.gd_inits
@@ -555,7 +557,7 @@ def _gd_best(
 
 
 def align_estimate(cfg: Config, options: AlignOptions | None = None) -> Estimate:
-    """Memory and time of [`align_run`][icdl.icl.align.align_run] from the config alone.
+    """Memory and time of [`align_run`][icdl.icl.analysis.align.align_run] from the config alone.
 
     Per k: the ICL model's forward and backward passes (``prompts x 2(k+1)`` tokens), the baselines
     (a ``(k+1)³`` Cholesky per prompt; the λ tuning once), and the GD grid: per ``(init, lr)`` a trajectory of
@@ -565,7 +567,7 @@ def align_estimate(cfg: Config, options: AlignOptions | None = None) -> Estimate
     steps at each compiled k, times the compiled prompts.
     """
     from icdl.construct.estimate import construction_estimate
-    from icdl.icl.kernels import DEFAULT_LAMBDAS
+    from icdl.icl.baselines.kernel import DEFAULT_LAMBDAS
 
     opts = options or AlignOptions()
     task, m = cfg.task, cfg.model

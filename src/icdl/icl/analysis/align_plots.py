@@ -1,11 +1,12 @@
-"""Plots of an alignment result ([`icdl.icl.align`][icdl.icl.align]): which algorithm the ICL model runs.
+"""Plots of an alignment result ([`icdl.icl.analysis.align`][icdl.icl.analysis.align]): which algorithm the
+ICL model runs.
 
 * ``align.png`` — four panels against k: R² of each predictor as a prediction of the ICL model, the
   cosine of the label sensitivities ``d ŷ / d y_i``, of the query sensitivities ``d ŷ / d x_query``, and
   each predictor's own R² against the labels (for scale). Baselines are lines in the colours of
-  [`icdl.icl.plots.KIND_COLORS`][icdl.icl.plots.KIND_COLORS]; GD on the target is its best grid point
-  overall (solid) and the best point at each k (dotted, R² only); the compiled model is drawn as markers
-  at its k values, against ICL (filled) and against the GD point it compiles (open, ~1).
+  [`icdl.icl.evaluation.plots.KIND_COLORS`][icdl.icl.evaluation.plots.KIND_COLORS]; GD on the target is its
+  best grid point overall (solid) and the best point at each k (dotted, R² only); the compiled model is drawn
+  as markers at its k values, against ICL (filled) and against the GD point it compiles (open, ~1).
 * ``gd_grid.png`` — the GD grid: mean R² against ICL over k = 1..E for every (lr, L), one panel per
   initial scale.
 
@@ -18,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from icdl.icl.plots import COLORS, KIND_COLORS, _save, _subplots
+from icdl.icl.evaluation.plots import COLORS, KIND_COLORS, _save, _subplots
 
 __all__ = ["plot_alignment", "plot_gd_grid", "plot_metrics"]
 
@@ -28,7 +29,7 @@ _PANELS = (
     ("cos_x", "cos(d ŷ/d x_query)"),
     ("r2_truth", "R² against the labels"),
 )
-# Every predictor in its kind's colour (icdl.icl.plots.KIND_COLORS), as in the evaluation plots.
+# Every predictor in its kind's colour (icdl.icl.evaluation.plots.KIND_COLORS), as in the evaluation plots.
 _BASELINE_COLORS = KIND_COLORS
 _GD_COLOR = KIND_COLORS["gd"]
 _COMPILED_COLOR = KIND_COLORS["compiled"]

@@ -8,18 +8,18 @@ A *point predictor* maps a prompt of ``k + 1`` points, ``xs (B, k+1, d_x)``, ``y
 prediction for the last point, ``(B, d_y)``, using ``x_0, y_0, ..., x_{k-1}, y_{k-1}, x_k`` only
 (``ys[:, k]`` is never read). Adapters:
 
-* [`last_point`][icdl.icl.sensitivity.last_point] — any predictor with the ICL model's signature (the ICL
-  transformer, the baselines of [`icdl.icl.baselines`][icdl.icl.baselines] and
-  [`icdl.icl.kernels`][icdl.icl.kernels]): its prediction at position k;
-* [`gd_predictions`][icdl.icl.sensitivity.gd_predictions] — L-step GD on the target architecture (paper
-  eq. 2.2-2.3, the Lemma 1 gradient of [`icdl.nets.gradient`][icdl.nets.gradient]) from a shared ``w0``,
-  for several step sizes and step counts from one trajectory each;
-* [`compiled_prediction`][icdl.icl.sensitivity.compiled_prediction] — a compiled GD transformer
+* [`last_point`][icdl.icl.analysis.sensitivity.last_point] — any predictor with the ICL model's signature (the
+  ICL transformer, the baselines of [`icdl.icl.baselines.simple`][icdl.icl.baselines.simple] and
+  [`icdl.icl.baselines.kernel`][icdl.icl.baselines.kernel]): its prediction at position k;
+* [`gd_predictions`][icdl.icl.analysis.sensitivity.gd_predictions] — L-step GD on the target architecture
+  (paper eq. 2.2-2.3, the Lemma 1 gradient of [`icdl.nets.gradient`][icdl.nets.gradient]) from a shared
+  ``w0``, for several step sizes and step counts from one trajectory each;
+* [`compiled_prediction`][icdl.icl.analysis.sensitivity.compiled_prediction] — a compiled GD transformer
   ([`compile_gd_transformer`][icdl.construct.compile.compile_gd_transformer], compiled for n = k examples),
   run with autograd on.
 
-[`sensitivities`][icdl.icl.sensitivity.sensitivities] differentiates a batch of predictions by batched
-autograd: the prompts of a batch do not interact, so the gradient of the SUM over prompts of output c
+[`sensitivities`][icdl.icl.analysis.sensitivity.sensitivities] differentiates a batch of predictions by
+batched autograd: the prompts of a batch do not interact, so the gradient of the SUM over prompts of output c
 with respect to ``ys`` is, prompt by prompt, that prompt's Jacobian row (the tests check this against
 per-prompt finite differences and the ridge smoother's closed form).
 """
@@ -72,9 +72,9 @@ def sensitivities(preds: Sequence[Tensor], xs: Tensor, ys: Tensor) -> list[Sensi
     """Sensitivities of each prediction ``(B, d_y)`` in ``preds``, computed from the leaves ``xs (B, k+1,
     d_x)``, ``ys (B, k+1, d_y)``, by one backward pass per prediction and output dimension.
 
-    Returns one [`Sensitivity`][icdl.icl.sensitivity.Sensitivity] per prediction. A prediction that does not
-    depend on ``xs`` or ``ys`` at all (e.g. averaging, for ``x``) gets zeros. Raises InputError when a
-    prediction reads the query's own label ``ys[:, k]`` (a non-causal predictor).
+    Returns one [`Sensitivity`][icdl.icl.analysis.sensitivity.Sensitivity] per prediction. A prediction that
+    does not depend on ``xs`` or ``ys`` at all (e.g. averaging, for ``x``) gets zeros. Raises InputError when
+    a prediction reads the query's own label ``ys[:, k]`` (a non-causal predictor).
     """
     k = xs.shape[1] - 1
     out = []
@@ -107,8 +107,8 @@ def last_point(model: Any) -> PointPredictor:
     """The point predictor of a sequence predictor ``model(xs, ys) -> (B, n, d_y)`` (causal): its output at
     the last position, computed in the dtype of the model's inputs as given. A model with its own
     ``predict_last(xs, ys) -> (B, d_y)`` (one that computes the last position alone, e.g.
-    [`MLPTunedBaseline`][icdl.icl.mlp_tuned.MLPTunedBaseline], differentiable through its training) is
-    used through it."""
+    [`MLPTunedBaseline`][icdl.icl.baselines.mlp_tuned.MLPTunedBaseline], differentiable through its training)
+    is used through it."""
     own = getattr(model, "predict_last", None)
     if callable(own):
         return own  # type: ignore[no-any-return]
@@ -133,7 +133,7 @@ def gd_predictions(
 
     ``w_l = w_{l-1} - lr ∇L_k(w_{l-1})``, ``L_k(w) = (1/(2k)) Σ_{i<k} l(f(w, x_i), y_i)`` (eq. 2.2-2.3),
     from ``w0 (P,)`` for every prompt — the same map as
-    [`GDBaseline`][icdl.icl.baselines.GDBaseline] at position k. One trajectory per step size, read off
+    [`GDBaseline`][icdl.icl.baselines.simple.GDBaseline] at position k. One trajectory per step size, read off
     after each L (so the cost is ``len(lrs) · max(steps)`` steps). Differentiable in ``xs`` and ``ys``.
     Returns ``{(lr, L): (B, d_y)}``.
     """

@@ -3,10 +3,11 @@
 The algorithm the paper's construction compiles (L steps of GD on the bias-free N-layer network, eq.
 2.2-2.3, [`icdl.nets.gradient`][icdl.nets.gradient]), run per prompt and k from one seeded SMALL
 initialisation (``init_std`` times He scaling, default 0.1, as
-[`icdl.icl.baselines.GDBaseline`][icdl.icl.baselines.GDBaseline] draws it), with the pair ``(lr, steps)``
-chosen on HELD-OUT prompts ([`GDTargetBaseline.tune`][icdl.icl.gd_target.GDTargetBaseline.tune]): the best
-mean held-out MSE over k = 1..n-1. Every step count of the grid is a checkpoint of ONE trajectory per step
-size, so the grid costs ``len(lr_grid) x max(steps_grid)`` GD steps per k.
+[`icdl.icl.baselines.simple.GDBaseline`][icdl.icl.baselines.simple.GDBaseline] draws it), with the pair ``(lr,
+steps)`` chosen on HELD-OUT prompts
+([`GDTargetBaseline.tune`][icdl.icl.baselines.gd_target.GDTargetBaseline.tune]): the best mean held-out MSE
+over k = 1..n-1. Every step count of the grid is a checkpoint of ONE trajectory per step size, so the grid
+costs ``len(lr_grid) x max(steps_grid)`` GD steps per k.
 
 Divergence guard (docs/baselines.md). A large step size can blow up on some prompts only. A prediction is
 *blown up* when it is not finite or ``|ŷ| > BLOWUP x max |y|`` over the held-out labels (``bound``, fixed at
@@ -27,7 +28,7 @@ from torch import Tensor
 
 from icdl import nets
 from icdl.errors import InputError
-from icdl.icl.baselines import GDBaseline, check_prompts
+from icdl.icl.baselines.simple import GDBaseline, check_prompts
 
 __all__ = ["BLOWUP", "DEFAULT_LR_GRID", "DEFAULT_STEPS_GRID", "K_BLOCK", "GDTargetBaseline"]
 
@@ -36,7 +37,7 @@ DEFAULT_LR_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0
 DEFAULT_STEPS_GRID: tuple[int, ...] = (1, 3, 10, 30, 100)
 BLOWUP = 10.0
 #: k's per batched block of
-#: [`GDTargetBaseline.trajectories`][icdl.icl.gd_target.GDTargetBaseline.trajectories].
+#: [`GDTargetBaseline.trajectories`][icdl.icl.baselines.gd_target.GDTargetBaseline.trajectories].
 #: On a CPU, 1 (no padding) is fastest: the GD problems are compute-bound and a block of K pads each context
 #: to its largest k (docs/baselines.md, gd_target timing); larger blocks suit an accelerator.
 K_BLOCK = 1
@@ -86,7 +87,7 @@ class GDTargetBaseline:
 
         ``[0]`` is the start ``f(w0, x_k)``; ``[i + 1, :, k]`` is ``f(w_L, x_k)`` after ``L = steps[i]``
         steps of size ``lr`` on the first k examples (``[.., 0]`` stays at the start: no data). One step
-        size of [`trajectories`][icdl.icl.gd_target.GDTargetBaseline.trajectories].
+        size of [`trajectories`][icdl.icl.baselines.gd_target.GDTargetBaseline.trajectories].
         """
         return self.trajectories(xs, ys, [lr], steps)[0]
 
@@ -100,8 +101,8 @@ class GDTargetBaseline:
         block: int = K_BLOCK,
         drop_nan: bool = False,
     ) -> Tensor:
-        """[`trajectory`][icdl.icl.gd_target.GDTargetBaseline.trajectory] for every step size in ``lrs`` at
-        once: ``(len(lrs), len(steps) + 1, B, n, d_y)``.
+        """[`trajectory`][icdl.icl.baselines.gd_target.GDTargetBaseline.trajectory] for every step size in
+        ``lrs`` at once: ``(len(lrs), len(steps) + 1, B, n, d_y)``.
 
         Vectorised over (step size, prompt, k): the ``block`` k's ``a..b`` are one flat batch of
         ``len(lrs) x B x block`` GD problems on the padded context ``x_0..x_{b-1}``, where problem k

@@ -1,17 +1,17 @@
 """Tuned ridge and kernel ridge baselines: ``ridge_tuned`` and ``kernel`` (docs/baselines.md).
 
 Both are kernel ridge regression on each prompt's first k examples, with one regulariser λ per k chosen
-on HELD-OUT prompts ([`TunedKernelRidge.tune`][icdl.icl.kernels.TunedKernelRidge.tune]), never on the test
-prompts:
+on HELD-OUT prompts ([`TunedKernelRidge.tune`][icdl.icl.baselines.kernel.TunedKernelRidge.tune]), never on the
+test prompts:
 
-* ``ridge_tuned`` ([`RidgeTunedBaseline`][icdl.icl.kernels.RidgeTunedBaseline]): the linear kernel ``K(x, x')
-  = xᵀx'``, i.e. ridge regression WITHOUT intercept, ``ŷ_k = x_kᵀ (X_kᵀX_k + λI)⁻¹ X_kᵀ y_k`` (primal and dual
-  forms agree);
-* ``kernel`` ([`KernelBaseline`][icdl.icl.kernels.KernelBaseline]): the NNGP kernel of the target family
-  itself — the covariance of ``f(w, x)`` over the random weights of a bias-free N-layer network
-  ([`nngp_kernel`][icdl.icl.kernels.nngp_kernel]): the arc-cosine recursion of order 1 (Cho & Saul 2009) for
-  ReLU, Gauss–Hermite quadrature otherwise. Kernel ridge with this kernel is the posterior mean of the
-  infinite-width limit of the task prior.
+* ``ridge_tuned`` ([`RidgeTunedBaseline`][icdl.icl.baselines.kernel.RidgeTunedBaseline]): the linear kernel
+  ``K(x, x') = xᵀx'``, i.e. ridge regression WITHOUT intercept, ``ŷ_k = x_kᵀ (X_kᵀX_k + λI)⁻¹ X_kᵀ y_k``
+  (primal and dual forms agree);
+* ``kernel`` ([`KernelBaseline`][icdl.icl.baselines.kernel.KernelBaseline]): the NNGP kernel of the target
+  family itself — the covariance of ``f(w, x)`` over the random weights of a bias-free N-layer network
+  ([`nngp_kernel`][icdl.icl.baselines.kernel.nngp_kernel]): the arc-cosine recursion of order 1 (Cho & Saul
+  2009) for ReLU, Gauss–Hermite quadrature otherwise. Kernel ridge with this kernel is the posterior mean of
+  the infinite-width limit of the task prior.
 
 All prefixes of a prompt come from ONE Cholesky factorisation: with ``A = K + λI = L Lᵀ`` (T × T) the
 leading k × k block of ``L`` is the Cholesky factor of ``A[:k, :k]``, ``L[k, :k]ᵀ = L_k⁻¹ K[:k, k]``, and
@@ -72,7 +72,7 @@ def relu_expectation(cov: Tensor) -> Tensor:
     rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
     # arccos' is infinite at |ρ| = 1 (the diagonal), where autograd would give inf · 0 = NaN. The value
     # is the same with θ detached there, and so is the derivative: d/dρ [sin θ + (π - θ) ρ] = π - θ, which
-    # the ρ factor alone carries once θ is constant (icdl.icl.sensitivity differentiates the kernel).
+    # the ρ factor alone carries once θ is constant (icdl.icl.analysis.sensitivity differentiates the kernel).
     inner = rho.abs() < 1.0
     theta = torch.where(inner, torch.arccos(torch.where(inner, rho, 0.0)), torch.arccos(rho).detach())
     return norm / (2 * math.pi) * (torch.sin(theta) + (math.pi - theta) * rho)
@@ -126,8 +126,8 @@ def nngp_kernel(
     ``(u, v) ~ N(0, Σ_j)`` — the recursion composed ``depth - 1`` times; the output is linear in the last
     features. ``output="same"`` applies r once more: the covariance of ``r(z_N)``. ``width`` only matters
     without He scaling (then ``n_j · σ² = width · weight_std²``). ReLU uses
-    [`relu_expectation`][icdl.icl.kernels.relu_expectation], other activations
-    [`gauss_hermite_expectation`][icdl.icl.kernels.gauss_hermite_expectation]. Returns ``(B, T, T)``.
+    [`relu_expectation`][icdl.icl.baselines.kernel.relu_expectation], other activations
+    [`gauss_hermite_expectation`][icdl.icl.baselines.kernel.gauss_hermite_expectation]. Returns ``(B, T, T)``.
     """
     from icdl.nets import get_activation
 
@@ -199,7 +199,7 @@ class TunedKernelRidge:
 
     def predict_all(self, xs: Tensor, ys: Tensor, lambdas: Sequence[float]) -> Tensor:
         """Predictions ``(len(lambdas), B, T, d_y)`` (float64) for every λ in ``lambdas``."""
-        from icdl.icl.baselines import check_prompts
+        from icdl.icl.baselines.simple import check_prompts
 
         check_prompts(xs, ys)
         B, T, _ = xs.shape
@@ -267,7 +267,7 @@ class RidgeTunedBaseline(TunedKernelRidge):
 @dataclass
 class KernelBaseline(TunedKernelRidge):
     """Kernel ridge with the NNGP kernel of the task's target family
-    ([`nngp_kernel`][icdl.icl.kernels.nngp_kernel]), λ per k tuned on held-out prompts. ``depth``,
+    ([`nngp_kernel`][icdl.icl.baselines.kernel.nngp_kernel]), λ per k tuned on held-out prompts. ``depth``,
     ``activation``, ``output``, ``weight_std``, ``fan_in_scaling`` and ``width`` describe the targets (a
     [`icdl.config.TaskConfig`][icdl.config.TaskConfig]); the kernel assumes weight mean 0."""
 

@@ -1,8 +1,8 @@
 """``mlp_tuned``: a small MLP fitted on each prompt's k examples, its settings tuned on held-out prompts.
 
-The paper's MLP baseline ([`icdl.icl.baselines.MLPBaseline`][icdl.icl.baselines.MLPBaseline]: width 200,
-one learning rate, random output layer, 64 prompts) is dominated by its random-initialisation output noise
-at small k. This one is the honest version of it (docs/baselines.md):
+The paper's MLP baseline ([`icdl.icl.baselines.simple.MLPBaseline`][icdl.icl.baselines.simple.MLPBaseline]:
+width 200, one learning rate, random output layer, 64 prompts) is dominated by its random-initialisation
+output noise at small k. This one is the honest version of it (docs/baselines.md):
 
 * an N-layer ReLU MLP with biases (N = the task's depth), hidden layers He-normal from ONE seeded draw per
   (seed, k, width) shared by all prompts, and a ZERO output layer — untrained, it predicts 0, the prior
@@ -11,9 +11,10 @@ at small k. This one is the honest version of it (docs/baselines.md):
   ``x_{<=k}, y_{<k}``) by full-batch AdamW on the mean squared error (decoupled weight decay, as
   ``torch.optim.AdamW``);
 * the setting ``(width, lr, weight decay, epochs)`` is chosen per k from a small grid by the lowest MSE on
-  HELD-OUT prompts ([`MLPTunedBaseline.tune`][icdl.icl.mlp_tuned.MLPTunedBaseline.tune]), never the test
-  prompts. Tuning runs at a few anchor k (``ANCHOR_KS``, plus the longest k) and every k takes the setting
-  of its nearest anchor in log k; the epoch counts are checkpoints of one run, so they cost nothing extra.
+  HELD-OUT prompts ([`MLPTunedBaseline.tune`][icdl.icl.baselines.mlp_tuned.MLPTunedBaseline.tune]), never the
+  test prompts. Tuning runs at a few anchor k (``ANCHOR_KS``, plus the longest k) and every k takes the
+  setting of its nearest anchor in log k; the epoch counts are checkpoints of one run, so they cost nothing
+  extra.
 
 All networks train at once: a grid of G (lr, weight decay) pairs on B prompts is G·B networks with batched
 weights ``(G·B, fan_in, fan_out)`` (``torch.baddbmm``); the summed loss separates over networks and AdamW
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
-from icdl.icl.baselines import _derived_seed, check_prompts
+from icdl.icl.baselines.simple import _derived_seed, check_prompts
 
 __all__ = [
     "ANCHOR_KS",
@@ -118,10 +119,11 @@ def fit_predict(
     """Query predictions of ``G·B`` MLPs, each trained on one prompt's first ``k`` examples.
 
     ``xs (B, >k, d_x)``, ``ys (B, >=k, d_y)``; network ``(g, b)`` uses ``lrs[g]`` and
-    ``weight_decays[g]`` (G = ``len(lrs)``) on prompt b, from [`init_params`][icdl.icl.mlp_tuned.init_params].
-    Full-batch AdamW (betas 0.9/0.999, eps 1e-8, bias-corrected, decay ``p <- p (1 - lr·wd)`` before the
-    Adam step, as ``torch.optim.AdamW``) on ``mean_i ||f(x_i) - y_i||²`` over ``i < k``. Returns
-    ``(len(epochs), G, B, d_y)``: the prediction for ``x_k`` after each epoch count in ``epochs``.
+    ``weight_decays[g]`` (G = ``len(lrs)``) on prompt b, from
+    [`init_params`][icdl.icl.baselines.mlp_tuned.init_params]. Full-batch AdamW (betas 0.9/0.999, eps 1e-8,
+    bias-corrected, decay ``p <- p (1 - lr·wd)`` before the Adam step, as ``torch.optim.AdamW``) on ``mean_i
+    ||f(x_i) - y_i||²`` over ``i < k``. Returns ``(len(epochs), G, B, d_y)``: the prediction for ``x_k`` after
+    each epoch count in ``epochs``.
 
     ``differentiable``: the same updates written out of place with ``create_graph``, so the predictions
     are differentiable in ``xs`` and ``ys`` THROUGH the training (for ``icdl align``'s sensitivities). Where
@@ -237,8 +239,8 @@ class MLPTunedBaseline:
     """Per-prompt MLP with ``(width, lr, weight decay, epochs)`` chosen per k on held-out prompts.
 
     ``depth`` is the network's number of linear layers (the task's depth). ``settings`` (one
-    [`MLPSetting`][icdl.icl.mlp_tuned.MLPSetting] per k, ``None`` at k = 0) is set by `tune`; ``tuning``
-    records the grid, the held-out MSE per anchor and setting, and the choices.
+    [`MLPSetting`][icdl.icl.baselines.mlp_tuned.MLPSetting] per k, ``None`` at k = 0) is set by `tune`;
+    ``tuning`` records the grid, the held-out MSE per anchor and setting, and the choices.
     """
 
     depth: int = 3
@@ -339,7 +341,7 @@ class MLPTunedBaseline:
         """The prediction for the LAST point only, ``(B, d_y)``, differentiable in ``xs`` and ``ys`` through
         the training (``fit_predict(differentiable=True)``): the tuned MLP at k = n - 1 trained on ``x_{<k},
         y_{<k}`` (``ys[:, k]`` is not read). What ``icdl align`` differentiates
-        ([`last_point`][icdl.icl.sensitivity.last_point]); no fallback (a non-finite value stays)."""
+        ([`last_point`][icdl.icl.analysis.sensitivity.last_point]); no fallback (a non-finite value stays)."""
         check_prompts(xs, ys)
         k = xs.shape[1] - 1
         if k < 1:

@@ -25,7 +25,7 @@ Baselines (defaults in brackets; docs/baselines.md has the rationale and timings
 * ``GDBaseline`` — L steps of plain (projected) gradient descent on the target's bias-free N-layer network
   (``icdl.nets``) from one seeded random ``w0``: the algorithm the paper's construction emulates, with the
   step size tuned on held-out prompts by
-  [`GDBaseline.tune_step_size`][icdl.icl.baselines.GDBaseline.tune_step_size].
+  [`GDBaseline.tune_step_size`][icdl.icl.baselines.simple.GDBaseline.tune_step_size].
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ class KNNBaseline:
 
 @dataclass
 class MLPTrace:
-    """Query predictions of [`MLPBaseline`][icdl.icl.baselines.MLPBaseline] after every epoch.
+    """Query predictions of [`MLPBaseline`][icdl.icl.baselines.simple.MLPBaseline] after every epoch.
 
     Attributes:
         preds: ``(epochs + 1, B, n, d_y)``; ``preds[e, :, k]`` is the prediction for ``x_k`` after ``e``
@@ -313,12 +313,13 @@ class MLPBaseline:
     context examples, ``epochs`` steps (one step = one epoch when the batch is the whole context). All
     prompts train in parallel as batched weights ``(B, fan_in, fan_out)`` — Adam is element-wise and the
     summed loss separates over prompts, so this equals B independent trainings. The query ``x_k`` is
-    evaluated after every epoch ([`MLPTrace`][icdl.icl.baselines.MLPTrace]).
+    evaluated after every epoch ([`MLPTrace`][icdl.icl.baselines.simple.MLPTrace]).
 
     ``selection="last"`` returns the final-epoch predictions (causal, honest); ``"best"`` the paper's
-    oracle epoch per k (uses the query labels; see [`MLPTrace.best`][icdl.icl.baselines.MLPTrace.best]).
-    ``ks`` restricts training to some prefix lengths (the others are NaN); ``chunk`` bounds memory by training
-    that many prompts at a time (identical results).
+    oracle epoch per k (uses the query labels; see
+    [`MLPTrace.best`][icdl.icl.baselines.simple.MLPTrace.best]). ``ks`` restricts training to some prefix
+    lengths (the others are NaN); ``chunk`` bounds memory by training that many prompts at a time (identical
+    results).
     """
 
     depth: int

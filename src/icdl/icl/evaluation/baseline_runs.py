@@ -1,6 +1,7 @@
-"""Per-condition pieces of [`icdl.icl.evaluate.evaluate_run`][icdl.icl.evaluate.evaluate_run]: test prompts,
-label diagnostics, the paired bootstrap comparison and the baseline runners (split from ``icdl.icl.evaluate``;
-names are re-exported there)."""
+"""Per-condition pieces of
+[`icdl.icl.evaluation.evaluate.evaluate_run`][icdl.icl.evaluation.evaluate.evaluate_run]: test prompts, label
+diagnostics, the paired bootstrap comparison and the baseline runners (split from
+``icdl.icl.evaluation.evaluate``; names are re-exported there)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from torch import Tensor
 
 from icdl.config import Config
 from icdl.errors import InputError
-from icdl.icl import kernels, metrics
-from icdl.icl.baselines import (
+from icdl.icl import metrics
+from icdl.icl.baselines import kernel as kernels
+from icdl.icl.baselines.simple import (
     AveragingBaseline,
     GDBaseline,
     KNNBaseline,
@@ -32,8 +34,8 @@ from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
 from icdl.io import portable_path
 
 if TYPE_CHECKING:
-    from icdl.icl.evaluate import EvalOptions
-    from icdl.icl.mlp_tuned import MLPTunedBaseline
+    from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
+    from icdl.icl.evaluation.evaluate import EvalOptions
 
 __all__ = ["k_ranges", "label_diagnostics", "paired_difference", "simple_baselines", "tuned_baseline"]
 
@@ -316,7 +318,7 @@ def _memo_key(key: str, cond: Condition, pb: PromptBatch, suite: Suite, opts: Ev
 def tuned_mlp(cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions) -> MLPTunedBaseline:
     """``mlp_tuned`` with its settings chosen per k on ``opts.mlp_tune_prompts`` held-out prompts of the
     condition (seed ``suite.seed + 1``, never the test prompts)."""
-    from icdl.icl.mlp_tuned import MLPTunedBaseline
+    from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
 
     base = MLPTunedBaseline(depth=cfg.task.depth, seed=suite.seed)
     tune = _prompts(cond, opts.mlp_tune_prompts, suite.seed + 1)
@@ -325,8 +327,9 @@ def tuned_mlp(cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions) -> 
 
 
 def _run_mlp_tuned(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
-    """``mlp_tuned`` ([`icdl.icl.mlp_tuned`][icdl.icl.mlp_tuned]) on the first ``mlp_tuned_prompts`` test
-    prompts, its settings chosen per k on ``mlp_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
+    """``mlp_tuned`` ([`icdl.icl.baselines.mlp_tuned`][icdl.icl.baselines.mlp_tuned]) on the first
+    ``mlp_tuned_prompts`` test prompts, its settings chosen per k on ``mlp_tune_prompts`` held-out prompts
+    (seed ``suite.seed + 1``)."""
     t0 = time.perf_counter()
     m = min(opts.mlp_tuned_prompts, pb.xs.shape[0])
     base = tuned_mlp(cond, cfg, suite, opts)
@@ -407,9 +410,9 @@ def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: E
 
 
 def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
-    """gd_target ([`icdl.icl.gd_target`][icdl.icl.gd_target]) on the first ``gd_prompts`` prompts, ``(lr,
-    steps)`` tuned on ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
-    from icdl.icl.gd_target import GDTargetBaseline
+    """gd_target ([`icdl.icl.baselines.gd_target`][icdl.icl.baselines.gd_target]) on the first ``gd_prompts``
+    prompts, ``(lr, steps)`` tuned on ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
+    from icdl.icl.baselines.gd_target import GDTargetBaseline
 
     t0 = time.perf_counter()
     m = min(opts.gd_prompts, pb.xs.shape[0])
@@ -462,8 +465,8 @@ def _add_skill(curves: dict[str, Any], preds: list[_Pred], ys: Tensor, ranges: l
 
 
 def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
-    """One ICL forward pass vs training the baseline MLP (``icdl.icl.cost.measure_cost``)."""
-    from icdl.icl.cost import measure_cost
+    """One ICL forward pass vs training the baseline MLP (``icdl.icl.training.cost.measure_cost``)."""
+    from icdl.icl.training.cost import measure_cost
 
     return measure_cost(
         model,

@@ -1,7 +1,7 @@
 """Integrity of evaluation caches (``RUN/eval/<suite>.json``, written by
-[`icdl.icl.evaluate`][icdl.icl.evaluate]).
+[`icdl.icl.evaluation.evaluate`][icdl.icl.evaluation.evaluate]).
 
-[`seal`][icdl.icl.cache.seal] adds an ``integrity`` entry to a result before it is written:
+[`seal`][icdl.icl.evaluation.cache.seal] adds an ``integrity`` entry to a result before it is written:
 
 ```text
 "integrity": {"checkpoint_manifest_sha256": ..., "request_sha256": ..., "content_sha256": ...}
@@ -9,10 +9,11 @@
 
 the SHA-256 of the evaluated checkpoint's ``manifest.json`` (None for a legacy checkpoint), of the
 evaluation request (suite, prompts, seed, options; canonical JSON) and of the result itself (canonical
-JSON without ``integrity`` and ``from_cache``). [`trusted`][icdl.icl.cache.trusted] recomputes all three: a
-cache edited by hand (every R² set to 0.999), written for other options, or left over from a checkpoint that
-was rewritten at the same step no longer matches, and the caller recomputes it instead of trusting it. A
-cache without ``integrity`` (written before this check) is not trusted either; it is simply recomputed.
+JSON without ``integrity`` and ``from_cache``). [`trusted`][icdl.icl.evaluation.cache.trusted] recomputes all
+three: a cache edited by hand (every R² set to 0.999), written for other options, or left over from a
+checkpoint that was rewritten at the same step no longer matches, and the caller recomputes it instead of
+trusting it. A cache without ``integrity`` (written before this check) is not trusted either; it is simply
+recomputed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def result_content_sha256(result: dict[str, Any]) -> str:
 def checkpoint_digest(run_dir: str | Path) -> str | None:
     """SHA-256 of the manifest of the run's newest checkpoint (verifying the checkpoint against it: a
     damaged checkpoint is an InputError), or None for a legacy checkpoint without a manifest."""
-    from icdl.icl.checkpoint import find_checkpoint
+    from icdl.icl.training.checkpoint import find_checkpoint
 
     ck = find_checkpoint(run_dir)
     return None if ck is None else verify_manifest(ck, what="checkpoint")

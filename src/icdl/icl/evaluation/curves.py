@@ -1,9 +1,10 @@
 """Small committed R² curves over training seeds: what every ICL claim in the docs cites.
 
-[`collect`][icdl.icl.curves.collect] reads the evaluation results ``RUN_DIR/eval/<suite>.json`` of several
-runs of ONE configuration that differ only in the training seed ([`icdl.icl.evaluate`][icdl.icl.evaluate];
-all runs see the same test prompts, so a baseline's curve is the same for every seed) and returns a small
-JSON object (format ``icdl-curves-v1``): per suite, condition and predictor
+[`collect`][icdl.icl.evaluation.curves.collect] reads the evaluation results ``RUN_DIR/eval/<suite>.json`` of
+several runs of ONE configuration that differ only in the training seed
+([`icdl.icl.evaluation.evaluate`][icdl.icl.evaluation.evaluate]; all runs see the same test prompts, so a
+baseline's curve is the same for every seed) and returns a small JSON object (format ``icdl-curves-v1``): per
+suite, condition and predictor
 
 * ``per_seed``: each seed's R²(k), its 90 % prompt-bootstrap band and its nonlinear skill(k)
   ([`metrics.nonlinear_skill`][icdl.icl.metrics.nonlinear_skill], against ``ridge_tuned``);
@@ -15,8 +16,8 @@ JSON object (format ``icdl-curves-v1``): per suite, condition and predictor
 * ``ranges``: per k range (``1..E`` within the training length, ``E+1..K`` beyond) the mean over k of R²
   and of the skill, per seed and their mean / min / max over seeds.
 
-[`markdown`][icdl.icl.curves.markdown] renders the headline tables from that object. ``scripts/curves.py``
-evaluates the runs (cached) and writes both under ``docs/results/curves/``.
+[`markdown`][icdl.icl.evaluation.curves.markdown] renders the headline tables from that object.
+``scripts/curves.py`` evaluates the runs (cached) and writes both under ``docs/results/curves/``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from icdl.errors import InputError
-from icdl.icl.evaluate import load_result, result_status
+from icdl.icl.evaluation.evaluate import load_result, result_status
 from icdl.io import portable_path
 
 __all__ = ["FORMAT", "SHOW_K", "collect", "fill_markers", "headline", "markdown"]
@@ -144,9 +145,9 @@ def collect(
     """The curves object of ``run_dirs`` (the same configuration, different training seeds) on ``suites``.
 
     Every run must have a current, sealed evaluation of every suite
-    ([`result_status`][icdl.icl.evaluate.result_status] ``"ok"``) with the same request (suite, prompts,
-    test seed, options) — otherwise the seeds would not be comparable; [`InputError`][icdl.errors.InputError]
-    names the run and suite that is missing, stale or differs.
+    ([`result_status`][icdl.icl.evaluation.evaluate.result_status] ``"ok"``) with the same request (suite,
+    prompts, test seed, options) — otherwise the seeds would not be comparable;
+    [`InputError`][icdl.errors.InputError] names the run and suite that is missing, stale or differs.
     """
     if not run_dirs:
         raise InputError("curves need at least one run")
@@ -285,8 +286,8 @@ def headline(
 
 def fill_markers(text: str, curves: dict[str, Any]) -> str:
     """Replace the body between ``<!-- curves:NAME -->`` and the next ``<!-- /curves -->`` with
-    [`headline`][icdl.icl.curves.headline] of ``curves`` (whose name is NAME), so the docs' tables are
-    regenerated from the committed JSON, never typed. Options after the name, each ``:``-separated:
+    [`headline`][icdl.icl.evaluation.curves.headline] of ``curves`` (whose name is NAME), so the docs' tables
+    are regenerated from the committed JSON, never typed. Options after the name, each ``:``-separated:
     ``short`` (the k-range columns only) and ``SUITE/CONDITION`` (that condition instead of the default
     one), e.g. ``<!-- curves:NAME:weight-shift-std/mum0_5:short -->``."""
     pattern = re.compile(

@@ -1,19 +1,20 @@
 """Evaluate a trained run on a suite: R²/MSE curves of the ICL model and the baselines, cached per run.
 
-``evaluate_run(run_dir, "mixture")`` loads the newest checkpoint ([`load_run`][icdl.icl.checkpoint.load_run]),
-builds the suite ([`suites`][icdl.icl.suites]), draws each condition's test prompts (seed distinct from
-training, batches of 64), and for the ICL model and every baseline computes R²(k) and MSE(k) across prompts
-with 90 % bootstrap bands ([`metrics.evaluate`][icdl.icl.metrics.evaluate]), plus, for every baseline, a
-PAIRED bootstrap band of ``R²_ICL(k) - R²_baseline(k)`` on the prompts both saw (the same resampled prompts
-for both, so the band reflects the difference, not two independent noises) and its means over k ranges
-(``1..E`` = within the training length, ``E+1..K`` = beyond it), with a verdict: ``beats`` (band above 0),
-``trails`` (below 0) or ``matches`` (band contains 0).
+``evaluate_run(run_dir, "mixture")`` loads the newest checkpoint
+([`load_run`][icdl.icl.training.checkpoint.load_run]), builds the suite ([`suites`][icdl.icl.suites]), draws
+each condition's test prompts (seed distinct from training, batches of 64), and for the ICL model and every
+baseline computes R²(k) and MSE(k) across prompts with 90 % bootstrap bands
+([`metrics.evaluate`][icdl.icl.metrics.evaluate]), plus, for every baseline, a PAIRED bootstrap band of
+``R²_ICL(k) - R²_baseline(k)`` on the prompts both saw (the same resampled prompts for both, so the band
+reflects the difference, not two independent noises) and its means over k ranges (``1..E`` = within the
+training length, ``E+1..K`` = beyond it), with a verdict: ``beats`` (band above 0), ``trails`` (below 0) or
+``matches`` (band contains 0).
 
 Results go to ``RUN_DIR/eval/<suite>.json`` (written atomically): the suite definition, the options, the
 checkpoint's step and mtime, the config, per-condition label diagnostics (share of exactly-zero labels, label
 scale against the training task — the degenerate weight shift is flagged here), curves, comparisons, and the
-cost comparison ([`cost`][icdl.icl.cost]). A later call with the same request reuses the file unless the
-checkpoint is newer (or ``force``).
+cost comparison ([`cost`][icdl.icl.training.cost]). A later call with the same request reuses the file unless
+the checkpoint is newer (or ``force``).
 
 Baselines (``--baselines``; ``None`` = the suite's default in `SUITE_BASELINES`): ``zero``, ``averaging``,
 ``least-squares`` (min-norm, intercept), ``ridge`` (λ = 1, intercept), ``knn`` (3), ``mlp`` (the paper's
@@ -21,10 +22,10 @@ N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the
 first 64 prompts and 5 values of k — it is the costly one, and this is recorded in the results), ``gd`` (plain
 GD on the target's bias-free architecture from a seeded w0, 10 steps, step size tuned on held-out prompts),
 ``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts) and ``kernel``
-(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.kernels]) and
+(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.baselines.kernel]) and
 ``mlp_tuned`` (a per-prompt MLP, settings tuned on ``mlp_tune_prompts`` held-out prompts, on the first
-``mlp_tuned_prompts`` test prompts; [`mlp_tuned`][icdl.icl.mlp_tuned]; in ``all``, not a suite default). When
-``ridge_tuned`` is among the baselines every predictor's curve also gets ``skill``
+``mlp_tuned_prompts`` test prompts; [`mlp_tuned`][icdl.icl.baselines.mlp_tuned]; in ``all``, not a suite
+default). When ``ridge_tuned`` is among the baselines every predictor's curve also gets ``skill``
 ([`metrics.nonlinear_skill`][icdl.icl.metrics.nonlinear_skill] against ``ridge_tuned`` on the same prompts)
 and ``skill_ranges`` (its mean over each k range).
 
@@ -50,11 +51,13 @@ from torch import Tensor
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
-from icdl.icl import kernels, metrics
-from icdl.icl.cache import seal as cache_seal
-from icdl.icl.cache import trusted as cache_trusted
-from icdl.icl.eval_parts import TUNED as _TUNED
-from icdl.icl.eval_parts import (
+from icdl.icl import metrics
+from icdl.icl.baselines import kernel as kernels
+from icdl.icl.baselines.gd_target import DEFAULT_LR_GRID as GD_TARGET_LRS
+from icdl.icl.baselines.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
+from icdl.icl.baselines.mlp_tuned import estimate_flops as mlp_tuned_flops
+from icdl.icl.evaluation.baseline_runs import TUNED as _TUNED
+from icdl.icl.evaluation.baseline_runs import (
     _add_skill,
     _cost,
     _Pred,
@@ -65,9 +68,8 @@ from icdl.icl.eval_parts import (
     label_diagnostics,
     paired_difference,
 )
-from icdl.icl.gd_target import DEFAULT_LR_GRID as GD_TARGET_LRS
-from icdl.icl.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
-from icdl.icl.mlp_tuned import estimate_flops as mlp_tuned_flops
+from icdl.icl.evaluation.cache import seal as cache_seal
+from icdl.icl.evaluation.cache import trusted as cache_trusted
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
 from icdl.icl.tasks import PromptBatch, sample_batch
 from icdl.io import atomic_write_json, clean_json, portable_path, read_json
@@ -217,7 +219,7 @@ def result_path(run_dir: str | Path, suite: str) -> Path:
 def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
     """``{"name", "step", "mtime"}`` of the run's newest checkpoint, verified against its manifest like
     every read (so ``icdl report`` too refuses a damaged checkpoint); InputError if there is none."""
-    from icdl.icl.train import find_checkpoint, refuse_score_run, verify_checkpoint
+    from icdl.icl.training.train import find_checkpoint, refuse_score_run, verify_checkpoint
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -264,7 +266,8 @@ def result_status(run_dir: str | Path, suite: str) -> str:
     cached = load_result(run_dir, suite)
     if cached is None:
         return "missing"
-    # An edited cache, or one from a checkpoint rewritten at the same step, is stale too (icdl.icl.cache).
+    # An edited cache, or one from a checkpoint rewritten at the same step, is stale too
+    # (icdl.icl.evaluation.cache).
     stale = _is_stale(cached, checkpoint_info(run_dir)) or not cache_trusted(cached, run_dir)
     return "stale" if stale else "ok"
 
@@ -282,7 +285,7 @@ def evaluate_estimate(
     seed: int = EVAL_SEED,
     options: EvalOptions | None = None,
 ) -> Estimate:
-    """Memory and time of [`evaluate_run`][icdl.icl.evaluate.evaluate_run], from the config alone.
+    """Memory and time of [`evaluate_run`][icdl.icl.evaluation.evaluate.evaluate_run], from the config alone.
 
     Per condition: the prompts (``prompts x points x (d_x + d_y)``), the ICL forward passes, the bootstrap
     (a ``resamples x prompts`` count matrix per predictor), the closed-form baselines (a ``d x d`` system
@@ -357,7 +360,7 @@ def _request(suite: Suite, opts: EvalOptions, baselines: tuple[str, ...]) -> dic
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
-    from icdl.icl.interval import auto_tqdm
+    from icdl.icl.training.interval import auto_tqdm
 
     disable = (not sys.stderr.isatty()) if enabled is None else not enabled
     return auto_tqdm()(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
@@ -480,7 +483,7 @@ def evaluate_run(
     prompts, seed, options) from the same checkpoint, unless ``force``; the returned dict then has
     ``"from_cache": True``. ``progress=None`` shows a bar only on a terminal.
     """
-    from icdl.icl.train import load_run
+    from icdl.icl.training.train import load_run
 
     opts = options or EvalOptions()
     ck = checkpoint_info(run_dir)

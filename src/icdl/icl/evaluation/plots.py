@@ -7,12 +7,13 @@ is needed and the caller's backend (e.g. Jupyter's inline one) is left alone; ev
 file atomically and returns its path. The path's suffix picks the format (PNG, PDF or SVG); ``dpi``
 sets the resolution.
 
-Readability rules: every predictor kind has ONE colour ([`KIND_COLORS`][icdl.icl.plots.KIND_COLORS]) in every
-plot; predictors evaluated at a few k only (the MLP baseline) are drawn as markers with error bars at those k,
-not as lines; least squares' interpolation spike near k = d (R² far below 0 where the number of examples is
-close to the input dimension) does not set the y-axis — it is clipped in the main panel, its clipped
-points are marked at the bottom edge, and the full curve is drawn in a panel of its own (symlog
-scale); conditions the evaluation flags as degenerate are drawn dotted and labelled DEGENERATE.
+Readability rules: every predictor kind has ONE colour
+([`KIND_COLORS`][icdl.icl.evaluation.plots.KIND_COLORS]) in every plot; predictors evaluated at a few k only
+(the MLP baseline) are drawn as markers with error bars at those k, not as lines; least squares' interpolation
+spike near k = d (R² far below 0 where the number of examples is close to the input dimension) does not set
+the y-axis — it is clipped in the main panel, its clipped points are marked at the bottom edge, and the full
+curve is drawn in a panel of its own (symlog scale); conditions the evaluation flags as degenerate are drawn
+dotted and labelled DEGENERATE.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ KIND_COLORS: dict[str, str] = {
     "compiled": "#d62728",
 }
 """One colour per predictor kind (the ``meta.kind`` of a result curve): every kind
-[`icdl.icl.evaluate`][icdl.icl.evaluate] and [`icdl.icl.align`][icdl.icl.align] can produce (the ``mlp``
-baseline yields ``mlp-best`` and ``mlp-last``; ``compiled`` is the compiled GD transformer of
-``icdl align``), no two alike."""
+[`icdl.icl.evaluation.evaluate`][icdl.icl.evaluation.evaluate] and
+[`icdl.icl.analysis.align`][icdl.icl.analysis.align] can produce (the ``mlp`` baseline yields ``mlp-best`` and
+``mlp-last``; ``compiled`` is the compiled GD transformer of ``icdl align``), no two alike."""
 SPIKE_KIND = "least-squares"
 
 
@@ -141,7 +142,7 @@ bottom edge and ``(clipped)`` in its legend label."""
 
 def _bottom(values: list[float]) -> tuple[float, float]:
     """``(axis bottom, lowest value)``: very negative R² would flatten every other curve, so clip at
-    [`CLIP_FLOOR`][icdl.icl.plots.CLIP_FLOOR]."""
+    [`CLIP_FLOOR`][icdl.icl.evaluation.plots.CLIP_FLOOR]."""
     finite = [v for v in values if math.isfinite(v)]
     low = min(finite, default=0.0)
     return max(min(low, 0.0) - 0.05, CLIP_FLOOR), low
@@ -174,8 +175,8 @@ def _finish(ax: Any, values: list[float], train_examples: int, title: str, *, xl
 
 
 DEFAULT_DPI = 100
-"""Resolution of the PNG reports; with [`FIGSIZE`][icdl.icl.plots.FIGSIZE] a panel is over 1,000 px wide.
-Pass ``dpi=`` or save as PDF/SVG for print."""
+"""Resolution of the PNG reports; with [`FIGSIZE`][icdl.icl.evaluation.plots.FIGSIZE] a panel is over 1,000 px
+wide. Pass ``dpi=`` or save as PDF/SVG for print."""
 FIGSIZE = (10.5, 5.2)
 """Inches of one R² panel (the legend outside it on the right)."""
 
@@ -196,8 +197,8 @@ def _save(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
 
 
 BASELINE_STYLES = ("-", "--", "-.", ":")
-"""Line styles of the grey baselines in [`plot_conditions`][icdl.icl.plots.plot_conditions], in drawing
-order."""
+"""Line styles of the grey baselines in [`plot_conditions`][icdl.icl.evaluation.plots.plot_conditions], in
+drawing order."""
 
 
 def _baselines_to_draw(
@@ -229,12 +230,12 @@ def plot_conditions(
     baselines on the FIRST condition (grey, one line style per baseline).
 
     Args:
-        result: an evaluation result (`icdl.icl.evaluate.evaluate` or ``RUN/eval/<suite>.json``).
+        result: an evaluation result (`icdl.icl.evaluation.evaluate.evaluate` or ``RUN/eval/<suite>.json``).
         path: the file to write; its suffix (``.png``, ``.pdf``, ``.svg``) picks the format.
         baselines: which baselines to draw, by predictor name (``"ridge"``, ``"mlp-best"``) or kind
             (``meta.kind``); ``None`` (default) draws every baseline evaluated on the first condition,
             ``()`` none. A name that was not evaluated is an ``InputError``.
-        dpi: resolution (default [`DEFAULT_DPI`][icdl.icl.plots.DEFAULT_DPI]).
+        dpi: resolution (default [`DEFAULT_DPI`][icdl.icl.evaluation.plots.DEFAULT_DPI]).
 
     Returns the path written.
     """
@@ -242,8 +243,8 @@ def plot_conditions(
 
 
 def conditions_figure(result: dict[str, Any], *, baselines: Sequence[str] | None = None) -> Any:
-    """The ``matplotlib.figure.Figure`` that [`plot_conditions`][icdl.icl.plots.plot_conditions] writes
-    (e.g. to show in a notebook)."""
+    """The ``matplotlib.figure.Figure`` that [`plot_conditions`][icdl.icl.evaluation.plots.plot_conditions]
+    writes (e.g. to show in a notebook)."""
     fig, ax = _subplots(figsize=FIGSIZE)
     conds = result["conditions"]
     first: dict[str, Any] = next(iter(conds.values()), {"predictors": {}})
@@ -287,14 +288,14 @@ def plot_predictors(
 
     Least squares does not set the y-axis of the main panel; when its curve leaves the panel (the
     interpolation spike near k = d), a second panel shows it alone on a symlog scale. Any other curve
-    below [`CLIP_FLOOR`][icdl.icl.plots.CLIP_FLOOR] is clipped and marked.
+    below [`CLIP_FLOOR`][icdl.icl.evaluation.plots.CLIP_FLOOR] is clipped and marked.
     """
     return _save(predictors_figure(result, condition), path, dpi)
 
 
 def predictors_figure(result: dict[str, Any], condition: str) -> Any:
-    """The ``matplotlib.figure.Figure`` that [`plot_predictors`][icdl.icl.plots.plot_predictors] writes
-    (e.g. to show in a notebook)."""
+    """The ``matplotlib.figure.Figure`` that [`plot_predictors`][icdl.icl.evaluation.plots.plot_predictors]
+    writes (e.g. to show in a notebook)."""
     if condition not in result["conditions"]:
         have = ", ".join(result["conditions"]) or "none"
         raise InputError(f"no condition {condition!r} in this result; its conditions: {have}")
@@ -371,7 +372,7 @@ def plot_training_loss(
     title: str = "training loss",
     dpi: int | None = None,
 ) -> Path:
-    """Write [`training_loss_figure`][icdl.icl.plots.training_loss_figure] to ``path``."""
+    """Write [`training_loss_figure`][icdl.icl.evaluation.plots.training_loss_figure] to ``path``."""
     return _save(training_loss_figure(records, title), path, dpi)
 
 

@@ -1,10 +1,10 @@
 """A markdown report with PNG plots for one or more evaluated runs, next to the paper's numbers.
 
 ``build_report(run_dirs, out_dir)`` reads ``RUN_DIR/eval/<suite>.json``
-([`icdl.icl.evaluate`][icdl.icl.evaluate]), evaluates missing suites on demand (``evaluate="auto"``: only
-``in-distribution``; ``"all"``; ``"none"``; the missing ones are listed with the command that computes them),
-renders the plots ([`icdl.icl.plots`][icdl.icl.plots]) and writes ``out_dir/report.md`` with, per run and
-suite:
+([`icdl.icl.evaluation.evaluate`][icdl.icl.evaluation.evaluate]), evaluates missing suites on demand
+(``evaluate="auto"``: only ``in-distribution``; ``"all"``; ``"none"``; the missing ones are listed with the
+command that computes them), renders the plots ([`icdl.icl.evaluation.plots`][icdl.icl.evaluation.plots]) and
+writes ``out_dir/report.md`` with, per run and suite:
 
 * R² at selected k and mean R² over ``k = 1..E`` (within the training length E) and ``E+1..K`` (beyond),
   per condition and predictor, with the paper's means over ``k = 1..50`` and ``51..75`` side by side
@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from icdl import paper_results as paper
 from icdl.errors import InputError
-from icdl.icl import plots
-from icdl.icl.evaluate import EvalOptions, evaluate_run, load_result, result_status
+from icdl.icl.evaluation import plots
+from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, load_result, result_status
 from icdl.icl.suites import suite_names
 from icdl.io import atomic_write_text, check_writable, read_text
 
@@ -50,8 +50,8 @@ Evaluate = Literal["auto", "all", "none"]
 
 @dataclass
 class Report:
-    """What [`build_report`][icdl.icl.report.build_report] wrote: the markdown file, the PNGs, and the
-    commands for missing suites."""
+    """What [`build_report`][icdl.icl.evaluation.report.build_report] wrote: the markdown file, the PNGs, and
+    the commands for missing suites."""
 
     path: Path
     images: list[Path]
@@ -326,8 +326,8 @@ _SUMMARY_HEAD = (
 def _check_report_args(
     run_dirs: Sequence[str | Path], suites: Sequence[str] | None, figure_format: str, evaluate: str
 ) -> list[str]:
-    """Validate [`build_report`][icdl.icl.report.build_report]'s arguments (one-line InputErrors); returns the
-    suites to report."""
+    """Validate [`build_report`][icdl.icl.evaluation.report.build_report]'s arguments (one-line InputErrors);
+    returns the suites to report."""
     if not run_dirs:
         raise InputError("give at least one run directory")
     out = list(REPORT_SUITES if suites is None else suites)
@@ -338,7 +338,7 @@ def _check_report_args(
         raise InputError(f"figure format must be png, pdf or svg, got {figure_format!r}")
     if evaluate not in ("auto", "all", "none"):
         raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
-    from icdl.icl.evaluate import checkpoint_info
+    from icdl.icl.evaluation.evaluate import checkpoint_info
 
     for rd in run_dirs:
         checkpoint_info(rd)  # one-line error for a bad run directory, before any work
@@ -401,7 +401,7 @@ def build_report(
     """Render ``out_dir/report.md`` and its figures for ``run_dirs``.
 
     ``figure_format``: ``png`` (default), ``pdf`` or ``svg``; ``dpi``: figure resolution (default
-    [`DEFAULT_DPI`][icdl.icl.plots.DEFAULT_DPI]).
+    [`DEFAULT_DPI`][icdl.icl.evaluation.plots.DEFAULT_DPI]).
 
     ``evaluate``: ``"auto"`` computes a missing ``in-distribution`` suite only, ``"all"`` every missing or
     stale suite in ``suites``, ``"none"`` nothing (missing suites are listed with the command to run).
@@ -439,8 +439,9 @@ def _build(
     progress: bool | None,
     fig: tuple[str, int | None],
 ) -> Report:
-    """The body of [`build_report`][icdl.icl.report.build_report], into the existing folder ``out``."""
-    from icdl.icl.evaluate import depth_sweep
+    """The body of [`build_report`][icdl.icl.evaluation.report.build_report], into the existing folder
+    ``out``."""
+    from icdl.icl.evaluation.evaluate import depth_sweep
 
     lines = ["# icdl evaluation report", ""]
     lines += [

@@ -8,9 +8,9 @@ never half of one; every read checks the manifest first (docs/reliability.md). `
 trusted alone: a missing or damaged pointer falls back to the newest checkpoint whose manifest verifies
 (with a note on stderr), or stops with one line. The run's ``config.yaml`` carries a SHA-256 seal
 ([`icdl.manifest.seal_text`][icdl.manifest.seal_text]) checked on every read. Used by
-[`icdl.icl.train`][icdl.icl.train], which re-exports these names, and by the score trainer
+[`icdl.icl.training.train`][icdl.icl.training.train], which re-exports these names, and by the score trainer
 [`icdl.diffusion.train`][icdl.diffusion.train]: both run formats share this layout, the resume checks
-([`prepare_run_dir`][icdl.icl.checkpoint.prepare_run_dir]) and the restore of a checkpoint.
+([`prepare_run_dir`][icdl.icl.training.checkpoint.prepare_run_dir]) and the restore of a checkpoint.
 """
 
 from __future__ import annotations

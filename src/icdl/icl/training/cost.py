@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from icdl.config import Config, ModelConfig
-from icdl.icl.baselines import MLPBaseline
+from icdl.icl.baselines.simple import MLPBaseline
 from icdl.icl.models import ICLTransformer
 from icdl.icl.tasks import sample_batch
 from icdl.paper_results import FLOPS as PAPER_FLOPS
@@ -49,9 +49,9 @@ def icl_forward_flops(cfg: ModelConfig, d_x: int, d_y: int, points: int) -> int:
 
 def count_flops(model: ICLTransformer, xs: Tensor, ys: Tensor) -> int:
     """FLOPs of ``model(xs, ys)`` as counted by ``torch.utils.flop_counter.FlopCounterMode`` (2 per
-    multiply-add). It equals [`icl_forward_flops`][icdl.icl.cost.icl_forward_flops] for ReLU attention; for
-    softmax attention on CPU the counter does not see the fused attention kernel and misses its ``4 T^2 d``
-    FLOPs per block."""
+    multiply-add). It equals [`icl_forward_flops`][icdl.icl.training.cost.icl_forward_flops] for ReLU
+    attention; for softmax attention on CPU the counter does not see the fused attention kernel and misses its
+    ``4 T^2 d`` FLOPs per block."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)

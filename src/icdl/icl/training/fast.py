@@ -1,19 +1,19 @@
 """A training step with static shapes, captured as one CUDA graph (``train.cuda_graph``).
 
-At the paper's size the ordinary step ([`icdl.icl.train`][icdl.icl.train]) is bound by kernel launches: a few
-hundred small kernels for sampling, forward, backward, clipping and AdamW, each launched from Python.
-[`StaticStep`][icdl.icl.fast.StaticStep] makes every tensor of the step a fixed-shape buffer so the whole step
-can be recorded once and replayed (``torch.cuda.CUDAGraph``):
+At the paper's size the ordinary step ([`icdl.icl.training.train`][icdl.icl.training.train]) is bound by
+kernel launches: a few hundred small kernels for sampling, forward, backward, clipping and AdamW, each
+launched from Python. [`StaticStep`][icdl.icl.training.fast.StaticStep] makes every tensor of the step a
+fixed-shape buffer so the whole step can be recorded once and replayed (``torch.cuda.CUDAGraph``):
 
-* prompts are sampled ON the device inside the step ([`DeviceSampler`][icdl.icl.fast.DeviceSampler]: the
-  target weights, the inputs, the standardisation reference inputs and the noise are all drawn by the device's
-  default generator, which CUDA graphs support), always at the longest prompt length of the run;
+* prompts are sampled ON the device inside the step ([`DeviceSampler`][icdl.icl.training.fast.DeviceSampler]:
+  the target weights, the inputs, the standardisation reference inputs and the noise are all drawn by the
+  device's default generator, which CUDA graphs support), always at the longest prompt length of the run;
 * the curriculum's shorter prompts and fewer active dimensions become masks: ``dims_mask`` zeroes the
   inactive input coordinates before labelling (as [`icdl.icl.tasks.sample_batch`][icdl.icl.tasks.sample_batch]
   does) and ``points_mask`` keeps only the first ``n`` points in the loss. Because the model is causal, the
   predictions at the first ``n`` points do not depend on the padded points, so the masked loss and its
-  gradient equal those of the unpadded ``n``-point prompts (``tests/icl/test_fast.py`` checks this) and one
-  capture serves every curriculum stage;
+  gradient equal those of the unpadded ``n``-point prompts (``tests/icl/training/test_fast.py`` checks this)
+  and one capture serves every curriculum stage;
 * AdamW is fused and capturable with its learning rate a device tensor, updated in place between
   replays; the loss statistics the loop logs accumulate in device buffers, so a step needs no
   host synchronisation.
@@ -23,8 +23,9 @@ sampling: the prompts are no longer the ``(seed, step)`` streams of
 [`icdl.icl.tasks.sample_batch`][icdl.icl.tasks.sample_batch] but the device generator's, seeded from ``(seed,
 start step)``; a resumed run is deterministic but not bit-identical to an uninterrupted one.
 
-On a CPU nothing is captured: [`StaticStep`][icdl.icl.fast.StaticStep] then runs the same code eagerly (the
-tests use it to check the masking); ``train.cuda_graph`` itself falls back to the ordinary loop on CPU.
+On a CPU nothing is captured: [`StaticStep`][icdl.icl.training.fast.StaticStep] then runs the same code
+eagerly (the tests use it to check the masking); ``train.cuda_graph`` itself falls back to the ordinary loop
+on CPU.
 
 Usage:
 
@@ -142,8 +143,8 @@ class StaticStep:
         device: where to train.
         optimizer_state: an AdamW ``state_dict`` to resume from (from an ordinary or a graph run).
         start_step: the first step this object runs (for the divergence bookkeeping).
-        capture: record a CUDA graph after [`WARMUP_STEPS`][icdl.icl.fast.WARMUP_STEPS] eager steps (CUDA
-            only).
+        capture: record a CUDA graph after [`WARMUP_STEPS`][icdl.icl.training.fast.WARMUP_STEPS] eager steps
+            (CUDA only).
         generator: a generator for the sampler (tests on CPU); default: the device's default one.
     """
 

@@ -1,10 +1,10 @@
-"""Bookkeeping of the training loop ([`icdl.icl.train`][icdl.icl.train]): interval statistics and their
-logging.
+"""Bookkeeping of the training loop ([`icdl.icl.training.train`][icdl.icl.training.train]): interval
+statistics and their logging.
 
-[`Interval`][icdl.icl.interval.Interval] accumulates, between two logs, the loss, the label sums and the
-non-finite count of every step on the device (no host synchronisation per step);
-[`Log`][icdl.icl.interval.Log] writes a logged interval to ``metrics.jsonl``, TensorBoard and the progress
-bar.
+[`Interval`][icdl.icl.training.interval.Interval] accumulates, between two logs, the loss, the label sums and
+the non-finite count of every step on the device (no host synchronisation per step);
+[`Log`][icdl.icl.training.interval.Log] writes a logged interval to ``metrics.jsonl``, TensorBoard and the
+progress bar.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ class Interval:
     """Statistics of one logging interval, summed over steps (and ranks, once reduced).
 
     They live on the device as one 5-slot float64 tensor (`tensor`; the CUDA-graph step of
-    [`icdl.icl.fast`][icdl.icl.fast] accumulates into the same layout) so that a rank reduces them in one call
-    and never synchronises with the host between logs. ``first_bad`` is the first step (1-based) whose loss
-    was not finite, ``steps + 1`` while there is none.
+    [`icdl.icl.training.fast`][icdl.icl.training.fast] accumulates into the same layout) so that a rank
+    reduces them in one call and never synchronises with the host between logs. ``first_bad`` is the first
+    step (1-based) whose loss was not finite, ``steps + 1`` while there is none.
     """
 
     sums: torch.Tensor  # loss, sum y, sum y^2, label count, non-finite count

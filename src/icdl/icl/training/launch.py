@@ -2,7 +2,7 @@
 
 ``torchrun`` starts its worker processes before any of icdl's code runs, so a bad config is only found
 inside every worker; each prints icdl's one line and exits 2, and torchrun then reports the failure with
-its own traceback and exits 1. Launching through [`launch`][icdl.icl.launch.launch] instead lets the
+its own traceback and exits 1. Launching through [`launch`][icdl.icl.training.launch.launch] instead lets the
 parent process validate the config, the run directory and the work estimate first (no process group is
 started for bad input: exit 2), and turns a worker's failure into that worker's own exit code (2 bad
 input, 3 a non-finite loss) with one line instead of the launcher's report. The workers are the same

@@ -53,7 +53,9 @@ from torch import nn
 from icdl.budget import CPU_FLOPS, GPU_FLOPS, Estimate
 from icdl.config import Config, TrainConfig, dump_config
 from icdl.errors import InputError
-from icdl.icl.checkpoint import (
+from icdl.icl.models import build_model
+from icdl.icl.tasks import sample_batch, stream_generator
+from icdl.icl.training.checkpoint import (
     CHECKPOINT_FORMAT,
     clean_stale_temporaries,
     find_checkpoint,
@@ -68,10 +70,8 @@ from icdl.icl.checkpoint import (
     verify_checkpoint,
     write_run_config,
 )
-from icdl.icl.fast import StaticStep, graph_seed
-from icdl.icl.interval import Interval, Log
-from icdl.icl.models import build_model
-from icdl.icl.tasks import sample_batch, stream_generator
+from icdl.icl.training.fast import StaticStep, graph_seed
+from icdl.icl.training.interval import Interval, Log
 from icdl.nets import NetSpec
 from icdl.runlock import RunLock
 
@@ -100,7 +100,7 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class TrainResult:
-    """Summary of a [`train`][icdl.icl.train.train] call."""
+    """Summary of a [`train`][icdl.icl.training.train.train] call."""
 
     run_dir: Path
     step: int  # completed steps (== cfg.train.steps on success)
@@ -248,9 +248,9 @@ def train(cfg: Config, run_dir: str | Path, *, quiet: bool = False) -> TrainResu
     Resumes from the newest checkpoint when ``run_dir`` holds one (its saved config must match, except
     bookkeeping keys and ``train.steps`` under a constant schedule). Raises
     [`InputError`][icdl.errors.InputError] for bad input before touching the disk, and
-    [`TrainingDiverged`][icdl.icl.train.TrainingDiverged] when the loss becomes non-finite (the last good
-    checkpoint is kept). Seeds torch's global RNG with ``train.seed`` (model init) and, when ``train.threads``
-    is set, calls ``torch.set_num_threads``.
+    [`TrainingDiverged`][icdl.icl.training.train.TrainingDiverged] when the loss becomes non-finite (the last
+    good checkpoint is kept). Seeds torch's global RNG with ``train.seed`` (model init) and, when
+    ``train.threads`` is set, calls ``torch.set_num_threads``.
     """
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -441,8 +441,8 @@ def _static_step(
     ckpt: Path | None,
     start_step: int,
 ) -> StaticStep | None:
-    """The CUDA-graph step of ``train.cuda_graph`` ([`icdl.icl.fast`][icdl.icl.fast]), or None for the
-    ordinary
+    """The CUDA-graph step of ``train.cuda_graph`` ([`icdl.icl.training.fast`][icdl.icl.training.fast]), or
+    None for the ordinary
     loop: when the key is off, or, with a one-line note on stderr, when there is no single CUDA device."""
     if not cfg.train.cuda_graph:
         return None
