@@ -35,7 +35,7 @@ from icdl.io import portable_path
 
 if TYPE_CHECKING:
     from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
-    from icdl.icl.evaluation.evaluate import EvalOptions
+    from icdl.icl.evaluation.options import EvalOptions
 
 __all__ = ["k_ranges", "label_diagnostics", "paired_difference", "simple_baselines", "tuned_baseline"]
 
