@@ -1,6 +1,6 @@
 """Wall time of the full baseline panel of ``icdl evaluate`` on one condition (docs/baselines.md, budgets).
 
-Runs the baselines exactly as ``icdl evaluate`` does (``icdl.icl.evaluation.baseline_runs._run_baselines``,
+Runs the baselines exactly as ``icdl evaluate`` does (``icdl.icl.evaluation.baseline_runs.run_baselines``,
 the evaluation's defaults: 1,280 test prompts of the ``in-distribution`` suite's condition — 1.5x the training
 length —, held-out prompts for tuning, ``mlp_tuned`` on the first 320 prompts, ``gd_target`` on the first
 128 tuned on 32) for a config with optional overrides, and records each baseline's seconds, the total,
@@ -48,7 +48,7 @@ def main() -> None:
     opts = EvalOptions(baselines=parse_baselines(args.baselines), cost=False)
     st = build_suite("in-distribution", cfg, prompts=args.prompts, seed=EVAL_SEED)
     cond = st.conditions[0]
-    pb = eval_parts._prompts(cond, st.prompts, st.seed)
+    pb = eval_parts.draw_prompts(cond, st.prompts, st.seed)
     load0 = os.getloadavg()
     ranges = eval_parts.k_ranges(st.train_examples, cond.points - 1)
     out = {
@@ -63,7 +63,7 @@ def main() -> None:
     }
     total = 0.0
     for name in opts.baselines or ():
-        (p,) = eval_parts._run_baselines([name], cond, pb, cfg, st, opts, lambda what: None)
+        (p,) = eval_parts.run_baselines([name], cond, pb, cfg, st, opts, lambda what: None)
         m = p.preds.shape[0]
         r2 = metrics.r2_curve(p.preds.double(), pb.ys[:m].double())
         total += p.seconds

@@ -187,8 +187,8 @@ MUTANTS = [
     Mutant(
         "ewml-sign",
         LAY,
-        "return H + _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)",
-        "return H - _tokens(_scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)",
+        "return H + as_tokens(scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)",
+        "return H - as_tokens(scatter(self.dim, self.v_dst.reshape(-1), contrib), B, T)",
         CT,
         "",
     ),

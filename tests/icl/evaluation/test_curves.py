@@ -83,7 +83,7 @@ def test_tuned_settings_do_not_depend_on_test_labels(runs: list[Path]) -> None:
     cfg = read_run_config(runs[0])
     st = build_suite("long-prompts", cfg, prompts=8)
     cond = st.conditions[0]
-    pb = eval_parts._prompts(cond, 8, st.seed)
+    pb = eval_parts.draw_prompts(cond, 8, st.seed)
     opts = EvalOptions(mlp_tuned_prompts=8, mlp_tune_prompts=6)
     first = eval_parts._run_mlp_tuned(cond, pb, cfg, st, opts)
     pb.ys.mul_(-5.0).add_(3.0)  # other test labels

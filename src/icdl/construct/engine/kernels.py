@@ -16,38 +16,38 @@ import torch
 from torch import Tensor, nn
 
 
-def _features(H: Tensor) -> Tensor:
+def features(H: Tensor) -> Tensor:
     """``(B, T, D) -> (D, B*T)``: the feature-major layout in which gathers and scatters of slots are
     contiguous row copies (``index_select``/``index_add_`` along dim 0)."""
     B, T, D = H.shape
     return H.reshape(B * T, D).t().contiguous()
 
 
-def _tokens(F: Tensor, B: int, T: int) -> Tensor:
-    """Inverse of `_features`: ``(D, B*T) -> (B, T, D)``."""
+def as_tokens(F: Tensor, B: int, T: int) -> Tensor:
+    """Inverse of `features`: ``(D, B*T) -> (B, T, D)``."""
     return F.t().reshape(B, T, -1)
 
 
-def _gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
+def gather(F: Tensor, idx: Tensor, coef: Tensor) -> Tensor:
     """``coef[m, r] * h[idx[m, r]]`` for every token: ``(D, N) -> (M, w, N)``."""
     return F.index_select(0, idx.reshape(-1)).view(*idx.shape, F.shape[1]) * coef.to(F.dtype)[..., None]
 
 
-def _slot_rows(H: Tensor, idx: Tensor, first_token: bool = False) -> Tensor:
-    """``_features(H)[idx]`` — the slots ``idx`` of every token (``first_token``: of each prompt's first token
+def slot_rows(H: Tensor, idx: Tensor, first_token: bool = False) -> Tensor:
+    """``features(H)[idx]`` — the slots ``idx`` of every token (``first_token``: of each prompt's first token
     only), shape ``(len(idx), B*T)`` — gathered from ``H (B, T, D)`` without transposing the whole state."""
     X = H[:, :1] if first_token else H
     return X.reshape(-1, H.shape[-1]).index_select(1, idx).t().contiguous()
 
 
-def _same_tokens(H: Tensor, slots: Tensor) -> bool:
+def same_tokens(H: Tensor, slots: Tensor) -> bool:
     """Whether every token of ``H (B, T, D)`` holds the same values as its prompt's first token in ``slots``
     (NaN never equals itself)."""
     X = H.index_select(2, slots)
     return torch.equal(X, X[:, :1].expand_as(X))
 
 
-def _ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int) -> Tensor:
+def ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int) -> Tensor:
     """``a(0) * b(0) + a(1) * b(1) + ... + a(n-1) * b(n-1)`` (broadcast), added left to right — what
     ``_ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:
     each product is rounded, then added to the running sum (no fused multiply-add)."""
@@ -63,7 +63,7 @@ def _ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int)
 
 
 @dataclass(frozen=True)
-class _Rows:
+class Rows:
     """Gathered head reads ``coef[m, r] * h[idx[m, r]]`` of shape ``(M, w, B, T')``, held as the distinct
     ``(slot, coef)`` products ``base (n, B, T')`` and each entry's row ``inv (M, w)`` among them: heads that
     read the same slots with the same coefficients (the unit-sum heads of Lemmas 2-3 share their queries)
@@ -78,13 +78,13 @@ class _Rows:
         _, B, T = self.base.shape
         return M, w, B, T
 
-    def __getitem__(self, key: Any) -> _Rows:
+    def __getitem__(self, key: Any) -> Rows:
         """Heads and pairs, ``rows[heads, pairs]`` (indexes ``inv``)."""
-        return _Rows(self.base, self.inv[key])
+        return Rows(self.base, self.inv[key])
 
-    def tokens(self, sel: slice) -> _Rows:
+    def tokens(self, sel: slice) -> Rows:
         """The query tokens ``sel`` (last axis)."""
-        return _Rows(self.base[..., sel], self.inv)
+        return Rows(self.base[..., sel], self.inv)
 
     def col(self, r: int) -> Tensor:
         """Pair ``r`` of every head, ``(M, B, T')``."""
@@ -96,7 +96,7 @@ class _Rows:
         return self.base.index_select(0, self.inv.reshape(-1)).view(M, w, B, T)
 
 
-def _scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
+def scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
     """``out[dst[e]] += src[e]`` for ``src`` of shape (E, N) -> (D, N); entries of one destination are added
     in index order, the same order for every token."""
     N = src.shape[1]

@@ -30,13 +30,13 @@ import torch
 from torch import Tensor
 
 from icdl.construct.engine.kernels import (
-    _features,
-    _gather,
-    _ordered_dot,
-    _Rows,
-    _same_tokens,
-    _scatter,
-    _tokens,
+    Rows,
+    as_tokens,
+    features,
+    gather,
+    ordered_dot,
+    same_tokens,
+    scatter,
 )
 from icdl.construct.engine.sublayers import (
     DEFAULT_CHUNK_ELEMS,
@@ -127,8 +127,8 @@ class ReLUAttention(HeadSublayer):
             # the slots the queries read, every output row is the same — compute one; when every token holds
             # the same values in the slots keys and values read, the T equal terms of the key sum are
             # computed once (T x term / T = term).
-            q_first = _same_tokens(H, self._q_slots)
-            k_first = _same_tokens(H, self._kv_slots)
+            q_first = same_tokens(H, self._q_slots)
+            k_first = same_tokens(H, self._kv_slots)
         Tk = 1 if k_first else T
         if q_first == k_first:
             q, k, v = self._gather_rows(H, ("q", "k", "v"), q_first)
@@ -162,7 +162,7 @@ class ReLUAttention(HeadSublayer):
             plans["prefix"] = build()
         return plans["prefix"]
 
-    def _all_scores(self, q: _Rows, k: _Rows, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
+    def _all_scores(self, q: Rows, k: Rows, prefixes: tuple[Tensor, Tensor] | None) -> Tensor:
         """`_scores` of every head; heads sharing their leading pairs share that partial sum (the
         same additions in the same order, so the same bits), then each adds its last pair."""
         if prefixes is None:
@@ -174,9 +174,9 @@ class ReLUAttention(HeadSublayer):
 
     def _attend(
         self,
-        q: _Rows,
-        k: _Rows,
-        v: _Rows,
+        q: Rows,
+        k: Rows,
+        v: Rows,
         dests: tuple[Tensor, Tensor, Tensor | None],
         prefixes: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
@@ -199,7 +199,7 @@ class ReLUAttention(HeadSublayer):
                 parts.append((A[:, None] * v[hs].full()[..., None]).sum(3))  # (m, E, B, Tq)
             Z = parts[0] if len(parts) == 1 else torch.cat(parts)
             # entries of one coordinate added in index order, as a scatter into all D coordinates would
-            return _scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
+            return scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
         # Heads first for each (i, s): a 0/1 selection matmul (each destination of the relu' step has exactly
         # two non-zero terms, whose sum is exact in any order), then over the keys s (outer reduction).
         assert sel is not None  # built for accumulate="heads" (_destinations)
@@ -255,16 +255,16 @@ class EWML(HeadSublayer):
         B, T, _ = H.shape
         # Queries read from each prompt's first token when every token holds the same values there (the
         # paper's backward layers read V_{j+1} from the token's own copy of w): the same products.
-        q_first = T > 1 and _same_tokens(H, self._query_slots(H))
+        q_first = T > 1 and same_tokens(H, self._query_slots(H))
         (q,) = self._gather_rows(H, ("q",), q_first)
         k, v = self._gather_rows(H, ("k", "v"))
         # pair by pair in stored order, as the attention scores
-        score = _ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
+        score = ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
         contrib = (score.view(-1, 1, B * T) * v.full().view(score.shape[0], -1, B * T)).reshape(-1, B * T)
         # value entries of one coordinate added in index order into zeros (as a scatter into all D
         # coordinates would), then added to h; the other coordinates are copied
         udst, entry, _ = self._destinations(H)
-        acc = _scatter(udst.numel(), entry, contrib).view(-1, B, T)
+        acc = scatter(udst.numel(), entry, contrib).view(-1, B, T)
         return self._add_written(H, udst, acc, out)
 
     def pattern(self, H: Tensor, head: int) -> Tensor:
@@ -419,7 +419,7 @@ class ReLUMLP(Sublayer):
 
     def _chunked(self, H: Tensor, buffer: Tensor | None = None) -> Tensor:
         B, T, _ = H.shape
-        F = _features(H)
+        F = features(H)
         U, r = self.w1_idx.shape
         # Units in chunks (no (U, r, B*T) gather larger than max_chunk_elems); the chunks add into one output
         # in unit order, as a single scatter would.
@@ -427,7 +427,7 @@ class ReLUMLP(Sublayer):
         acc = torch.zeros(self.dim, B * T, dtype=H.dtype, device=H.device)
         for a in range(0, U, per):
             u = slice(a, min(a + per, U))
-            g = _gather(F, self.w1_idx[u], self.w1_coef[u])  # (units, r, B*T)
+            g = gather(F, self.w1_idx[u], self.w1_coef[u])  # (units, r, B*T)
             pre = g[:, 0]
             for c in range(1, r):
                 pre = pre + g[:, c]
@@ -435,8 +435,8 @@ class ReLUMLP(Sublayer):
             out = (hid[:, None] * self.w2_coef[u].to(H.dtype)[..., None]).reshape(-1, B * T)
             acc.index_add_(0, self.w2_dst[u].reshape(-1), out)
         if buffer is None:
-            return H + _tokens(acc, B, T)
-        return torch.add(H, _tokens(acc, B, T), out=buffer)
+            return H + as_tokens(acc, B, T)
+        return torch.add(H, as_tokens(acc, B, T), out=buffer)
 
     DENSE: ClassVar[tuple[str, ...]] = ("W1", "W2")
 

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from icdl.construct.engine.kernels import _ordered_dot, _Rows, _slot_rows
+from icdl.construct.engine.kernels import Rows, ordered_dot, slot_rows
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -393,11 +393,11 @@ class HeadSublayer(Sublayer):
         return plans[names]
 
     def _gather_stacked(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[Tensor]:
-        """`_gather` of several tables in one ``index_select`` of ``H (B, T, D)`` (the same products
+        """`gather` of several tables in one ``index_select`` of ``H (B, T, D)`` (the same products
         ``coef * h``; ``first_token``: of each prompt's first token only); returns ``(rows, B*T)`` blocks, one
         per table."""
         idx, coef, sizes = self._stacked(H, names)
-        return list(_slot_rows(H, idx, first_token).mul_(coef).split(sizes))
+        return list(slot_rows(H, idx, first_token).mul_(coef).split(sizes))
 
     def _unique_reads(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[Tensor]]:
         """The distinct ``(slot, coef)`` pairs of the tables ``names`` (``uidx (n,)``, ``ucoef (n, 1)``) and,
@@ -422,13 +422,13 @@ class HeadSublayer(Sublayer):
             plans[key] = build()
         return plans[key]
 
-    def _gather_rows(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[_Rows]:
-        """`_gather_stacked` as [`_Rows`][icdl.construct.engine.sublayers._Rows]: each distinct ``coef *
+    def _gather_rows(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[Rows]:
+        """`_gather_stacked` as [`Rows`][icdl.construct.engine.sublayers._Rows]: each distinct ``coef *
         h[slot]`` product computed once (the same products, so the same bits)."""
         uidx, ucoef, invs = self._unique_reads(H, names)
         B = H.shape[0]
-        base = _slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)
-        return [_Rows(base, inv) for inv in invs]
+        base = slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)
+        return [Rows(base, inv) for inv in invs]
 
     def _query_slots(self, H: Tensor) -> Tensor:
         """The distinct slots the queries read with a non-zero coefficient (cached; follows in-place table
@@ -515,14 +515,14 @@ class HeadSublayer(Sublayer):
         return int(self.q_idx.shape[1])
 
     @staticmethod
-    def _scores(q: _Rows, k: _Rows) -> Tensor:
+    def _scores(q: Rows, k: Rows) -> Tensor:
         """Scores ``S[m, b, s, i] = <q_i, k_s>`` (keys before queries) for q of shape (M, d_h, B, Tq) and k of
         shape (M, d_h, B, Tk) -> (M, B, Tk, Tq).
 
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
-        return _ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
+        return ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
 

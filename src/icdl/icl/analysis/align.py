@@ -49,7 +49,13 @@ from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl.analysis import sensitivity as sens
-from icdl.icl.evaluation.baseline_runs import _prompts, k_ranges, simple_baselines, tuned_baseline, tuned_mlp
+from icdl.icl.evaluation.baseline_runs import (
+    draw_prompts,
+    k_ranges,
+    simple_baselines,
+    tuned_baseline,
+    tuned_mlp,
+)
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, eval_points
 from icdl.icl.tasks import PromptBatch, net_spec
 from icdl.io import atomic_write_json, clean_json, portable_path
@@ -483,7 +489,7 @@ def align_run(
     _check_ks(ks, max_k, "ks")
     cks = _compiled_ks(opts, st.train_examples, max_k)
     t0 = time.perf_counter()
-    pb = _prompts(cond, opts.prompts, st.seed)
+    pb = draw_prompts(cond, opts.prompts, st.seed)
     baselines = _make_baselines(cfg, st, cond, opts)
     spec = net_spec(cfg.task)
     from icdl.icl.baselines.simple import GDBaseline

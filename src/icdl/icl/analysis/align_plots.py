@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from icdl.icl.evaluation.plots import COLORS, KIND_COLORS, _save, _subplots
+from icdl.icl.evaluation.plots import COLORS, KIND_COLORS, save_figure, subplots
 
 __all__ = ["plot_alignment", "plot_gd_grid", "plot_metrics"]
 
@@ -72,7 +72,7 @@ def _panel(ax: Any, res: dict[str, Any], metric: str, title: str) -> None:
 
 def plot_metrics(res: dict[str, Any], path: str | Path) -> Path:
     """``align.png``: the four panels of the module docstring."""
-    fig, axes = _subplots(2, 2, figsize=(11, 8))
+    fig, axes = subplots(2, 2, figsize=(11, 8))
     fig.set_layout_engine("constrained")
     for ax, (metric, title) in zip(axes.flat, _PANELS, strict=True):
         _panel(ax, res, metric, title)
@@ -85,7 +85,7 @@ def plot_metrics(res: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"Which algorithm does the ICL model run? {run['name']} (seed {run['train_seed']}, "
                  f"step {res['checkpoint']['step']}), {res['test']['prompts']} test prompts",
                  fontsize=10)  # fmt: skip
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_gd_grid(res: dict[str, Any], path: str | Path) -> Path:
@@ -93,7 +93,7 @@ def plot_gd_grid(res: dict[str, Any], path: str | Path) -> Path:
     opts, per = res["options"], res["predictors"]
     lrs, steps, inits = opts["gd_lrs"], opts["gd_steps"], opts["gd_inits"]
     rng = "{}-{}".format(*res["ranges"][0])
-    fig, axes = _subplots(1, len(inits), figsize=(4.2 * len(inits), 3.6), squeeze=False)
+    fig, axes = subplots(1, len(inits), figsize=(4.2 * len(inits), 3.6), squeeze=False)
     for ax, init in zip(axes[0], inits, strict=True):
         grid = [[per[f"gd_lr{lr:g}_L{L}_init{init:g}"]["ranges"][rng]["r2"] for lr in lrs] for L in steps]
         grid = [[math.nan if v is None else v for v in row] for row in grid]
@@ -112,7 +112,7 @@ def plot_gd_grid(res: dict[str, Any], path: str | Path) -> Path:
         ax.set_ylabel("GD steps L")
         ax.set_title(f"init scale {init:g} × He: R² vs ICL, k = {rng}", fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_alignment(res: dict[str, Any], folder: str | Path) -> list[Path]:

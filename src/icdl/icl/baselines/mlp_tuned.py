@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
-from icdl.icl.baselines.simple import _derived_seed, check_prompts
+from icdl.icl.baselines.simple import check_prompts, derived_seed
 
 __all__ = [
     "ANCHOR_KS",
@@ -81,7 +81,7 @@ def init_params(
     Hidden layers He-normal ``N(0, 2 / fan_in)`` from a generator seeded by ``(seed, k, width)``, biases 0;
     the output layer (weights and bias) is 0, so the untrained network predicts 0.
     """
-    g = torch.Generator().manual_seed(_derived_seed(seed, k, width))
+    g = torch.Generator().manual_seed(derived_seed(seed, k, width))
     sizes = [d_x, *([width] * (depth - 1)), d_y]
     params = []
     for j in range(depth):

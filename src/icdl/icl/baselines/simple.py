@@ -98,7 +98,7 @@ def _chunks(total: int, per_item: int) -> list[slice]:
     return [slice(s, min(s + size, total)) for s in range(0, total, size)]
 
 
-def _derived_seed(*parts: int) -> int:
+def derived_seed(*parts: int) -> int:
     """An independent 63-bit seed for each (seed, k, ...) tuple (no collisions between nearby seeds)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
@@ -358,7 +358,7 @@ class MLPBaseline:
         Drawn from a CPU generator seeded by ``(seed, k)``, layer by layer, so every device and chunking
         sees the same networks; tests use this to train one network alone from the same start.
         """
-        g = torch.Generator().manual_seed(_derived_seed(self.seed, k))
+        g = torch.Generator().manual_seed(derived_seed(self.seed, k))
         sizes = self.layer_sizes(d_x, d_y)
         params = []
         for fan_in, fan_out in itertools.pairwise(sizes):
@@ -487,7 +487,7 @@ class GDBaseline:
         """The shared starting point ``w0``, shape ``(P,)``."""
         if self.w0 is not None:
             return self.w0.to(device=device, dtype=dtype)
-        g = torch.Generator().manual_seed(_derived_seed(self.seed))
+        g = torch.Generator().manual_seed(derived_seed(self.seed))
         w0 = nets.init_weights(
             self.spec, generator=g, std=self.init_std, fan_in_scaling=self.fan_in_scaling, dtype=torch.float64
         )

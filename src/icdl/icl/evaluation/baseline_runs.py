@@ -37,14 +37,26 @@ if TYPE_CHECKING:
     from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
     from icdl.icl.evaluation.options import EvalOptions
 
-__all__ = ["k_ranges", "label_diagnostics", "paired_difference", "simple_baselines", "tuned_baseline"]
+__all__ = [
+    "Pred",
+    "add_skill",
+    "draw_prompts",
+    "k_ranges",
+    "label_diagnostics",
+    "paired_difference",
+    "run_baselines",
+    "run_cost",
+    "run_info",
+    "simple_baselines",
+    "tuned_baseline",
+]
 
 TUNED: tuple[str, ...] = ("ridge_tuned", "kernel")
 # Baselines whose predictions depend only on the prompts, the condition and the options — never on the
 # run — and are costly: memoised in-process, so evaluating several training seeds of one task (same test
 # prompts) computes them once (benchmarks and scripts/curves.py evaluate runs in one process).
 _MEMO_KINDS: tuple[str, ...] = ("ridge_tuned", "kernel", "mlp_tuned", "gd_target")
-_MEMO: dict[str, _Pred] = {}
+_MEMO: dict[str, Pred] = {}
 _MEMO_MAX = 64  # entries hold predictions only (e.g. 1280 x 46 floats)
 
 # Flags of a degenerate test distribution (docs/protocol.md, pilot findings).
@@ -56,7 +68,7 @@ _SCALE_RATIO = 10.0
 # --------------------------------------------------------------------------------------------------
 
 
-def _prompts(cond: Condition, num: int, seed: int, batch: int = 64) -> PromptBatch:
+def draw_prompts(cond: Condition, num: int, seed: int, batch: int = 64) -> PromptBatch:
     """``num`` prompts of a condition, drawn in batches of ``batch`` (batch b = step b of ``seed``)."""
     parts = []
     for b, start in enumerate(range(0, num, batch)):
@@ -220,7 +232,7 @@ def _range_summary(
 
 
 @dataclass
-class _Pred:
+class Pred:
     name: str
     kind: str
     preds: Tensor  # (B_sub, n, d_y) on the first num_prompts prompts
@@ -233,7 +245,7 @@ def _mlp_ks(opts: EvalOptions, train_examples: int, max_k: int) -> list[int]:
     return sorted({k for k in ks if 1 <= k <= max_k})
 
 
-def _run_baselines(
+def run_baselines(
     names: Sequence[str],
     cond: Condition,
     pb: PromptBatch,
@@ -241,10 +253,10 @@ def _run_baselines(
     suite: Suite,
     opts: EvalOptions,
     tick: Callable[[str], None],
-) -> list[_Pred]:
+) -> list[Pred]:
     """Every requested baseline on the condition's prompts (costly ones on a prefix of the prompts)."""
     xs64, ys64 = pb.xs.double(), pb.ys.double()
-    out: list[_Pred] = []
+    out: list[Pred] = []
     simple = simple_baselines(opts)
     for key in names:
         tick(key)
@@ -257,7 +269,7 @@ def _run_baselines(
             bl = simple[key]
             with torch.no_grad():
                 p = bl(xs64, ys64)
-            out.append(_Pred(bl.name, key, p, time.perf_counter() - t0, {"prompts": int(p.shape[0])}))
+            out.append(Pred(bl.name, key, p, time.perf_counter() - t0, {"prompts": int(p.shape[0])}))
         elif key == "mlp":
             out += _run_mlp(pb, cfg, suite, opts)
         elif key in TUNED:
@@ -295,7 +307,7 @@ def tuned_baseline(
     base: kernels.TunedKernelRidge = (
         kernels.RidgeTunedBaseline() if key == "ridge_tuned" else kernels.KernelBaseline.for_task(cfg.task)
     )
-    tune = _prompts(cond, opts.tuned_prompts, suite.seed + 1)
+    tune = draw_prompts(cond, opts.tuned_prompts, suite.seed + 1)
     with torch.no_grad():
         base.tune(tune.xs.double(), tune.ys.double())
     return base
@@ -321,12 +333,12 @@ def tuned_mlp(cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions) -> 
     from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
 
     base = MLPTunedBaseline(depth=cfg.task.depth, seed=suite.seed)
-    tune = _prompts(cond, opts.mlp_tune_prompts, suite.seed + 1)
+    tune = draw_prompts(cond, opts.mlp_tune_prompts, suite.seed + 1)
     base.tune(tune.xs, tune.ys)
     return base
 
 
-def _run_mlp_tuned(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
+def _run_mlp_tuned(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> Pred:
     """``mlp_tuned`` ([`icdl.icl.baselines.mlp_tuned`][icdl.icl.baselines.mlp_tuned]) on the first
     ``mlp_tuned_prompts`` test prompts, its settings chosen per k on ``mlp_tune_prompts`` held-out prompts
     (seed ``suite.seed + 1``)."""
@@ -341,10 +353,10 @@ def _run_mlp_tuned(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, 
         "settings": settings,
         "tuning": base.tuning, "fallbacks": base.fallbacks,
     }  # fmt: skip
-    return _Pred(base.name, "mlp_tuned", p, time.perf_counter() - t0, meta)
+    return Pred(base.name, "mlp_tuned", p, time.perf_counter() - t0, meta)
 
 
-def _run_mlp(pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> list[_Pred]:
+def _run_mlp(pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> list[Pred]:
     """The paper's MLP baseline on the first ``mlp_prompts`` prompts at a few k: best and last epoch."""
     t0 = time.perf_counter()
     n = pb.xs.shape[1]
@@ -375,23 +387,23 @@ def _run_mlp(pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> l
     }
     base = f"mlp{cfg.task.depth}x{opts.mlp_width}"
     return [
-        _Pred(
+        Pred(
             f"{base}_best",
             "mlp-best",
             best,
             secs,
             {**meta, "selection": "best (oracle epoch per k)", "best_epoch": epochs},
         ),
-        _Pred(f"{base}_last", "mlp-last", tr.last(), secs, {**meta, "selection": "last epoch"}),
+        Pred(f"{base}_last", "mlp-last", tr.last(), secs, {**meta, "selection": "last epoch"}),
     ]
 
 
-def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
+def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> Pred:
     """GD on the target architecture, step size tuned on held-out prompts (seed ``suite.seed + 1``)."""
     t0 = time.perf_counter()
     m = min(opts.gd_prompts, pb.xs.shape[0])
     gd = GDBaseline(net_spec(cfg.task), steps=opts.gd_steps, seed=suite.seed)
-    tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)  # held-out prompts
+    tune = draw_prompts(cond, opts.gd_tune_prompts, suite.seed + 1)  # held-out prompts
     meta: dict[str, Any] = {
         "prompts": m,
         "steps": opts.gd_steps,
@@ -406,10 +418,10 @@ def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: E
     except InputError as exc:  # every step size diverged: record it, do not fail the suite
         p = torch.full_like(pb.ys[:m], math.nan)
         meta["error"] = str(exc)
-    return _Pred(gd.name, "gd", p, time.perf_counter() - t0, meta)
+    return Pred(gd.name, "gd", p, time.perf_counter() - t0, meta)
 
 
-def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> _Pred:
+def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> Pred:
     """gd_target ([`icdl.icl.baselines.gd_target`][icdl.icl.baselines.gd_target]) on the first ``gd_prompts``
     prompts, ``(lr, steps)`` tuned on ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
     from icdl.icl.baselines.gd_target import GDTargetBaseline
@@ -417,7 +429,7 @@ def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, 
     t0 = time.perf_counter()
     m = min(opts.gd_prompts, pb.xs.shape[0])
     gd = GDTargetBaseline(net_spec(cfg.task), seed=suite.seed)
-    tune = _prompts(cond, opts.gd_tune_prompts, suite.seed + 1)
+    tune = draw_prompts(cond, opts.gd_tune_prompts, suite.seed + 1)
     meta: dict[str, Any] = {"prompts": m, "tune_prompts": opts.gd_tune_prompts, "tune_seed": suite.seed + 1}
     try:
         gd.tune(tune.xs.double(), tune.ys.double())
@@ -428,12 +440,12 @@ def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, 
     except InputError as exc:  # every pair diverged: record it, do not fail the suite
         p = torch.full_like(pb.ys[:m], math.nan, dtype=torch.float64)
         meta["error"] = str(exc)
-    return _Pred(gd.name, "gd_target", p, time.perf_counter() - t0, meta)
+    return Pred(gd.name, "gd_target", p, time.perf_counter() - t0, meta)
 
 
 def _run_tuned(
     key: str, cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions
-) -> _Pred:
+) -> Pred:
     """``ridge_tuned`` or ``kernel``: λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
     condition (seed ``suite.seed + 1``, never the test prompts), then predicted on all test prompts."""
     t0 = time.perf_counter()
@@ -447,10 +459,10 @@ def _run_tuned(
         "lam": base.lam,
         "grid": list(base.lambdas),
     }
-    return _Pred(base.name, key, p, time.perf_counter() - t0, meta)
+    return Pred(base.name, key, p, time.perf_counter() - t0, meta)
 
 
-def _add_skill(curves: dict[str, Any], preds: list[_Pred], ys: Tensor, ranges: list[tuple[int, int]]) -> None:
+def add_skill(curves: dict[str, Any], preds: list[Pred], ys: Tensor, ranges: list[tuple[int, int]]) -> None:
     """Nonlinear skill of every predictor against ``ridge_tuned`` (when present) on the same prompts."""
     lin = next((p for p in preds if p.kind == "ridge_tuned"), None)
     if lin is None:
@@ -464,7 +476,7 @@ def _add_skill(curves: dict[str, Any], preds: list[_Pred], ys: Tensor, ranges: l
         }
 
 
-def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
+def run_cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
     """One ICL forward pass vs training the baseline MLP (``icdl.icl.training.cost.measure_cost``)."""
     from icdl.icl.training.cost import measure_cost
 
@@ -480,7 +492,7 @@ def _cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> 
     )
 
 
-def _run_info(run_dir: str | Path, cfg: Config) -> dict[str, Any]:
+def run_info(run_dir: str | Path, cfg: Config) -> dict[str, Any]:
     """The ``run`` block of a result: what was trained, on what."""
     return {
         "run_dir": portable_path(run_dir),

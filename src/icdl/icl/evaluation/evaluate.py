@@ -56,15 +56,15 @@ from icdl.icl.baselines.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
 from icdl.icl.baselines.mlp_tuned import estimate_flops as mlp_tuned_flops
 from icdl.icl.evaluation.baseline_runs import TUNED as _TUNED
 from icdl.icl.evaluation.baseline_runs import (
-    _add_skill,
-    _cost,
-    _Pred,
-    _prompts,
-    _run_baselines,
-    _run_info,
+    Pred,
+    add_skill,
+    draw_prompts,
     k_ranges,
     label_diagnostics,
     paired_difference,
+    run_baselines,
+    run_cost,
+    run_info,
 )
 from icdl.icl.evaluation.cache import seal as cache_seal
 from icdl.icl.evaluation.cache import trusted as cache_trusted
@@ -259,7 +259,7 @@ def _progress(total: int, enabled: bool | None) -> Any:
     return auto_tqdm()(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
 
-def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -> _Pred:
+def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -> Pred:
     """The ICL model's predictions on all prompts, ``batch`` prompts per forward pass."""
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -270,11 +270,11 @@ def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -
             ]
         )
     meta = {"prompts": int(pb.xs.shape[0]), "checkpoint_step": step}
-    return _Pred("icl", "icl", icl, time.perf_counter() - t0, meta)
+    return Pred("icl", "icl", icl, time.perf_counter() - t0, meta)
 
 
 def _curves(
-    preds: list[_Pred],
+    preds: list[Pred],
     icl: Tensor,
     ys: Tensor,
     ranges: list[tuple[int, int]],
@@ -333,7 +333,7 @@ def _condition(
     def tick(what: str) -> None:
         bar.set_description(f"{st.name}/{cond.name}: {what}")
 
-    pb = _prompts(cond, st.prompts, st.seed)
+    pb = draw_prompts(cond, st.prompts, st.seed)
     ys = pb.ys
     ranges = k_ranges(st.train_examples, ys.shape[1] - 1)
     tick("icl")
@@ -344,13 +344,13 @@ def _condition(
         tick(what)
         bar.update(1)
 
-    preds.extend(_run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
+    preds.extend(run_baselines(baselines, cond, pb, cfg, st, opts, tick_b))
     diag = label_diagnostics(ys, _reference_std(cfg, st, cond.points))
     warning = None
     if diag["degenerate"]:
         warning = f"condition {cond.name} ({cond.label}) is degenerate: {'; '.join(diag['reasons'])}"
     curves, comps = _curves(preds, preds[0].preds, ys, ranges, opts, st.seed + ci)
-    _add_skill(curves, preds, ys, ranges)
+    add_skill(curves, preds, ys, ranges)
     entry = {
         "label": cond.label, "params": cond.params, "points": cond.points,
         "ranges": [list(r) for r in ranges], "diagnostics": diag, "predictors": curves,
@@ -409,7 +409,7 @@ def evaluate_run(
         cost = None
         if opts.cost:
             bar.set_description(f"{suite}: cost")
-            cost = _cost(model, cfg, opts, max_k_all, st.seed + 2)
+            cost = run_cost(model, cfg, opts, max_k_all, st.seed + 2)
             bar.update(1)
     finally:
         bar.close()
@@ -419,7 +419,7 @@ def evaluate_run(
         "suite": st.to_dict(),
         "request": request,
         "options": request["options"],
-        "run": _run_info(run_dir, cfg),
+        "run": run_info(run_dir, cfg),
         "config": cfg.model_dump(mode="json"),
         "checkpoint": ck,
         "computed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

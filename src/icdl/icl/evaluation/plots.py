@@ -62,7 +62,7 @@ KIND_COLORS: dict[str, str] = {
 SPIKE_KIND = "least-squares"
 
 
-def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+def subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
     """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure is not registered with
     any backend, so it needs no closing and leaves the caller's backend as it was."""
     from matplotlib.figure import Figure
@@ -183,7 +183,7 @@ FIGSIZE = (10.5, 5.2)
 FORMATS = (".png", ".pdf", ".svg")
 
 
-def _save(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
+def save_figure(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
     """Write ``fig`` atomically; the suffix of ``path`` (``.png``, ``.pdf``, ``.svg``) picks the format."""
     path = Path(path)
     fmt = path.suffix.lower()
@@ -239,13 +239,13 @@ def plot_conditions(
 
     Returns the path written.
     """
-    return _save(conditions_figure(result, baselines=baselines), path, dpi)
+    return save_figure(conditions_figure(result, baselines=baselines), path, dpi)
 
 
 def conditions_figure(result: dict[str, Any], *, baselines: Sequence[str] | None = None) -> Any:
     """The ``matplotlib.figure.Figure`` that [`plot_conditions`][icdl.icl.evaluation.plots.plot_conditions]
     writes (e.g. to show in a notebook)."""
-    fig, ax = _subplots(figsize=FIGSIZE)
+    fig, ax = subplots(figsize=FIGSIZE)
     conds = result["conditions"]
     first: dict[str, Any] = next(iter(conds.values()), {"predictors": {}})
     chosen = _baselines_to_draw(first["predictors"], baselines)  # checked before anything is drawn
@@ -290,7 +290,7 @@ def plot_predictors(
     interpolation spike near k = d), a second panel shows it alone on a symlog scale. Any other curve
     below [`CLIP_FLOOR`][icdl.icl.evaluation.plots.CLIP_FLOOR] is clipped and marked.
     """
-    return _save(predictors_figure(result, condition), path, dpi)
+    return save_figure(predictors_figure(result, condition), path, dpi)
 
 
 def predictors_figure(result: dict[str, Any], condition: str) -> Any:
@@ -312,7 +312,7 @@ def predictors_figure(result: dict[str, Any], condition: str) -> Any:
     spike_vals = [v for v in _finite(spike[1]["r2"]) if math.isfinite(v)] if spike[1] else []
     split = bool(spike_vals) and min(spike_vals) < bottom
     if split:
-        fig, (ax, ax2) = _subplots(
+        fig, (ax, ax2) = subplots(
             2,
             1,
             figsize=(FIGSIZE[0], FIGSIZE[1] * 1.35),
@@ -320,7 +320,7 @@ def predictors_figure(result: dict[str, Any], condition: str) -> Any:
             sharex=True,
         )
     else:
-        fig, ax = _subplots(figsize=FIGSIZE)
+        fig, ax = subplots(figsize=FIGSIZE)
     for i, (pname, curve) in enumerate(preds.items()):
         kind = _kind(curve, pname)
         color = _color(kind, i)
@@ -348,7 +348,7 @@ def predictors_figure(result: dict[str, Any], condition: str) -> Any:
 def training_loss_figure(records: Sequence[dict[str, Any]], title: str) -> Any:
     """Training loss against step from a run's ``metrics.jsonl`` records (``step``, ``loss``, ``y_var``):
     the loss (log scale) and the label variance, the loss of the best constant predictor, for scale."""
-    fig, ax = _subplots(figsize=FIGSIZE)
+    fig, ax = subplots(figsize=FIGSIZE)
     pts = [r for r in records if isinstance(r.get("loss"), (int, float)) and "step" in r]
     steps = [r["step"] for r in pts]
     ax.plot(steps, [r["loss"] for r in pts], "-", color=KIND_COLORS["icl"], lw=1.6, label="training loss")
@@ -373,12 +373,12 @@ def plot_training_loss(
     dpi: int | None = None,
 ) -> Path:
     """Write [`training_loss_figure`][icdl.icl.evaluation.plots.training_loss_figure] to ``path``."""
-    return _save(training_loss_figure(records, title), path, dpi)
+    return save_figure(training_loss_figure(records, title), path, dpi)
 
 
 def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, dpi: int | None = None) -> Path:
     """R² against the number of transformer layers, one line per (attention, k) (the paper's Fig. 7)."""
-    fig, ax = _subplots(figsize=FIGSIZE)
+    fig, ax = subplots(figsize=FIGSIZE)
     groups: dict[tuple[str, int], list[tuple[int, float, float, float]]] = {}
     for r in rows:
         for k, v, lo, hi in zip(r["ks"], r["r2"], r["r2_low"], r["r2_high"], strict=True):
@@ -396,4 +396,4 @@ def plot_depth_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, dpi: i
     ax.set_title("Transformer depth sweep", fontsize=11)
     ax.grid(alpha=0.25)
     _legend_outside(ax)
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
