@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from icdl import relu_sums
 from icdl._arith import safe_div, safe_float
 from icdl.budget import Estimate
 from icdl.nets import NetSpec, get_loss
@@ -65,7 +66,6 @@ def _fitted_counts(
     needs_loss = loss not in EXACT_LOSS_TERMS
     if not (needs_act or needs_loss):
         return kwargs, info
-    from icdl import relu_sums
 
     if needs_act:
         r = relu_sums.relu_sum_for(spec.activation, eps=eps, radius=radius)
@@ -321,8 +321,6 @@ def compute_estimate(
     plus the ReLU-sum fits of a smooth activation or non-squared loss
     ([`icdl.relu_sums.fit_estimate`][icdl.relu_sums.fit_estimate]).
     """
-    from icdl import relu_sums
-
     N, dy = spec.depth, spec.out_dim
     est = Estimate(
         "icdl theory",

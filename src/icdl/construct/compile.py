@@ -61,6 +61,7 @@ __all__ = [
     "task_is_degenerate",
 ]
 
+
 @dataclass(frozen=True)
 class TracePoint:
     """Where a trace callback is called: after sublayer ``name`` of GD step ``step`` (0-based), or of the

@@ -27,7 +27,6 @@ __all__ = ["DTYPES", "GDConfig", "PromptTensors", "default_delta", "default_tol"
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 
 
-
 def default_delta(dtype: str) -> float:
     """Default width of the relu' step window: 1e-9 in float64, 1e-5 in float32 (the step needs
     ``radius / delta`` below 2^mantissa so that ``X - 1`` is exact, see

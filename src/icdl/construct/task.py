@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
-from icdl.nets import NetSpec
+from icdl.nets import NetSpec, forward, gradient, init_weights, project
 
 __all__ = [
     "MAX_DRAWS",
@@ -66,8 +66,6 @@ def gd_is_degenerate(
     movement comes from the projection alone, or there is none. (For ReLU networks: every unit dead on every
     example.) Every comparison with such a GD is about the projection, not the gradient, so it proves
     nothing about the construction's gradient. Computed in float64; ``steps=0`` is never degenerate."""
-    from icdl.nets import gradient, project
-
     x, y, w = x.double(), y.double(), w0.double()
     for _ in range(steps):
         step = w - lr * gradient(spec, loss, w, x, y)
@@ -151,8 +149,6 @@ def sample_task_info(
     [`InputError`][icdl.errors.InputError] (a ``ValueError``) after `MAX_DRAWS` degenerate draws
     ([`redraw_while_degenerate`][icdl.construct.task.redraw_while_degenerate]).
     """
-    from icdl.nets import forward, init_weights
-
     g = torch.Generator().manual_seed(seed)
 
     def draw(_: int) -> tuple[Tensor, ...]:  # the next draw of the one generator

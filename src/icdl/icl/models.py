@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from icdl.config import ModelConfig
 from icdl.errors import InputError
+from icdl.hooks import ActivationCache, hook_dispatcher, names_matcher
 
 if TYPE_CHECKING:
     from icdl.hooks import ActivationCache, NamesFilter
@@ -369,8 +370,6 @@ class ICLTransformer(nn.Module):
             [`icdl.hooks.ActivationCache`][icdl.hooks.ActivationCache] keyed by hook name (detached tensors);
             the old keys ``cache[block, "attn.pattern"]`` work too.
         """
-        from icdl.hooks import ActivationCache, names_matcher
-
         match = names_matcher(names_filter, self.hook_names(), self._counts())
         store: dict[str, Tensor] = {}
 
@@ -401,8 +400,6 @@ class ICLTransformer(nn.Module):
         point's name) returns the activation to use from there on, or ``None`` to keep the one it was
         given (e.g. edited in place). The old form ``{(block, short name): fn(activation)}`` still works.
         """
-        from icdl.hooks import hook_dispatcher
-
         if isinstance(fwd_hooks, Mapping):
             unknown = set(fwd_hooks) - {(b, n) for b in range(len(self.blocks)) for n in HOOK_NAMES}
             if unknown:

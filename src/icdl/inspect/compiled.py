@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from icdl.construct.engine.sublayers import HeadSublayer
 from icdl.errors import InputError
-from icdl.hooks import ActivationCache, NamesFilter
+from icdl.hooks import ActivationCache, NamesFilter, names_matcher
 
 if TYPE_CHECKING:
     from icdl.construct.compile import CompiledModel
@@ -131,8 +132,6 @@ def run_with_cache(
         still work.
     """
     if steps is not None:
-        from icdl.hooks import names_matcher
-
         match = names_matcher(names_filter, model.hook_names(readout), {"steps": model.steps})
         keep = tuple(f"steps.{s}." for s in steps)
         names_filter = [
@@ -172,8 +171,6 @@ def head_pattern(
     itself only) the diagonal matrix of scores ``<Q h_i, K h_i>``. Computed from the dense ``Q_m, K_m``
     of the head, independently of the compiled forward pass.
     """
-    from icdl.construct.engine.sublayers import HeadSublayer
-
     m = _get_sublayer(model, name, readout)
     if not isinstance(m, HeadSublayer):
         raise InputError(f"sublayer {name!r} is an MLP: it has no attention heads")

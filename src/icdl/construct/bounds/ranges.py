@@ -506,9 +506,7 @@ def naming_auto_range(config: StepConfig) -> Iterator[None]:
         raise explain_auto_range(e, config) from None
 
 
-def resolve_auto_range(
-    config: C, prompt: tuple[Tensor, Tensor, Tensor, Tensor], needs: RangeNeeds
-) -> C:
+def resolve_auto_range(config: C, prompt: tuple[Tensor, Tensor, Tensor, Tensor], needs: RangeNeeds) -> C:
     """``config`` with ``radius`` (and ``weight_range``) set by
     [`auto_ranges`][icdl.construct.bounds.ranges.auto_ranges] on ``prompt = (x, y, x_query, w0)`` for a
     variant that needs ``needs`` (``Variant.range_needs``), over all ``config.steps`` GD steps, and

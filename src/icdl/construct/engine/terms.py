@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
+from icdl.relu_sums import loss_derivative_sum, relu_sum_for
 
 __all__ = ["SumTerms", "Terms", "activation_terms", "loss_terms"]
 
@@ -158,8 +159,6 @@ def _from_relu_sum(s: Any, delta: float | None = None) -> Terms:
 
 def activation_terms(name: str, *, derivative: bool, eps: float, radius: float, delta: float) -> Terms:
     """Conditioned terms of activation ``name`` (or its derivative) from ``icdl.relu_sums.relu_sum_for``."""
-    from icdl.relu_sums import relu_sum_for
-
     target = f"{name}'" if derivative else name
     s = relu_sum_for(target, eps=eps, radius=radius, delta=delta)
     return _from_relu_sum(s, delta if (name == "relu" and derivative) else None)
@@ -174,7 +173,6 @@ def loss_terms(loss: str, *, eps: float, radius: float) -> Terms:
     if loss == "squared":
         a = ((2.0, -2.0), (-2.0, 2.0))
         return Terms(a, (0.0, 0.0), (1.0, -1.0), "squared'", True, math.inf, 0.0, 0.0)
-    from icdl.relu_sums import loss_derivative_sum
 
     return _from_relu_sum(loss_derivative_sum(loss, eps=eps, radius=radius))
 

@@ -47,8 +47,13 @@ from torch import Tensor
 
 from icdl.budget import CPU_FLOPS, Estimate
 from icdl.config import Config
+from icdl.construct import compile_gd_transformer
+from icdl.construct.estimate import construction_estimate
+from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError
 from icdl.icl.analysis import sensitivity as sens
+from icdl.icl.baselines.kernel import DEFAULT_LAMBDAS
+from icdl.icl.baselines.simple import GDBaseline
 from icdl.icl.evaluation.baseline_runs import (
     draw_prompts,
     k_ranges,
@@ -56,8 +61,10 @@ from icdl.icl.evaluation.baseline_runs import (
     tuned_baseline,
     tuned_mlp,
 )
+from icdl.icl.evaluation.evaluate import EvalOptions, checkpoint_info
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, eval_points
 from icdl.icl.tasks import PromptBatch, net_spec
+from icdl.icl.training.train import load_run
 from icdl.io import atomic_write_json, clean_json, portable_path
 
 __all__ = [
@@ -163,7 +170,6 @@ class AlignOptions:
         for b in self.baselines:
             if b not in ALIGN_BASELINES:
                 raise InputError(f"unknown baseline {b!r}; choose from {', '.join(ALIGN_BASELINES)}")
-        from icdl.construct.variants.registry import get_variant
 
         get_variant(self.compiled_variant)
 
@@ -319,8 +325,6 @@ def _compiled_k(
 ) -> dict[str, Any]:  # fmt: skip
     """The compiled model for n = k examples on the first ``compiled_prompts`` prompts, against ICL and
     against the GD point it compiles (the target of that comparison)."""
-    from icdl.construct import compile_gd_transformer
-
     lr, L, _ = point
     cm = compile_gd_transformer(spec, lr=lr, steps=L, n=k, variant=opts.compiled_variant)
     comp, gd, icl = [], [], []
@@ -413,8 +417,6 @@ def _progress(total: int, enabled: bool | None) -> Any:
 
 def _make_baselines(cfg: Config, st: Suite, cond: Condition, opts: AlignOptions) -> dict[str, Any]:
     """Every baseline of ``opts.baselines``, the tuned ones tuned on held-out prompts."""
-    from icdl.icl.evaluation.evaluate import EvalOptions
-
     evo = EvalOptions(tuned_prompts=opts.tuned_prompts, mlp_tune_prompts=opts.mlp_tune_prompts)
     ctx = BaselineContext(cfg, st, cond, evo)
     return {name: ALIGN_BASELINES[name](ctx) for name in opts.baselines}
@@ -475,9 +477,6 @@ def align_run(
     ``gd_best`` (the best grid point overall, and per k the best R² and its point), ``compiled`` (per
     compiled k:
     ``vs_gd``, ``vs_icl``, ``gd_vs_icl``, ``max_abs_pred_diff``) and provenance."""
-    from icdl.icl.evaluation.evaluate import checkpoint_info
-    from icdl.icl.training.train import load_run
-
     opts = options or AlignOptions()
     ck = checkpoint_info(run_dir)
     model, cfg = load_run(run_dir)
@@ -492,7 +491,6 @@ def align_run(
     pb = draw_prompts(cond, opts.prompts, st.seed)
     baselines = _make_baselines(cfg, st, cond, opts)
     spec = net_spec(cfg.task)
-    from icdl.icl.baselines.simple import GDBaseline
 
     w0s = {
         float(i): GDBaseline(spec, seed=st.seed, init_std=float(i)).initial_weights() for i in opts.gd_inits
@@ -572,9 +570,6 @@ def align_estimate(cfg: Config, options: AlignOptions | None = None) -> Estimate
     ([`construction_estimate`][icdl.construct.estimate.construction_estimate]) for ``compiled_max_steps``
     steps at each compiled k, times the compiled prompts.
     """
-    from icdl.construct.estimate import construction_estimate
-    from icdl.icl.baselines.kernel import DEFAULT_LAMBDAS
-
     opts = options or AlignOptions()
     task, m = cfg.task, cfg.model
     spec = net_spec(task)

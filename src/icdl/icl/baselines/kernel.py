@@ -33,6 +33,8 @@ import torch
 from torch import Tensor
 
 from icdl.errors import InputError
+from icdl.icl.baselines.simple import check_prompts
+from icdl.nets import get_activation
 
 if TYPE_CHECKING:
     from icdl.config import TaskConfig
@@ -129,8 +131,6 @@ def nngp_kernel(
     [`relu_expectation`][icdl.icl.baselines.kernel.relu_expectation], other activations
     [`gauss_hermite_expectation`][icdl.icl.baselines.kernel.gauss_hermite_expectation]. Returns ``(B, T, T)``.
     """
-    from icdl.nets import get_activation
-
     if not isinstance(depth, int) or depth < 2:
         raise InputError(f"kernel depth must be an integer >= 2, got {depth!r}")
     act = get_activation(activation)
@@ -199,8 +199,6 @@ class TunedKernelRidge:
 
     def predict_all(self, xs: Tensor, ys: Tensor, lambdas: Sequence[float]) -> Tensor:
         """Predictions ``(len(lambdas), B, T, d_y)`` (float64) for every λ in ``lambdas``."""
-        from icdl.icl.baselines.simple import check_prompts
-
         check_prompts(xs, ys)
         B, T, _ = xs.shape
         out = torch.empty((len(lambdas), B, T, ys.shape[-1]), dtype=torch.float64, device=xs.device)

@@ -21,6 +21,8 @@ from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import metrics
 from icdl.icl.baselines import kernel as kernels
+from icdl.icl.baselines.gd_target import GDTargetBaseline
+from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
 from icdl.icl.baselines.simple import (
     AveragingBaseline,
     GDBaseline,
@@ -31,6 +33,7 @@ from icdl.icl.baselines.simple import (
 )
 from icdl.icl.suites import Condition, Suite
 from icdl.icl.tasks import PromptBatch, net_spec, sample_batch
+from icdl.icl.training.cost import measure_cost
 from icdl.io import portable_path
 
 if TYPE_CHECKING:
@@ -330,8 +333,6 @@ def _memo_key(key: str, cond: Condition, pb: PromptBatch, suite: Suite, opts: Ev
 def tuned_mlp(cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions) -> MLPTunedBaseline:
     """``mlp_tuned`` with its settings chosen per k on ``opts.mlp_tune_prompts`` held-out prompts of the
     condition (seed ``suite.seed + 1``, never the test prompts)."""
-    from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
-
     base = MLPTunedBaseline(depth=cfg.task.depth, seed=suite.seed)
     tune = draw_prompts(cond, opts.mlp_tune_prompts, suite.seed + 1)
     base.tune(tune.xs, tune.ys)
@@ -424,8 +425,6 @@ def _run_gd(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: E
 def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions) -> Pred:
     """gd_target ([`icdl.icl.baselines.gd_target`][icdl.icl.baselines.gd_target]) on the first ``gd_prompts``
     prompts, ``(lr, steps)`` tuned on ``gd_tune_prompts`` held-out prompts (seed ``suite.seed + 1``)."""
-    from icdl.icl.baselines.gd_target import GDTargetBaseline
-
     t0 = time.perf_counter()
     m = min(opts.gd_prompts, pb.xs.shape[0])
     gd = GDTargetBaseline(net_spec(cfg.task), seed=suite.seed)
@@ -478,8 +477,6 @@ def add_skill(curves: dict[str, Any], preds: list[Pred], ys: Tensor, ranges: lis
 
 def run_cost(model: Any, cfg: Config, opts: EvalOptions, max_k: int, seed: int) -> dict[str, Any]:
     """One ICL forward pass vs training the baseline MLP (``icdl.icl.training.cost.measure_cost``)."""
-    from icdl.icl.training.cost import measure_cost
-
     return measure_cost(
         model,
         cfg,

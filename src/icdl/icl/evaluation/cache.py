@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from icdl.icl.training.checkpoint import find_checkpoint
 from icdl.manifest import verify_manifest
 
 __all__ = ["canonical_sha256", "checkpoint_digest", "result_content_sha256", "seal", "trusted"]
@@ -44,8 +45,6 @@ def result_content_sha256(result: dict[str, Any]) -> str:
 def checkpoint_digest(run_dir: str | Path) -> str | None:
     """SHA-256 of the manifest of the run's newest checkpoint (verifying the checkpoint against it: a
     damaged checkpoint is an InputError), or None for a legacy checkpoint without a manifest."""
-    from icdl.icl.training.checkpoint import find_checkpoint
-
     ck = find_checkpoint(run_dir)
     return None if ck is None else verify_manifest(ck, what="checkpoint")
 

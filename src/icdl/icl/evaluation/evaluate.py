@@ -79,6 +79,8 @@ from icdl.icl.evaluation.options import (
 )
 from icdl.icl.suites import EVAL_SEED, Condition, Suite, build_suite, depth_ks
 from icdl.icl.tasks import PromptBatch, sample_batch
+from icdl.icl.training.interval import auto_tqdm
+from icdl.icl.training.train import find_checkpoint, load_run, refuse_score_run, verify_checkpoint
 from icdl.io import atomic_write_json, clean_json, portable_path, read_json
 from icdl.nets import NetSpec
 
@@ -104,6 +106,8 @@ __all__ = [
 ]
 
 FORMAT = "icdl-eval-v1"
+
+
 def result_path(run_dir: str | Path, suite: str) -> Path:
     """``RUN_DIR/eval/<suite>.json``."""
     return Path(run_dir) / "eval" / f"{suite}.json"
@@ -112,8 +116,6 @@ def result_path(run_dir: str | Path, suite: str) -> Path:
 def checkpoint_info(run_dir: str | Path) -> dict[str, Any]:
     """``{"name", "step", "mtime"}`` of the run's newest checkpoint, verified against its manifest like
     every read (so ``icdl report`` too refuses a damaged checkpoint); InputError if there is none."""
-    from icdl.icl.training.train import find_checkpoint, refuse_score_run, verify_checkpoint
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"run directory {str(run_dir)!r} does not exist")
@@ -253,8 +255,6 @@ def _request(suite: Suite, opts: EvalOptions, baselines: tuple[str, ...]) -> dic
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
-    from icdl.icl.training.interval import auto_tqdm
-
     disable = (not sys.stderr.isatty()) if enabled is None else not enabled
     return auto_tqdm()(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
@@ -376,8 +376,6 @@ def evaluate_run(
     prompts, seed, options) from the same checkpoint, unless ``force``; the returned dict then has
     ``"from_cache": True``. ``progress=None`` shows a bar only on a terminal.
     """
-    from icdl.icl.training.train import load_run
-
     opts = options or EvalOptions()
     ck = checkpoint_info(run_dir)
     model, cfg = load_run(run_dir, device=device)

@@ -30,7 +30,14 @@ from typing import Any, Literal
 from icdl import paper_results as paper
 from icdl.errors import InputError
 from icdl.icl.evaluation import plots
-from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run, load_result, result_status
+from icdl.icl.evaluation.evaluate import (
+    EvalOptions,
+    checkpoint_info,
+    depth_sweep,
+    evaluate_run,
+    load_result,
+    result_status,
+)
 from icdl.icl.suites import suite_names
 from icdl.io import atomic_write_text, check_writable, read_text
 
@@ -338,7 +345,6 @@ def _check_report_args(
         raise InputError(f"figure format must be png, pdf or svg, got {figure_format!r}")
     if evaluate not in ("auto", "all", "none"):
         raise InputError(f"evaluate must be auto, all or none, got {evaluate!r}")
-    from icdl.icl.evaluation.evaluate import checkpoint_info
 
     for rd in run_dirs:
         checkpoint_info(rd)  # one-line error for a bad run directory, before any work
@@ -441,8 +447,6 @@ def _build(
 ) -> Report:
     """The body of [`build_report`][icdl.icl.evaluation.report.build_report], into the existing folder
     ``out``."""
-    from icdl.icl.evaluation.evaluate import depth_sweep
-
     lines = ["# icdl evaluation report", ""]
     lines += [
         "R²(k) across test prompts at each number of in-context examples k (pooled over prompts unless "
