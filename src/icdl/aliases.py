@@ -73,6 +73,19 @@ MOVED: dict[str, str] = {
 }
 
 
+class _KeepNames(ModuleType):
+    """A package whose names an old path's alias does not overwrite: the import system sets the parent's
+    attribute to every module it loads, and ``import icdl.construct.verify`` must leave
+    ``icdl.construct.verify`` the function (as it was before the move, when ``__init__`` bound it last)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        kept = self.__dict__.get(name)
+        alias = isinstance(value, ModuleType) and value.__name__ != f"{self.__name__}.{name}"
+        if alias and kept is not None and not isinstance(kept, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
 class _Alias(importlib.abc.Loader):
     """Loads an old path as the new module: no new module object, no code run twice."""
 
@@ -85,6 +98,9 @@ class _Alias(importlib.abc.Loader):
             f"{spec.name} moved to {self.new}; import it from there", DeprecationWarning, stacklevel=2
         )
         module = importlib.import_module(self.new)
+        parent = sys.modules.get(spec.parent or "")
+        if parent is not None and type(parent) is ModuleType:
+            parent.__class__ = _KeepNames
         self.spec = module.__spec__  # the import system sets __spec__ to the old name's; put it back below
         return module
 
