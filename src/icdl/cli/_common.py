@@ -91,9 +91,11 @@ class VariantChoice(click.Choice):
         super().__init__(BUILTIN_VARIANTS, case_sensitive=True)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.cli import paused_gc
 
         with paused_gc():  # the first import of torch
+            # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
             from icdl.construct.variants.registry import VARIANTS
 
         self.choices = tuple(VARIANTS)

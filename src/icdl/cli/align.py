@@ -174,6 +174,7 @@ def align(
 ) -> None:  # fmt: skip
     """Agreement of a run's ICL predictions with baselines, GD on the target and a compiled model."""
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.icl.analysis.align import AlignOptions, align_estimate, align_run, result_path
         from icdl.icl.analysis.align_plots import plot_alignment
         from icdl.icl.evaluation.evaluate import checkpoint_info

@@ -30,9 +30,11 @@ FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
     """Function, sum (with the flat extension beyond ±R) and error, written atomically as PNG, PDF or SVG
     (by the suffix of ``path``)."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     import torch
     from matplotlib.figure import Figure  # not pyplot: no backend is chosen or switched
 
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.relu_sums import target_function
 
     fmt = FIGURE_FORMATS.get(path.suffix.lower())
@@ -108,6 +110,7 @@ def approx(
     if plot is not None and plot.suffix.lower() not in FIGURE_FORMATS:
         raise user_error(f"cannot write plot {str(plot)!r}: the name must end in .png, .pdf or .svg")
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.relu_sums import fit_estimate, relu_sum_for
 
     guard(fit_estimate(function, eps=eps, radius=radius), yes, max_seconds=QUICK_SECONDS)

@@ -47,6 +47,7 @@ def _guarded(path: Path, check: Callable[[], _T]) -> _T | Item:
 def _check_checkpoint(ck: Path) -> Item | None:
     """The item of one checkpoint; None when it vanished while being read (rotated away by a run that is
     training: that is not damage)."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.icl.training.checkpoint import CHECKPOINT_FILES, is_legacy_checkpoint
     from icdl.manifest import verify_manifest
 
@@ -63,6 +64,7 @@ def _check_checkpoint(ck: Path) -> Item | None:
 
 
 def _check_cache(path: Path, run: Path) -> Item:
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.icl.evaluation.cache import checkpoint_digest, result_content_sha256
 
     data = read_json(path, what="evaluation cache")
@@ -81,12 +83,14 @@ def _check_cache(path: Path, run: Path) -> Item:
 def check_run(run: Path) -> list[Item]:
     """One item per config, checkpoint pointer, checkpoint and evaluation cache of a run directory (of
     ``icdl train`` or ``icdl score train``)."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.icl.training.checkpoint import find_checkpoint, is_score_run, pointer_problem, read_run_config
 
     score = is_score_run(run)
 
     def config() -> Item:
         if score:
+            # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
             from icdl.diffusion.train import read_score_config
 
             read_score_config(run)
@@ -126,6 +130,7 @@ def check_run(run: Path) -> list[Item]:
 def check_construction(d: Path) -> list[Item]:
     """One item: a saved construction's files against its ``content_sha256``, then the model against a
     fresh compile of its own saved configuration ([`load`][icdl.construct.store.load])."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.construct.store import META, WEIGHTS, content_hash, load
 
     def one() -> Item:

@@ -205,6 +205,7 @@ def construct(
     yes: bool = False,
 ) -> None:
     """Compile a GD transformer (Theorem 1's construction or a variant) and verify it against reference GD."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.nets import NetSpec
 
     # os.path.exists: a name too long or a dangling link is left to check_output, which names the cause.
@@ -231,6 +232,7 @@ def construct(
         raw_task=raw_task,
     )
     if save_dir is not None:
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.construct.store import save
 
         save(run.model, save_dir)
@@ -257,6 +259,7 @@ def construct(
 def _prompt(spec: NetSpec, task: tuple[int, int, bool], loss: str, dtype: str, gd: dict[str, Any]) -> Any:
     """The prompt ``(x, y, x_query, w0)`` of ``task = (examples, seed, raw_task)``: the draw `_run` verifies
     on (``gd``: the run's ``lr``, ``steps`` and ``box``, which decide what is degenerate)."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.construct.compile import sample_task_info
     from icdl.construct.config import DTYPES
 
@@ -301,6 +304,7 @@ def _config(
     """The [`GDConfig`][icdl.construct.config.GDConfig] of the command's options (checked there: one line,
     exit 2); ``--range auto`` is resolved on the prompt of ``task = (examples, seed, raw_task)``, before
     the estimate."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.construct import GDConfig
 
     return GDConfig.create(
@@ -335,6 +339,7 @@ def _estimate(
 ) -> Estimate:
     """Memory and time of compiling and verifying the construction
     ([`icdl.construct.estimate`][icdl.construct.estimate])."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.construct.estimate import construction_estimate
 
     return construction_estimate(
@@ -376,6 +381,7 @@ def _run(
     """Compile ``config`` and verify it on a prompt sampled from ``seed`` (redrawn while degenerate unless
     ``raw_task``). The model runs once: the forward time is that of the verified run, the sublayer check's
     own time left out ([`trace`][icdl.construct.check.verify.trace])."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.construct import compile_gd_transformer
     from icdl.construct.check.verify import verify
     from icdl.construct.compile import default_tol, sample_task_info

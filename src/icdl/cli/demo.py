@@ -49,10 +49,12 @@ def _banner(title: str) -> None:
 @click.pass_context
 def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes: bool = False) -> None:
     """Run the main job on a small default, end to end (about 15 s on 2 idle CPU cores)."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.cli.approx import approx
     from icdl.cli.construct import construct
 
     if not skip_train:  # the pretraining part is the only sizeable one: check it before anything runs
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.config import load_config
         from icdl.icl.training.train import train_estimate
 
@@ -100,6 +102,7 @@ def summary_lines(ran: list[str], report: Path | None, eval_dir: Path) -> list[s
 
 
 def _run_icl_part(ctx: click.Context, out: Path, steps: int | None, yes: bool) -> None:
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.cli.evaluate import evaluate
     from icdl.cli.report import report
     from icdl.cli.train import train
@@ -131,6 +134,7 @@ DEMO_KS = (1, 5, 10, 15)
 
 
 def _run_centred_part(ctx: click.Context, paper_run: Path) -> None:
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.cli.evaluate import evaluate
     from icdl.icl.evaluation.evaluate import load_result
 

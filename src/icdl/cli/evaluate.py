@@ -180,9 +180,11 @@ def evaluate(
     yes: bool = False,
 ) -> None:
     """Evaluate a run's newest checkpoint and the baselines on a suite (cached in RUN_DIR/eval/)."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.errors import InputError
 
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.icl.evaluation.evaluate import (
             EvalOptions,
             checkpoint_info,

@@ -87,6 +87,7 @@ def report(
 ) -> None:
     """Render plots and a markdown report for one or more runs."""
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.icl.evaluation.evaluate import (
             EvalOptions,
             checkpoint_info,

@@ -58,6 +58,7 @@ def _ks(text: str) -> list[int]:
 
 
 def _mlp(depth: int, width: int, epochs: int, lr: float, ks: list[int] | None = None) -> Any:
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.baselines import ContextMLP
 
     if depth < 1 or width < 1 or epochs < 0:
@@ -113,6 +114,7 @@ def _with_tuned_options(fn: Any) -> Any:
 
 
 def _baseline_names(text: str) -> list[str]:
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.tuning import BASELINES
 
     names = [] if text.strip() == "none" else [v.strip() for v in text.split(",") if v.strip()]
@@ -179,6 +181,7 @@ def train_cmd(
     exit codes as for icdl train: 2 bad input, 3 a non-finite loss (the run stops), 130 interrupted
     (resumable).
     """
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.budget import score_train_estimate
     from icdl.diffusion.config import dump_score_config, load_score_config
 
@@ -189,6 +192,7 @@ def train_cmd(
     run_dir = out if out is not None else Path("runs") / cfg.name
     check_output(run_dir, "--out", directory=True)
     guard(score_train_estimate(cfg), yes)
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.train import ScoreTrainingDiverged, train_score
 
     try:
@@ -219,6 +223,7 @@ def train_cmd(
 def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple[Any, Any]:
     """The trained model and config of RUN (refused when its training did not finish, unless
     ``allow_unfinished``), or no model and the config of PRESET."""
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.config import load_score_config
     from icdl.diffusion.train import check_finished, load_score_run
 
@@ -304,6 +309,7 @@ def evaluate_cmd(
     if names and tune_seed == seed:
         raise InputError(f"--tune-seed must differ from --seed (the test prompts), both are {seed}")
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr, ks)
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.baselines import GDScore
     from icdl.diffusion.budget import score_curves_estimate
 
@@ -315,6 +321,7 @@ def evaluate_cmd(
         tune_prompts=tune_prompts,
     )  # fmt: skip
     guard(est, yes)
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.evaluate import score_curves
     from icdl.diffusion.tuning import tuned_baselines
 
@@ -326,6 +333,7 @@ def evaluate_cmd(
     if out is not None:
         _write_json(out, res)
     if plot is not None:
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.diffusion.plots import plot_score_curves
 
         plot_score_curves(res, plot)
@@ -397,6 +405,7 @@ def sample_cmd(
         raise InputError(f"--tune-seed must differ from --seed (the test mixtures), both are {seed}")
     mlp = None if no_mlp else _mlp(mlp_depth, mlp_width, mlp_epochs, mlp_lr)
     model, cfg = _load(run, preset, allow_unfinished)
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.budget import sampling_estimate
 
     est = sampling_estimate(
@@ -404,6 +413,7 @@ def sample_cmd(
         mlp_depth=mlp_depth, mlp_width=mlp_width, tuned=names, tune_prompts=tune_prompts,
     )  # fmt: skip
     guard(est, yes)
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.diffusion.evaluate import sampling_distances
     from icdl.diffusion.tuning import tuned_baselines
 
@@ -417,10 +427,12 @@ def sample_cmd(
     if out is not None:
         _write_json(out, res)
     if plot is not None:
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.diffusion.plots import plot_distances
 
         plot_distances(res, plot)
     if samples_plot is not None and kept is not None:
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.diffusion.plots import plot_samples
 
         plot_samples(kept, samples_plot, f"{method} sampler, k = {res['ks'][-1]} context points (x)")
@@ -495,6 +507,7 @@ def construct_cmd(
     (exit 6) a check whose budget cannot tell some step's GD update from none. As in icdl construct, a
     degenerate prompt is redrawn (task_draws counts the draws) unless --raw-task.
     """
+    # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
     from icdl.cli.construct import exit_on_verdict
     from icdl.construct import verify
     from icdl.diffusion.budget import score_construct_estimate

@@ -180,6 +180,7 @@ def theory(
     """Print the paper's sizes, head counts, error bounds and FLOPs for an N-layer network."""
     # Imported here, not at the top: both import torch, which --help must not wait for.
     with paused_gc():  # torch's import: its objects are frozen in the console script (icdl.cli)
+        # imported on first use, for start-up time: `icdl --help` and the other commands load no torch
         from icdl.nets import NetSpec, get_activation, get_loss
         from icdl.theory_report import compute, compute_estimate
 
