@@ -25,8 +25,7 @@ from pathlib import Path
 import torch
 
 from icdl.config import load_config
-from icdl.icl.evaluation import baseline_runs as eval_parts
-from icdl.icl.evaluation import metrics
+from icdl.icl.evaluation import baseline_runs, metrics
 from icdl.icl.evaluation.evaluate import EvalOptions, parse_baselines
 from icdl.icl.suites import EVAL_SEED, build_suite
 from icdl.io import atomic_write_json
@@ -48,9 +47,9 @@ def main() -> None:
     opts = EvalOptions(baselines=parse_baselines(args.baselines), cost=False)
     st = build_suite("in-distribution", cfg, prompts=args.prompts, seed=EVAL_SEED)
     cond = st.conditions[0]
-    pb = eval_parts.draw_prompts(cond, st.prompts, st.seed)
+    pb = baseline_runs.draw_prompts(cond, st.prompts, st.seed)
     load0 = os.getloadavg()
-    ranges = eval_parts.k_ranges(st.train_examples, cond.points - 1)
+    ranges = baseline_runs.k_ranges(st.train_examples, cond.points - 1)
     out = {
         "config": args.config,
         "overrides": args.overrides,
@@ -63,7 +62,7 @@ def main() -> None:
     }
     total = 0.0
     for name in opts.baselines or ():
-        (p,) = eval_parts.run_baselines([name], cond, pb, cfg, st, opts, lambda what: None)
+        (p,) = baseline_runs.run_baselines([name], cond, pb, cfg, st, opts, lambda what: None)
         m = p.preds.shape[0]
         r2 = metrics.r2_curve(p.preds.double(), pb.ys[:m].double())
         total += p.seconds

@@ -13,7 +13,7 @@ import pytest
 
 from icdl.config import load_config
 from icdl.errors import InputError
-from icdl.icl.evaluation import baseline_runs as eval_parts
+from icdl.icl.evaluation import baseline_runs
 from icdl.icl.evaluation.curves import collect, markdown
 from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run
 from icdl.icl.training.train import train
@@ -73,7 +73,7 @@ def test_baselines_are_computed_once_for_all_seeds(runs: list[Path]) -> None:
     res = [json.loads((rd / "eval" / "long-prompts.json").read_text()) for rd in runs]
     a, b = (r["conditions"]["x1"]["predictors"]["mlp_tuned"] for r in res)
     assert a["r2"] == b["r2"] and a["meta"]["settings"] == b["meta"]["settings"]
-    assert len(eval_parts._MEMO) >= 1
+    assert len(baseline_runs._MEMO) >= 1
 
 
 def test_tuned_settings_do_not_depend_on_test_labels(runs: list[Path]) -> None:
@@ -83,11 +83,11 @@ def test_tuned_settings_do_not_depend_on_test_labels(runs: list[Path]) -> None:
     cfg = read_run_config(runs[0])
     st = build_suite("long-prompts", cfg, prompts=8)
     cond = st.conditions[0]
-    pb = eval_parts.draw_prompts(cond, 8, st.seed)
+    pb = baseline_runs.draw_prompts(cond, 8, st.seed)
     opts = EvalOptions(mlp_tuned_prompts=8, mlp_tune_prompts=6)
-    first = eval_parts._run_mlp_tuned(cond, pb, cfg, st, opts)
+    first = baseline_runs._run_mlp_tuned(cond, pb, cfg, st, opts)
     pb.ys.mul_(-5.0).add_(3.0)  # other test labels
-    second = eval_parts._run_mlp_tuned(cond, pb, cfg, st, opts)
+    second = baseline_runs._run_mlp_tuned(cond, pb, cfg, st, opts)
     assert first.meta["settings"] == second.meta["settings"]
     assert first.meta["tuning"] == second.meta["tuning"]
 
