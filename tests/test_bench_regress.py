@@ -78,7 +78,9 @@ def test_measure_is_the_ratio_to_the_reference(regress: ModuleType, fake: FakeCl
     assert planted["ratio"] == pytest.approx(1.3 / 0.1, rel=1e-2)
 
 
-def test_a_planted_30_percent_slowdown_fails_the_run(regress: ModuleType, fake: FakeClock, tmp_path: Path) -> None:
+def test_a_planted_30_percent_slowdown_fails_the_run(
+    regress: ModuleType, fake: FakeClock, tmp_path: Path
+) -> None:
     base_path, out = tmp_path / "baseline.json", tmp_path / "now.json"
     args = ["--cases", "fake/case", "--rounds", "3", "--baseline", str(base_path), "--out", str(out)]
     assert regress.main([*args, "--update-baseline"]) == 0
