@@ -27,27 +27,9 @@ from typing import Any
 
 from icdl.io import atomic_write_json
 
-COMMANDS = {
-    "rows-default": [
-        "construct",
-        "--variant",
-        "rows",
-        "-N",
-        "6",
-        "-K",
-        "64",
-        "--in-dim",
-        "16",
-        "--out-dim",
-        "1",
-        "-n",
-        "256",
-        "-L",
-        "50",
-        "--json",
-    ],  # fmt: skip
-    "train-cpu-small-100": ["train", "cpu-small", "--set", "train.steps=100", "--quiet"],
-}
+ROWS_DEFAULT = "construct --variant rows -N 6 -K 64 --in-dim 16 --out-dim 1 -n 256 -L 50 --json"
+TRAIN_100 = "train cpu-small --set train.steps=100 --quiet"
+COMMANDS = {"rows-default": ROWS_DEFAULT.split(" "), "train-cpu-small-100": TRAIN_100.split(" ")}
 
 
 def env_without_thread_settings() -> dict[str, str]:
@@ -98,8 +80,8 @@ def main() -> None:
                     "all_seconds": times,
                     "default_over_best": medians["default"] / best,
                 }
-                print(f"{name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in medians.items())
-                      + f"; default/best {medians['default'] / best:.2f}", flush=True)  # fmt: skip
+                line = ", ".join(f"{k} {v:.2f} s" for k, v in medians.items())
+                print(f"{name}: {line}; default/best {medians['default'] / best:.2f}", flush=True)
     finally:
         for proc in busy:
             proc.kill()
