@@ -46,6 +46,19 @@ def _same_tokens(H: Tensor, slots: Tensor) -> bool:
     return torch.equal(X, X[:, :1].expand_as(X))
 
 
+#: the most elements a stacked product ``(n, ...)`` may have (`_stacked_fits`; 8 MiB of float64): below it one
+#: gather, one product and one cumsum replace ``n`` gathers and ``2n`` small kernels (the reference size's
+#: sublayers are dominated by per-call overhead), above it the pair loop keeps memory at one product
+STACKED_ELEMS = 1 << 20
+
+
+def _stacked_fits(x: Tensor, elems: int) -> bool:
+    """Whether a product of ``elems`` elements like ``x`` can be summed stacked (`_ordered_sum` of the whole
+    product tensor) with the bits of `_ordered_dot`: float64 on the CPU (where `_ordered_sum` is a cumsum that
+    adds in order in float64) and at most `STACKED_ELEMS` elements."""
+    return x.dtype == torch.float64 and x.device.type == "cpu" and elems <= STACKED_ELEMS
+
+
 def _ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int) -> Tensor:
     """``a(0) * b(0) + a(1) * b(1) + ... + a(n-1) * b(n-1)`` (broadcast), added left to right — what
     ``_ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:

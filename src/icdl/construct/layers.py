@@ -29,7 +29,17 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from icdl.construct._kernels import _features, _gather, _ordered_dot, _Rows, _same_tokens, _scatter, _tokens
+from icdl.construct._kernels import (
+    _features,
+    _gather,
+    _ordered_dot,
+    _ordered_sum,
+    _Rows,
+    _same_tokens,
+    _scatter,
+    _stacked_fits,
+    _tokens,
+)
 from icdl.construct.tables import (
     DEFAULT_CHUNK_ELEMS,
     Accumulate,
@@ -251,7 +261,11 @@ class EWML(HeadSublayer):
         (q,) = self._gather_rows(H, ("q",), q_first)
         k, v = self._gather_rows(H, ("k", "v"))
         # pair by pair in stored order, as the attention scores
-        score = _ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
+        M, w, _, Tk = k.shape
+        if _stacked_fits(k.base, M * w * B * Tk):  # the same additions, in fewer kernels
+            score = _ordered_sum(q.full() * k.full(), 1)
+        else:
+            score = _ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
         contrib = (score.view(-1, 1, B * T) * v.full().view(score.shape[0], -1, B * T)).reshape(-1, B * T)
         # value entries of one coordinate added in index order into zeros (as a scatter into all D
         # coordinates would), then added to h; the other coordinates are copied

@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from icdl.construct._kernels import _ordered_dot, _Rows, _slot_rows
+from icdl.construct._kernels import _ordered_dot, _ordered_sum, _Rows, _slot_rows, _stacked_fits
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -521,6 +521,9 @@ class HeadSublayer(Sublayer):
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
+        M, w, B, Tk = k.shape
+        if _stacked_fits(k.base, M * w * B * Tk * q.shape[-1]):  # the same additions, in fewer kernels
+            return _ordered_sum(k.full()[..., None] * q.full()[:, :, :, None, :], 1)
         return _ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
