@@ -29,6 +29,12 @@ typecheck:
 demo:
 	icdl demo
 
+# The benchmark regression suite (docs/benchmarks.md): a fixed small set of hot paths as ratios to
+# in-process references, compared with docs/results/bench_baseline.json; exits 1 on a ratio > 15% above
+# it. A few minutes on one thread; this run's JSON goes to bench-latest.json.
+bench:
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) benchmarks/regress.py
+
 # The docs site (mkdocs-material + mkdocstrings): warnings are errors. The tutorial page (docs/tutorial.md) is
 # executed at every build (mkdocs-jupyter), outputs and figures included; the other pages' code blocks run
 # in `make test` (tests/test_docs.py).

@@ -15,6 +15,9 @@
 #   DRY_RUN=0   DRY_RUN=1 runs every command at toy size on the CPU (1-layer width-16 models, 3 steps,
 #               prompts of 8 examples, 8 test prompts; a few minutes) -- what tests/test_gpu_script.py runs.
 # CUDA_GRAPH=1 trains with train.cuda_graph=true (the captured step of icdl.icl.training.fast).
+# BENCH=1 (default) also times the compiled forward at the scale sizes (benchmarks/bench_device.py:
+# $RUNS/bench_device.json; BENCH_SIZES, toy size in the dry run) and, on CUDA, the training step with and
+# without a CUDA graph (benchmarks/bench_train.py: $RUNS/bench_train_gpu.json). BENCH=0 skips both.
 # Wall times of the phases go to $RUNS/timings.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,4 +84,15 @@ timed "curves paper" curves paper-softmax-target3 in-distribution "$ALL" "${PAPE
 timed "curves centred" curves gpu-centred in-distribution,long-prompts "$ALL" "${CENTRED_RUNS[@]}"
 timed "report" python -m icdl report "${PAPER_RUNS[@]}" "${CENTRED_RUNS[@]}" --out "$OUT" \
   --suites in-distribution,long-prompts --evaluate none --quiet
+if [[ "${BENCH:-1}" == 1 ]]; then
+  if [[ "$DRY_RUN" == 1 ]]; then BENCH_SIZES=${BENCH_SIZES:-toy}; fi
+  BENCH_SIZES=${BENCH_SIZES:-reference rows-default rows-large rows-1m rows-10m}
+  # shellcheck disable=SC2086  # a list of size names
+  timed "bench compiled forward" python benchmarks/bench_device.py --device "$DEVICE" --sizes $BENCH_SIZES \
+    --out "$RUNS/bench_device.json"
+  if [[ "$DEVICE" == cuda* ]]; then
+    timed "bench training step" python benchmarks/bench_train.py --device cuda --sizes cpu-small paper \
+      --out "$RUNS/bench_train_gpu.json"
+  fi
+fi
 echo "report: $OUT/report.md; curves: $CURVES/paper-softmax-target3.json, $CURVES/gpu-centred.json" >&2

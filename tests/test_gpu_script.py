@@ -41,7 +41,9 @@ def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> N
     cfg = (tmp_path / "runs" / "gpu-centred" / "config.yaml").read_text()
     assert "standardize: task" in cfg and "cuda_graph: true" in cfg
     timings = (tmp_path / "runs" / "timings.tsv").read_text().splitlines()
-    assert len(timings) == 5 and all(line.split("\t")[1].isdigit() for line in timings)
+    assert len(timings) == 6 and all(line.split("\t")[1].isdigit() for line in timings)
+    bench = json.loads((tmp_path / "runs" / "bench_device.json").read_text())  # the toy compiled forward
+    assert [r["name"] for r in bench["rows"]] == ["toy"] and bench["rows"][0]["max_abs_err_weights"] < 1e-12
     for name in ("paper-softmax-target3", "gpu-centred"):  # the committed-curves JSON, as on the CPU
         curves = json.loads((tmp_path / "runs" / "curves" / f"{name}.json").read_text())
         assert curves["format"] == "icdl-curves-v1" and [r["train_seed"] for r in curves["runs"]] == [0]

@@ -3,6 +3,7 @@ budget (``--yes``) and output checks."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import click
 from icdl import budget
 from icdl.errors import InputError
 from icdl.io import check_writable, clean_json
+from icdl.threads import Kind, apply_threads
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,6 +138,32 @@ def yes_option(f: F) -> F:
         is_flag=True,
         help="Run even when the memory/time estimate is above the limit (otherwise: exit 2 with it).",
     )(f)
+
+
+def threads_option(kind: Kind, *, forward: bool = False) -> Callable[[F], F]:
+    """The ``--threads N`` option: torch's intra-op threads for the command, chosen by
+    [`icdl.threads.apply_threads`][icdl.threads.apply_threads] for work of ``kind`` (``"small"`` or
+    ``"large"``) before the command runs. ``forward``: the command also gets ``threads`` (None when not
+    given), e.g. to record it in its config."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, threads: int | None = None, **kwargs: Any) -> Any:
+            apply_threads(kind, threads)  # imports torch: at run time, never for --help
+            if forward:
+                kwargs["threads"] = threads
+            return fn(*args, **kwargs)
+
+        return click.option(
+            "--threads",
+            type=count(1, 4096),
+            default=None,
+            show_default="by the work",
+            help="Intra-op threads (default: 1 for construction work, else the idle cores; "
+            "env ICDL_THREADS; docs/benchmarks.md).",
+        )(wrapper)  # type: ignore[return-value]
+
+    return decorate
 
 
 def guard(est: budget.Estimate, yes: bool, *, max_seconds: float | None = None) -> budget.Estimate:

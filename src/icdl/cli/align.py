@@ -17,7 +17,16 @@ from typing import Any
 import click
 
 from icdl.cli import paused_gc
-from icdl.cli._common import VariantChoice, check_output, count, emit_json, examples, guard, yes_option
+from icdl.cli._common import (
+    VariantChoice,
+    check_output,
+    count,
+    emit_json,
+    examples,
+    guard,
+    threads_option,
+    yes_option,
+)
 from icdl.icl.suites import EVAL_SEED
 
 # AlignOptions' defaults (icdl.icl.analysis.align), written out here so that --help does not import torch;
@@ -165,6 +174,7 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Also copy JSON and plots to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or table.")
+@threads_option("large")
 @yes_option
 def align(
     run_dir: Path, prompts: int, ks: str | None, baselines: str, gd_lrs: str | None, gd_steps: str | None,

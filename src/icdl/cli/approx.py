@@ -18,7 +18,16 @@ import click
 
 from icdl.budget import QUICK_SECONDS
 from icdl.cli import paused_gc
-from icdl.cli._common import POSITIVE_FLOAT, check_output, emit_json, examples, guard, user_error, yes_option
+from icdl.cli._common import (
+    POSITIVE_FLOAT,
+    check_output,
+    emit_json,
+    examples,
+    guard,
+    threads_option,
+    user_error,
+    yes_option,
+)
 from icdl.io import atomic_write
 
 if TYPE_CHECKING:  # imported when the command runs: --help does not wait for torch
@@ -90,6 +99,7 @@ def _write_plot(s: ReluSum, path: Path, delta: float, dpi: int = 120) -> None:
 @click.option(
     "--dpi", type=click.IntRange(10, 2400), default=120, show_default=True, help="Resolution of --plot."
 )
+@threads_option("small")
 @yes_option
 def approx(
     function: str,

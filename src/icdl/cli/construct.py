@@ -35,6 +35,7 @@ from icdl.cli._common import (
     guard,
     network_options,
     relu_sum_options_auto,
+    threads_option,
     user_error,
     yes_option,
 )
@@ -177,6 +178,7 @@ FAIL comes first, then DEGENERATE, then INCONCLUSIVE."""
     is_flag=True,
     help="List every sublayer (name, kind, lemma, heads, reads -> writes) before the verification.",
 )
+@threads_option("small")
 @yes_option
 def construct(
     depth: int,

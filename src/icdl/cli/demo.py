@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from icdl.cli._common import check_output, count, examples, guard, yes_option
+from icdl.cli._common import check_output, count, examples, guard, threads_option, yes_option
 
 
 def _banner(title: str) -> None:
@@ -45,6 +45,7 @@ def _banner(title: str) -> None:
     show_default="the demo preset's train.steps",
     help="Pretraining steps.",
 )
+@threads_option("small")
 @yes_option
 @click.pass_context
 def demo(ctx: click.Context, out: Path, skip_train: bool, steps: int | None, yes: bool = False) -> None:

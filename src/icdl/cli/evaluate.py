@@ -21,6 +21,7 @@ from icdl.cli._common import (
     emit_json,
     examples,
     guard,
+    threads_option,
     yes_option,
 )
 from icdl.icl.suites import DEFAULT_PROMPTS, EVAL_SEED, suite_names
@@ -156,6 +157,7 @@ POOLINGS = ("pooled", "batch_mean")
 @click.option("--force", is_flag=True, help="Recompute even if a cached result exists (or is damaged).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results object as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or summary.")
+@threads_option("large")
 @yes_option
 def evaluate(
     run_dir: Path,

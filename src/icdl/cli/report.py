@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from icdl.cli import paused_gc
-from icdl.cli._common import check_output, count, examples, guard, yes_option
+from icdl.cli._common import check_output, count, examples, guard, threads_option, yes_option
 from icdl.icl.suites import DEFAULT_PROMPTS, suite_names
 
 
@@ -72,6 +72,7 @@ from icdl.icl.suites import DEFAULT_PROMPTS, suite_names
     "--dpi", type=click.IntRange(10, 2400), default=100, show_default=True, help="Resolution of the figures."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar; print only the report path.")
+@threads_option("large")
 @yes_option
 def report(
     run_dirs: tuple[Path, ...],

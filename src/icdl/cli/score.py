@@ -31,6 +31,7 @@ from icdl.cli._common import (
     examples,
     guard,
     overrides_option,
+    threads_option,
     yes_option,
 )
 from icdl.errors import InputError
@@ -165,6 +166,7 @@ def score() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout when done.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+@threads_option("large", forward=True)
 @yes_option
 def train_cmd(
     config: str,
@@ -174,6 +176,7 @@ def train_cmd(
     quiet: bool,
     print_config: bool,
     yes: bool = False,
+    threads: int | None = None,
 ) -> None:
     """Pretrain (or resume) the ICL score model. CONFIG: a score preset (score-small) or a YAML path.
 
@@ -185,6 +188,8 @@ def train_cmd(
     from icdl.diffusion.budget import score_train_estimate
     from icdl.diffusion.config import dump_score_config, load_score_config
 
+    if threads is not None:  # --threads beats the config's train.threads
+        overrides = (*overrides, f"train.threads={threads}")
     cfg = load_score_config(config, overrides)
     if print_config:
         click.echo(dump_score_config(cfg), nl=False)
@@ -286,6 +291,7 @@ def _load(run: Path | None, preset: str | None, allow_unfinished: bool) -> tuple
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the result JSON here.")
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write the curves to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@threads_option("large")
 @yes_option
 def evaluate_cmd(
     run: Path | None, preset: str | None, prompts: int, seed: int, mlp_ks: str, mlp_depth: int,
@@ -383,6 +389,7 @@ def evaluate_cmd(
     help="Samples of the first prompt at the largest k (PNG).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@threads_option("large")
 @yes_option
 def sample_cmd(
     run: Path | None, preset: str | None, ks_text: str, prompts: int, samples: int, steps: int, method: str,
@@ -487,6 +494,7 @@ def sample_cmd(
     help="Keep the seed's first prompt even when degenerate (GD never moves w).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the verification summary as one JSON object.")
+@threads_option("small")
 @yes_option
 def construct_cmd(
     dim: int,

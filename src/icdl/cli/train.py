@@ -15,7 +15,16 @@ from pathlib import Path
 
 import click
 
-from icdl.cli._common import check_output, count, emit_json, examples, guard, overrides_option, yes_option
+from icdl.cli._common import (
+    check_output,
+    count,
+    emit_json,
+    examples,
+    guard,
+    overrides_option,
+    threads_option,
+    yes_option,
+)
 from icdl.config import list_presets
 from icdl.errors import InputError
 
@@ -57,6 +66,7 @@ EXIT_DIVERGED = 3
     help="Data parallel on this node with K worker processes, launched by icdl after the config, "
     "--out and the estimate were checked (like torchrun --standalone --nproc_per_node=K).",
 )
+@threads_option("large", forward=True)
 @yes_option
 def train(
     config: str,
@@ -67,12 +77,15 @@ def train(
     print_config: bool,
     nproc: int | None = None,
     yes: bool = False,
+    threads: int | None = None,
 ) -> None:
     """Pretrain an ICL transformer (resumable; torchrun for data parallel). CONFIG is a bundled preset's
     name (``icdl.config.list_presets``) or a YAML path; resumes from ``--out`` when it holds a
     checkpoint of the same config."""
     from icdl.config import dump_config, load_config
 
+    if threads is not None:  # --threads beats the config's train.threads (a bookkeeping key)
+        overrides = (*overrides, f"train.threads={threads}")
     cfg = load_config(config, overrides)
     if print_config:
         click.echo(dump_config(cfg), nl=False)

@@ -144,7 +144,7 @@ def test_mlp_plan_follows_in_place_table_edits() -> None:
 def test_ordered_sum_adds_left_to_right_bit_for_bit() -> None:
     """The one-call sum used for scores and EWML products equals the pair-by-pair loop in every bit, also
     where the order matters (terms of very different sizes) and for long rows (d_h > 16)."""
-    from icdl.construct.engine.kernels import _ordered_sum
+    from icdl.construct.engine.kernels import ordered_sum
 
     g = torch.Generator().manual_seed(3)
     for width in (1, 2, 17, 70):
@@ -153,9 +153,9 @@ def test_ordered_sum_adds_left_to_right_bit_for_bit() -> None:
         loop = x[:, 0]
         for r in range(1, width):
             loop = loop + x[:, r]
-        assert torch.equal(_ordered_sum(x, 1), loop)
+        assert torch.equal(ordered_sum(x, 1), loop)
     big = torch.tensor([1e16, 1.0, -1e16, 1.0], dtype=torch.float64)[None]
-    assert _ordered_sum(big, 1).item() == 1.0  # ((1e16 + 1) - 1e16) + 1: not the exact sum 2
+    assert ordered_sum(big, 1).item() == 1.0  # ((1e16 + 1) - 1e16) + 1: not the exact sum 2
 
 
 def test_relu_attention_shared_leading_pairs_give_the_same_bits() -> None:

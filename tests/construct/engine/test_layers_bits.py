@@ -9,19 +9,20 @@ import torch
 from torch import Tensor
 
 from icdl.construct import compile_gd_transformer, sample_task
+from icdl.construct.engine import kernels
 from icdl.construct.engine.layers import EWML, HeadTable, ReLUAttention, ReLUMLP, UnitTable
 from icdl.nets import NetSpec
 
 D = 9
 
 
-def _heads(g: torch.Generator, heads: int = 6, shared_q: bool = False) -> HeadTable:
+def _heads(g: torch.Generator, heads: int = 6, shared_q: bool = False, widths: int = 3) -> HeadTable:
     """Random heads of widths 1..3 (padding exercised), values of 1-2 entries; ``shared_q``: half the heads
     read the same query slots with the same coefficients (the distinct reads are gathered once)."""
     t = HeadTable()
-    q0 = [(1, 0.75), (2, -1.5), (3, 3.0)]
+    q0 = [(1, 0.75), (2, -1.5), (3, 3.0), (4, -6.0), (5, 12.0), (6, -24.0)][:widths]
     for m in range(heads):
-        w = 1 + m % 3
+        w = 1 + m % widths
         idx = torch.randint(0, D, (3, w), generator=g).tolist()
         c = torch.randn(3, w, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(
             -3, 4, (3, w), generator=g
@@ -66,8 +67,17 @@ def _head_loop(layer: ReLUAttention | EWML, H: Tensor, attention: bool) -> Tenso
     return out
 
 
+@pytest.fixture(params=["stacked", "pairwise"])
+def score_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a score is summed in float64: the stacked products (small sizes) and pair by pair (a
+    product above ``STACKED_ELEMS``); float32 always goes pair by pair."""
+    if request.param == "pairwise":
+        monkeypatch.setattr(kernels, "STACKED_ELEMS", 0)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_ewml_equals_the_head_loop_bit_for_bit(dtype: torch.dtype) -> None:
+def test_ewml_equals_the_head_loop_bit_for_bit(dtype: torch.dtype, score_path: str) -> None:
     g = torch.Generator().manual_seed(11)
     layer = EWML(_heads(g, shared_q=True).tensors(dtype), D)
     H = torch.randn(2, 5, D, generator=g, dtype=torch.float64).to(dtype)
@@ -79,7 +89,9 @@ def test_ewml_equals_the_head_loop_bit_for_bit(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_relu_attention_on_one_token_equals_the_head_loop_bit_for_bit(dtype: torch.dtype) -> None:
+def test_relu_attention_on_one_token_equals_the_head_loop_bit_for_bit(
+    dtype: torch.dtype, score_path: str
+) -> None:
     g = torch.Generator().manual_seed(12)
     layer = ReLUAttention(_heads(g, heads=8, shared_q=True).tensors(dtype), D)
     H = torch.randn(3, 1, D, generator=g, dtype=torch.float64).to(dtype)
@@ -87,6 +99,19 @@ def test_relu_attention_on_one_token_equals_the_head_loop_bit_for_bit(dtype: tor
     assert torch.equal(layer(H), want)
     buf = torch.full_like(H, float("nan"))
     assert torch.equal(layer(H, out=buf), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_wide_heads_sum_their_pairs_in_stored_order(dtype: torch.dtype, score_path: str) -> None:
+    """Heads of up to 6 pairs: any other order of the pair sum (the stacked path's included) changes bits."""
+    g = torch.Generator().manual_seed(14)
+    for shared in (False, True):
+        table = _heads(g, heads=12, shared_q=shared, widths=6).tensors(dtype)
+        for layer, X, attn in (
+            (EWML(table, D), torch.randn(2, 5, D, generator=g, dtype=torch.float64).to(dtype), False),
+            (ReLUAttention(table, D), torch.randn(3, 1, D, generator=g, dtype=torch.float64).to(dtype), True),
+        ):
+            assert torch.equal(layer(X), _head_loop(layer, X, attention=attn))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

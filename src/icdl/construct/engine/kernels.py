@@ -47,9 +47,22 @@ def same_tokens(H: Tensor, slots: Tensor) -> bool:
     return torch.equal(X, X[:, :1].expand_as(X))
 
 
+#: the most elements a stacked product ``(n, ...)`` may have (`stacked_fits`; 8 MiB of float64): below it one
+#: gather, one product and one cumsum replace ``n`` gathers and ``2n`` small kernels (the reference size's
+#: sublayers are dominated by per-call overhead), above it the pair loop keeps memory at one product
+STACKED_ELEMS = 1 << 20
+
+
+def stacked_fits(x: Tensor, elems: int) -> bool:
+    """Whether a product of ``elems`` elements like ``x`` can be summed stacked (`ordered_sum` of the whole
+    product tensor) with the bits of `ordered_dot`: float64 on the CPU (where `ordered_sum` is a cumsum that
+    adds in order in float64) and at most `STACKED_ELEMS` elements."""
+    return x.dtype == torch.float64 and x.device.type == "cpu" and elems <= STACKED_ELEMS
+
+
 def ordered_dot(a: Callable[[int], Tensor], b: Callable[[int], Tensor], n: int) -> Tensor:
     """``a(0) * b(0) + a(1) * b(1) + ... + a(n-1) * b(n-1)`` (broadcast), added left to right — what
-    ``_ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:
+    ``ordered_sum`` of the stacked products computes, bit for bit, without the ``(n, ...)`` product tensor:
     each product is rounded, then added to the running sum (no fused multiply-add)."""
     out = a(0) * b(0)
     if out.requires_grad:  # autograd (e.g. icdl align's sensitivities): the same sums, out of place
@@ -108,7 +121,7 @@ def scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:
     return out
 
 
-def _ordered_sum(x: Tensor, dim: int) -> Tensor:
+def ordered_sum(x: Tensor, dim: int) -> Tensor:
     """``x[0] + x[1] + ... + x[-1]`` along ``dim``, added left to right (``((x0 + x1) + x2) + ...``).
 
     In float64 on the CPU this is the last entry of ``cumsum``, whose kernel adds sequentially in the

@@ -35,8 +35,10 @@ from icdl.construct.engine.kernels import (
     features,
     gather,
     ordered_dot,
+    ordered_sum,
     same_tokens,
     scatter,
+    stacked_fits,
 )
 from icdl.construct.engine.sublayers import (
     DEFAULT_CHUNK_ELEMS,
@@ -259,7 +261,11 @@ class EWML(HeadSublayer):
         (q,) = self._gather_rows(H, ("q",), q_first)
         k, v = self._gather_rows(H, ("k", "v"))
         # pair by pair in stored order, as the attention scores
-        score = ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
+        M, w, _, Tk = k.shape
+        if stacked_fits(k.base, M * w * B * Tk):  # the same additions, in fewer kernels
+            score = ordered_sum(q.full() * k.full(), 1)
+        else:
+            score = ordered_dot(q.col, k.col, q.shape[1])  # (M, B, T)
         contrib = (score.view(-1, 1, B * T) * v.full().view(score.shape[0], -1, B * T)).reshape(-1, B * T)
         # value entries of one coordinate added in index order into zeros (as a scatter into all D
         # coordinates would), then added to h; the other coordinates are copied

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from icdl.construct.engine.kernels import Rows, ordered_dot, slot_rows
+from icdl.construct.engine.kernels import Rows, ordered_dot, ordered_sum, slot_rows, stacked_fits
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -522,6 +522,9 @@ class HeadSublayer(Sublayer):
         Accumulated pair by pair in stored order (elementwise, no matmul), so identical heads and identical
         rows give bit-identical scores and the last pair (the bias) is added last.
         """
+        M, w, B, Tk = k.shape
+        if stacked_fits(k.base, M * w * B * Tk * q.shape[-1]):  # the same additions, in fewer kernels
+            return ordered_sum(k.full()[..., None] * q.full()[:, :, :, None, :], 1)
         return ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
