@@ -1,7 +1,7 @@
 """Old module paths of the package, kept importable with a ``DeprecationWarning`` (issue 32 moved
 ``icdl.construct`` and ``icdl.icl`` into subpackages; docs/architecture.md has the new map).
 
-One mechanism for every moved module, no shim files: [`MOVED`][icdl.aliases.MOVED] maps each old dotted path
+One mechanism for every moved module, no shim files: `MOVED` maps each old dotted path
 to the module that now holds its code, and [`install`][icdl.aliases.install] (called by ``import icdl``) puts
 a finder first on ``sys.meta_path`` that answers an old path with the new module itself, so
 ``import icdl.construct.tables`` and ``from icdl.icl.evaluate import evaluate_run`` give the objects of
@@ -109,7 +109,7 @@ class _Alias(importlib.abc.Loader):
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of [`MOVED`][icdl.aliases.MOVED] (and only those)."""
+    """Finds the old paths of `MOVED` (and only those)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None

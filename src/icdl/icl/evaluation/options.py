@@ -1,5 +1,5 @@
-"""What an evaluation runs with: the baselines it knows ([`BASELINES`][icdl.icl.evaluation.options.BASELINES],
-each suite's default in [`SUITE_BASELINES`][icdl.icl.evaluation.options.SUITE_BASELINES]), their settings
+"""What an evaluation runs with: the baselines it knows (`BASELINES`,
+each suite's default in `SUITE_BASELINES`), their settings
 ([`EvalOptions`][icdl.icl.evaluation.options.EvalOptions], all recorded in the results) and the parser of
 ``--baselines`` ([`parse_baselines`][icdl.icl.evaluation.options.parse_baselines]). Below
 [`evaluate`][icdl.icl.evaluation.evaluate] and [`baseline_runs`][icdl.icl.evaluation.baseline_runs], which
