@@ -39,15 +39,22 @@ def _mlp_params(depth: int, width: int, dim: int) -> int:
 
 def score_train_estimate(cfg: ScoreConfig) -> Estimate:
     """Training ``cfg``: ``6 P B T`` FLOPs per step (forward + backward) plus attention, parameters and
-    AdamW state four times over, and the activations kept for the backward pass."""
+    AdamW state four times over, the activations kept for the backward pass, and the batch's mixtures.
+
+    Drawing a batch ([`icdl.diffusion.task.sample_score_batch`][icdl.diffusion.task.sample_score_batch])
+    holds, per mixture component and prompt, its ``k`` latent mean and weight with their cumulative sums
+    (float64) and one comparison byte per point that picks each point's component:
+    ``B m (n + 8 (k + 2))`` bytes for ``m`` components, ``n`` points (measured 4.3 KiB per component for
+    score-small)."""
     m, t, task = cfg.model, cfg.train, cfg.task
     T, B = 2 * task.points, t.batch_size
     P = _icl_params(m, max(task.d_x, task.d_y))
     flops = t.steps * (6 * P * B * T + 12 * B * T * T * m.d_model * m.layers)
     acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp + m.heads * T)
+    mixtures = B * task.components * (task.points + 8 * (task.latent_dim + 2))
     return Estimate(
         f"icdl score train ({cfg.name})",
-        float(_BASE_BYTES + 16 * P + 4 * acts),
+        float(_BASE_BYTES + 16 * P + 4 * acts + mixtures),
         5.0 + flops / CPU_FLOPS + t.steps * _STEP_OVERHEAD,
         f"{t.steps} steps x batch {B} x {T} tokens, {P:,} parameters",
     )
