@@ -91,3 +91,71 @@ def test_score_train_estimate_counts_the_mixture_components(components: int, tmp
     peak = _peak(SCORE_TRAIN, tmp_path / "r", over)
     assert peak > 700 * 2**20
     _within(score_train_estimate(load_score_config("score-small", over)).bytes, peak)
+
+
+# The score commands' parts, measured as the peak a child adds while it runs them (as the bootstrap's,
+# tests/reliability/test_bootstrap_estimate.py), against the part of the estimate that depends on them.
+GD_CHILD = HWM + """
+import sys, torch
+from icdl.diffusion.baselines import GDScore
+steps, prompts, width = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+xs = torch.randn(prompts, 41, 3, dtype=torch.float64)
+ys = torch.randn(prompts, 41, 2, dtype=torch.float64)
+GDScore(width=width, steps=2, ks=[2])(xs[:2], ys[:2])  # warm: imports and kernels before the baseline
+base = hwm()
+GDScore(width=width, steps=steps, ks=[2])(xs, ys)
+print(hwm() - base)
+"""
+MMD_CHILD = HWM + """
+import sys, torch
+from icdl.diffusion.metrics import mmd
+s = int(sys.argv[1])
+a, b = torch.randn(s, 2), torch.randn(s, 2)
+mmd(a[:10], b[:10])
+base = hwm()
+mmd(a, b)
+print(hwm() - base)
+"""
+
+
+def _added(child: str, *args: int) -> float:
+    p = subprocess.run(
+        [sys.executable, "-c", child, *map(str, args)],
+        capture_output=True, text=True, env=ENV, timeout=600, check=True,
+    )  # fmt: skip
+    return float(p.stdout.split()[-1])
+
+
+# --gd-steps 10000 --gd-width 1024 was not refused (> 5 GiB measured): the trajectory of GD on the score
+# network, (steps + 1) x prompts x P float64 twice over, was not in the estimate. Measured (MiB): 2,164 at
+# 500 steps x 64 prompts (estimate 2,697), 4,317 and 6,460 at 1,000 (estimate 5,390).
+@pytest.mark.parametrize("steps", [200, 400])
+def test_score_evaluate_estimate_counts_the_gd_trajectory(steps: int) -> None:
+    from icdl.diffusion.budget import score_curves_estimate
+
+    cfg = load_score_config("score-small")
+    args = {"mlp_ks": 1, "mlp_epochs": 1, "mlp_depth": 2, "mlp_width": 8, "resamples": 10, "gd_width": 64}
+
+    def est(gd_steps: int) -> float:
+        return score_curves_estimate(cfg, prompts=32, gd_steps=gd_steps, **args).bytes
+
+    measured = _added(GD_CHILD, steps, 32, 64)
+    assert measured > 300 * 2**20
+    _within(est(steps) - est(0), measured)
+
+
+# --samples 20000 was not refused (> 5 GiB measured): the MMD's (2 samples)^2 pooled distances were not in
+# the estimate. Measured (MiB): 257 at 2,000 samples, 577 at 3,000 (estimate 244 and 549).
+@pytest.mark.parametrize("samples", [2000, 3000])
+def test_score_sample_estimate_counts_the_mmd_distances(samples: int) -> None:
+    from icdl.diffusion.budget import sampling_estimate
+
+    cfg = load_score_config("score-small")
+
+    def est(n: int) -> float:
+        args = {"ks": [5], "prompts": 1, "steps": 1, "mlp_epochs": 1, "mlp_depth": 2, "mlp_width": 8}
+        return sampling_estimate(cfg, samples=n, **args).bytes
+
+    measured = _added(MMD_CHILD, samples)
+    assert measured > 200 * 2**20
+    _within(est(samples) - est(2), measured)

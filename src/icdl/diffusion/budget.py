@@ -101,11 +101,15 @@ def score_curves_estimate(
     small_steps = mlp_ks * (mlp_epochs + gd_steps)
     # The bootstrap over prompts builds a (resamples, prompts) index (int64), its counts and the ones it
     # scatters (float64) at once: 24 bytes per resample and prompt (icdl.icl.metrics.bootstrap_bands).
+    # Plain GD keeps its whole weight trajectory (icdl.nets.reference_gd: the steps + 1 float64 (prompts, P)
+    # iterates, then their stacked copy) for one k at a time: two copies, measured two to three with the
+    # allocator's slack, so 2.5 are counted (20 bytes per step, prompt and weight).
     nbytes = (
         _BASE_BYTES
         + 8 * prompts * T * (m.d_model * m.layers * 4 + mlp_width * 4)
         + 8 * resamples * (K + 1)
         + 24 * resamples * prompts
+        + (20 * (gd_steps + 1) * prompts * gd if gd_steps > 0 else 0)
     )
     return Estimate(
         "icdl score evaluate",
@@ -132,7 +136,14 @@ def sampling_estimate(
     per_eval = 2 * P + 8 * m.layers * m.d_model * kmax + 2 * mlp + 40 * kmax * task.dim
     runs = prompts * len(ks)
     flops = runs * (6 * samples * steps * 2 * per_eval + 6 * mlp * kmax * mlp_epochs)
-    nbytes = _BASE_BYTES + 4 * 3 * samples * (2 * kmax + 1) * m.d_model + 8 * 64 * samples * task.dim
+    # The MMD's median bandwidth: the (2 samples)^2 float64 distances of the pooled samples and the copy
+    # the median sorts (icdl.diffusion.metrics.mmd): 64 bytes per squared sample.
+    nbytes = (
+        _BASE_BYTES
+        + 4 * 3 * samples * (2 * kmax + 1) * m.d_model
+        + 8 * 64 * samples * task.dim
+        + 64 * samples**2
+    )
     return Estimate(
         "icdl score sample",
         float(nbytes),
