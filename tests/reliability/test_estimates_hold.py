@@ -30,20 +30,27 @@ def hwm():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
 """
-TRAIN = HWM + """
+
+
+def _child(body: str) -> str:
+    """A child script: ``hwm()`` (this process's peak resident memory, bytes) then ``body``."""
+    return HWM + body
+
+
+TRAIN = _child("""
 import sys
 from icdl.config import load_config
 from icdl.icl.train import train
 train(load_config("tiny", sys.argv[2:]), sys.argv[1], quiet=True)
 print(hwm())
-"""
-SCORE_TRAIN = HWM + """
+""")
+SCORE_TRAIN = _child("""
 import sys
 from icdl.diffusion.config import load_score_config
 from icdl.diffusion.train import train_score
 train_score(load_score_config("score-small", sys.argv[2:]), sys.argv[1], quiet=True)
 print(hwm())
-"""
+""")
 ONE_STEP = ["train.steps=1", "train.checkpoint_every=1", "train.threads=1", "train.device=cpu"]
 
 
@@ -65,7 +72,8 @@ def _within(est: float, peak: float) -> None:
 def test_train_estimate_counts_the_parameters(tmp_path: Path) -> None:
     est, peak = [], []
     for d in (384, 512):
-        over = [*ONE_STEP, f"model.d_model={d}", "model.layers=8", f"model.d_mlp={4 * d}", "train.batch_size=1"]
+        model = [f"model.d_model={d}", "model.layers=8", f"model.d_mlp={4 * d}"]
+        over = [*ONE_STEP, *model, "train.batch_size=1"]
         peak.append(_peak(TRAIN, tmp_path / str(d), over))
         est.append(train_estimate(load_config("tiny", over), device="cpu").bytes)
         _within(est[-1], peak[-1])
@@ -95,7 +103,7 @@ def test_score_train_estimate_counts_the_mixture_components(components: int, tmp
 
 # The score commands' parts, measured as the peak a child adds while it runs them (as the bootstrap's,
 # tests/reliability/test_bootstrap_estimate.py), against the part of the estimate that depends on them.
-GD_CHILD = HWM + """
+GD_CHILD = _child("""
 import sys, torch
 from icdl.diffusion.baselines import GDScore
 steps, prompts, width = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -105,8 +113,8 @@ GDScore(width=width, steps=2, ks=[2])(xs[:2], ys[:2])  # warm: imports and kerne
 base = hwm()
 GDScore(width=width, steps=steps, ks=[2])(xs, ys)
 print(hwm() - base)
-"""
-MMD_CHILD = HWM + """
+""")
+MMD_CHILD = _child("""
 import sys, torch
 from icdl.diffusion.metrics import mmd
 s = int(sys.argv[1])
@@ -115,7 +123,7 @@ mmd(a[:10], b[:10])
 base = hwm()
 mmd(a, b)
 print(hwm() - base)
-"""
+""")
 
 
 def _added(child: str, *args: int) -> float:
@@ -127,8 +135,8 @@ def _added(child: str, *args: int) -> float:
 
 
 # --gd-steps 10000 --gd-width 1024 was not refused (> 5 GiB measured): the trajectory of GD on the score
-# network, (steps + 1) x prompts x P float64 twice over, was not in the estimate. Measured (MiB): 2,164 at
-# 500 steps x 64 prompts (estimate 2,697), 4,317 and 6,460 at 1,000 (estimate 5,390).
+# network, (steps + 1) x prompts x P float64 twice over, was not in the estimate. Measured (MiB): 2,164 and
+# 3,139 at 500 steps x 64 prompts (estimate 2,700), 4,317 and 6,460 at 1,000 (estimate 5,393).
 @pytest.mark.parametrize("steps", [200, 400])
 def test_score_evaluate_estimate_counts_the_gd_trajectory(steps: int) -> None:
     from icdl.diffusion.budget import score_curves_estimate
@@ -145,7 +153,7 @@ def test_score_evaluate_estimate_counts_the_gd_trajectory(steps: int) -> None:
 
 
 # --samples 20000 was not refused (> 5 GiB measured): the MMD's (2 samples)^2 pooled distances were not in
-# the estimate. Measured (MiB): 257 at 2,000 samples, 577 at 3,000 (estimate 244 and 549).
+# the estimate. Measured (MiB): 245 at 2,000 samples, 551 at 3,000 (estimate 244 and 549).
 @pytest.mark.parametrize("samples", [2000, 3000])
 def test_score_sample_estimate_counts_the_mmd_distances(samples: int) -> None:
     from icdl.diffusion.budget import sampling_estimate
