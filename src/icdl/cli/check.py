@@ -29,8 +29,8 @@ Item = tuple[str, str, str]  # (status, path, detail)
 _T = TypeVar("_T")
 
 # `icdl check` on a run that is training: a damaged-looking pointer is looked at again this many times.
-_RETRIES = 5
-_RETRY_S = 0.05
+_RETRIES = 10
+_RETRY_S = 0.1
 
 
 def _guarded(path: Path, check: Callable[[], _T]) -> _T | Item:
@@ -101,18 +101,22 @@ def check_run(run: Path) -> list[Item]:
     latest = run / "checkpoints" / "latest"
 
     def pointer() -> Item:
-        problem = pointer_problem(run)
-        for _ in range(_RETRIES):  # a run training meanwhile moves the pointer, then rotates: look again
-            if problem is None:
-                break
-            time.sleep(_RETRY_S)
-            problem = pointer_problem(run)
-        if problem is not None:
-            # A damaged pointer is a FAIL even when a resume can recover (it says what it would use).
-            ck = find_checkpoint(run)
-            return "FAIL", str(latest), f"{problem}; a resume or evaluation uses {ck.name if ck else 'none'}"
-        ck = find_checkpoint(run)
-        return "ok", str(latest), f"names {ck.name if ck else 'no checkpoint yet'}"
+        # A run training meanwhile moves the pointer, then rotates the checkpoint it named away: the pointer
+        # and the checkpoint it resolves to are read together, and looked at again while either is moving.
+        for attempt in range(_RETRIES + 1):
+            if attempt:
+                time.sleep(_RETRY_S)
+            problem, error = pointer_problem(run), None
+            try:
+                ck = find_checkpoint(run, note=False)
+            except (InputError, OSError) as exc:
+                ck, error = None, exc
+            if problem is None and error is None:
+                return "ok", str(latest), f"names {ck.name if ck else 'no checkpoint yet'}"
+        if problem is None and error is not None:
+            raise error
+        # A damaged pointer is a FAIL even when a resume can recover (it says what it would use).
+        return "FAIL", str(latest), f"{problem}; a resume or evaluation uses {ck.name if ck else 'none'}"
 
     items = [_guarded(run / "config.yaml", config), _guarded(latest, pointer)]
     if score and (run / "model.safetensors").is_file():

@@ -39,15 +39,22 @@ def _mlp_params(depth: int, width: int, dim: int) -> int:
 
 def score_train_estimate(cfg: ScoreConfig) -> Estimate:
     """Training ``cfg``: ``6 P B T`` FLOPs per step (forward + backward) plus attention, parameters and
-    AdamW state four times over, and the activations kept for the backward pass."""
+    AdamW state four times over, the activations kept for the backward pass, and the batch's mixtures.
+
+    Drawing a batch ([`icdl.diffusion.task.sample_score_batch`][icdl.diffusion.task.sample_score_batch])
+    holds, per mixture component and prompt, its ``k`` latent mean and weight with their cumulative sums
+    (float64) and one comparison byte per point that picks each point's component:
+    ``B m (n + 8 (k + 2))`` bytes for ``m`` components, ``n`` points (measured 4.3 KiB per component for
+    score-small)."""
     m, t, task = cfg.model, cfg.train, cfg.task
     T, B = 2 * task.points, t.batch_size
     P = _icl_params(m, max(task.d_x, task.d_y))
     flops = t.steps * (6 * P * B * T + 12 * B * T * T * m.d_model * m.layers)
     acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp + m.heads * T)
+    mixtures = B * task.components * (task.points + 8 * (task.latent_dim + 2))
     return Estimate(
         f"icdl score train ({cfg.name})",
-        float(_BASE_BYTES + 16 * P + 4 * acts),
+        float(_BASE_BYTES + 16 * P + 4 * acts + mixtures),
         5.0 + flops / CPU_FLOPS + t.steps * _STEP_OVERHEAD,
         f"{t.steps} steps x batch {B} x {T} tokens, {P:,} parameters",
     )
@@ -94,11 +101,15 @@ def score_curves_estimate(
     small_steps = mlp_ks * (mlp_epochs + gd_steps)
     # The bootstrap over prompts builds a (resamples, prompts) index (int64), its counts and the ones it
     # scatters (float64) at once: 24 bytes per resample and prompt (icdl.icl.metrics.bootstrap_bands).
+    # Plain GD keeps its whole weight trajectory (icdl.nets.reference_gd: the steps + 1 float64 (prompts, P)
+    # iterates, then their stacked copy) for one k at a time: two copies, measured two to three with the
+    # allocator's slack, so 2.5 are counted (20 bytes per step, prompt and weight).
     nbytes = (
         _BASE_BYTES
         + 8 * prompts * T * (m.d_model * m.layers * 4 + mlp_width * 4)
         + 8 * resamples * (K + 1)
         + 24 * resamples * prompts
+        + (20 * (gd_steps + 1) * prompts * gd if gd_steps > 0 else 0)
     )
     return Estimate(
         "icdl score evaluate",
@@ -125,7 +136,14 @@ def sampling_estimate(
     per_eval = 2 * P + 8 * m.layers * m.d_model * kmax + 2 * mlp + 40 * kmax * task.dim
     runs = prompts * len(ks)
     flops = runs * (6 * samples * steps * 2 * per_eval + 6 * mlp * kmax * mlp_epochs)
-    nbytes = _BASE_BYTES + 4 * 3 * samples * (2 * kmax + 1) * m.d_model + 8 * 64 * samples * task.dim
+    # The MMD's median bandwidth: the (2 samples)^2 float64 distances of the pooled samples and the copy
+    # the median sorts (icdl.diffusion.metrics.mmd): 64 bytes per squared sample.
+    nbytes = (
+        _BASE_BYTES
+        + 4 * 3 * samples * (2 * kmax + 1) * m.d_model
+        + 8 * 64 * samples * task.dim
+        + 64 * samples**2
+    )
     return Estimate(
         "icdl score sample",
         float(nbytes),

@@ -191,9 +191,13 @@ def step_shape(cfg: Config, step: int) -> tuple[int | None, int | None]:
 def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = None) -> Estimate:
     """Memory and time of training ``cfg`` from ``start_step`` to ``train.steps``, before building anything.
 
-    Parameters of the ICL model (``layers (4 d^2 + 2 d d_mlp)`` plus biases, norms and embeddings), stored
-    four times (weights, gradients, two AdamW moments); activations kept for the backward pass
-    ``B T layers (8 d + 2 d_mlp + heads T)`` floats for ``T = 2 * points`` tokens; per step ``6 P B T``
+    Parameters of the ICL model (``layers (4 d^2 + 2 d d_mlp)`` plus biases, norms and embeddings), held
+    six times (weights, gradients, two AdamW moments, the optimizer's per-step temporaries and the
+    checkpoint's serialised weights: measured 24 bytes per parameter); activations kept for the backward
+    pass ``B T layers (8 d + 2 d_mlp)`` floats for ``T = 2 * points`` tokens, and for ReLU attention the
+    ``B heads T x T`` weights: two saved per block (``relu(q k^T)`` and its masked, normalised product) and
+    two more alive in the backward pass (softmax attention runs a fused kernel that keeps none on CPU:
+    ``F.scaled_dot_product_attention``); per step ``6 P B T``
     FLOPs (the usual forward + backward rule) plus attention and the sampled target networks, at
     `icdl.budget.CPU_FLOPS` (or `icdl.budget.GPU_FLOPS` on CUDA).
     On CUDA only host memory counts against the limit.
@@ -209,7 +213,8 @@ def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = Non
     per_block = 4 * d**2 + 2 * d * m.d_mlp + 9 * d + m.d_mlp
     params = m.layers * per_block + (d_tok + 2 * m.max_points + 1) * d + 3 * d + 1
     B = t.batch_size
-    acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp + m.heads * T)
+    scores = (2 * m.layers + 2) * B * m.heads * T * T if m.attention == "relu" else 0
+    acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp) + scores
     net = NetSpec(task.depth, task.width, task.dim, task.out_dim)
     task_floats = B * (net.num_params + (points + task.standardize_points) * (task.dim + 2 * task.width))
     steps = max(0, t.steps - start_step)
@@ -217,7 +222,7 @@ def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = Non
     flops_step += 2 * B * (points + task.standardize_points) * net.num_params
     want = device or t.device
     cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
-    host = 16 * params + 4 * task_floats + 400 * 2**20
+    host = 24 * params + 4 * task_floats + 400 * 2**20
     return Estimate(
         f"icdl train ({cfg.name})",
         float(host if cuda else host + 4 * acts),
