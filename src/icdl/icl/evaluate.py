@@ -20,8 +20,11 @@ Baselines (``--baselines``; ``None`` = the suite's default in `SUITE_BASELINES`)
 N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the last epoch; by default on the
 first 64 prompts and 5 values of k — it is the costly one, and this is recorded in the results), ``gd`` (plain
 GD on the target's bias-free architecture from a seeded w0, 10 steps, step size tuned on held-out prompts),
-``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts) and ``kernel``
-(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.kernels]) and
+``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts), ``kernel``
+(kernel ridge with the covariance of the condition's labels: the NNGP kernel, centred when labels are
+standardised; λ likewise; [`kernels`][icdl.icl.kernels]), ``radial`` (ridge on ``[x, |x| - E|x|]``),
+``blup`` (kernel ridge with the task sampler's Monte Carlo label moment, the best linear-in-labels predictor;
+[`blup`][icdl.icl.blup]; in ``all``, not a suite default) and
 ``mlp_tuned`` (a per-prompt MLP, settings tuned on ``mlp_tune_prompts`` held-out prompts, on the first
 ``mlp_tuned_prompts`` test prompts; [`mlp_tuned`][icdl.icl.mlp_tuned]; in ``all``, not a suite default). When
 ``ridge_tuned`` is among the baselines every predictor's curve also gets ``skill``
@@ -93,12 +96,13 @@ __all__ = [
 
 FORMAT = "icdl-eval-v1"
 BASELINES: tuple[str, ...] = (
-    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel", "mlp_tuned",
+    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel", "radial",
+    "blup", "mlp_tuned",
 )  # fmt: skip
 # Slow, only on request (not in "all"): GD on the target with (lr, steps) tuned on held-out prompts.
 OPTIONAL_BASELINES: tuple[str, ...] = ("gd_target",)
 _CHEAP = ("zero", "averaging", "least-squares", "ridge", "knn")
-_DEFAULT = tuple(b for b in BASELINES if b != "mlp_tuned")  # minutes: in "all", not in the defaults
+_DEFAULT = tuple(b for b in BASELINES if b not in ("mlp_tuned", "blup"))  # minutes: in "all", not default
 SUITE_BASELINES: dict[str, tuple[str, ...]] = {
     # The paper shows its NN baseline on in-distribution prompts (F.1) and on each weight shift (F.2).
     "in-distribution": _DEFAULT,
@@ -315,6 +319,10 @@ def evaluate_estimate(
     # ridge_tuned / kernel: one T x T Cholesky per prompt and λ (all grid λ on the held-out prompts).
     tuned_chol = (len(kernels.DEFAULT_LAMBDAS) * opts.tuned_prompts + 4 * P) * n**3
     flops += sum(tuned_chol for b in names if b in _TUNED)
+    if "blup" in names:  # 2,048 target networks at every test and held-out point
+        from icdl.icl.blup import DEFAULT_TARGETS
+
+        flops += 2 * DEFAULT_TARGETS * (P + opts.tuned_prompts) * n * (net.num_params + n)
     if "mlp" in names:
         mp = min(opts.mlp_prompts, P)
         mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth
