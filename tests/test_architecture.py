@@ -164,7 +164,7 @@ SUBPACKAGES = {
     "icdl.construct.variants": {"compact", "no_ewml", "paper", "registry", "rows", "softmax"},
     "icdl.construct.check": {"report", "stream", "verify", "written"},
     "icdl.icl.training": {"checkpoint", "cost", "fast", "interval", "launch", "train"},
-    "icdl.icl.baselines": {"gd_target", "kernel", "mlp_tuned", "simple"},
+    "icdl.icl.baselines": {"bayes", "blup", "gd_target", "kernel", "moment", "mlp_tuned", "simple"},
     "icdl.icl.evaluation": {"baseline_runs", "cache", "curves", "evaluate", "options", "plots", "report"},
     "icdl.icl.analysis": {"align", "align_plots", "sensitivity"},
 }

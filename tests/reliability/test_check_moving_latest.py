@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import icdl.icl.checkpoint as checkpoint
+import icdl.icl.training.checkpoint as checkpoint
 from icdl.cli.check import check_run
 from icdl.errors import InputError
 

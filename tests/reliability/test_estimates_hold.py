@@ -19,7 +19,7 @@ import pytest
 from icdl.config import load_config
 from icdl.diffusion.budget import score_train_estimate
 from icdl.diffusion.config import load_score_config
-from icdl.icl.train import train_estimate
+from icdl.icl.training.train import train_estimate
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is Linux's")
 
@@ -40,7 +40,7 @@ def _child(body: str) -> str:
 TRAIN = _child("""
 import sys
 from icdl.config import load_config
-from icdl.icl.train import train
+from icdl.icl.training.train import train
 train(load_config("tiny", sys.argv[2:]), sys.argv[1], quiet=True)
 print(hwm())
 """)

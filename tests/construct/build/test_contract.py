@@ -137,7 +137,8 @@ def test_sublayers_describe_themselves_from_their_tables() -> None:
 
 def test_the_verifier_has_no_role_or_variant_specific_code() -> None:
     """No string constant in icdl.construct.check.verify names a role or a variant."""
-    module = importlib.import_module("icdl.construct.check.verify")  # the module (the package exports the function)
+    # the module (the package exports the function of that name)
+    module = importlib.import_module("icdl.construct.check.verify")
     assert inspect.ismodule(module) and "def compare(" in inspect.getsource(module)
     tree = ast.parse(inspect.getsource(module))
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}

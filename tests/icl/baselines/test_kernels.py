@@ -81,7 +81,7 @@ def test_tuner_picks_smallest_lambda_on_noiseless_linear_task() -> None:
     xs = torch.randn(2048, 12, 4, generator=g, dtype=F64)
     w = torch.randn(2048, 4, 1, generator=g, dtype=F64)
     # Grid values a decade+ apart: neighbouring tiny λ give MSEs equal up to sampling noise.
-    base = kr.RidgeTunedBaseline(lambdas=(1e-4, 0.3, 10.0, 300.0))
+    base = kr.RidgeTunedBaseline(lambdas=(1e-4, 0.3, 10.0, 300.0), refine=0)
     ys = xs @ w
     chosen = base.tune(xs, ys)
     assert chosen[1:] == [1e-4] * 11
@@ -100,7 +100,10 @@ def test_tuner_picks_largest_lambda_on_pure_noise() -> None:
     xs = torch.randn(1024, 12, 4, generator=g, dtype=F64)
     ys = torch.randn(1024, 12, 1, generator=g, dtype=F64)
     grid = (1e-3, 0.3, 1e4)  # well separated: λ >> |x|² all predict ≈ 0 and tie up to noise
-    for base in (kr.RidgeTunedBaseline(lambdas=grid), kr.KernelBaseline(depth=2, lambdas=grid)):
+    for base in (
+        kr.RidgeTunedBaseline(lambdas=grid, refine=0),
+        kr.KernelBaseline(depth=2, lambdas=grid, refine=0),
+    ):
         chosen = base.tune(xs, ys)
         assert chosen == [1e4] * 12, base.name
         assert base.tuning is not None and base.tuning["num_prompts"] == 1024

@@ -84,7 +84,7 @@ def test_causal_in_k() -> None:
 def test_tune_never_sees_test_labels_and_picks_the_lowest_held_out_mse() -> None:
     xv, yv = _prompts(6, 7, 3, 3)
     kw = {"depth": 2, "widths": (3, 6), "lrs": (1e-3, 3e-2), "weight_decays": (0.0, 1.0), "epochs": (2, 10)}
-    base = MLPTunedBaseline(anchors=(1, 3), **kw)  # type: ignore[arg-type]
+    base = MLPTunedBaseline(anchors=(1, 3), widen=0, **kw)  # type: ignore[arg-type]
     settings = base.tune(xv, yv)
     assert base.tuning is not None and base.tuning["anchors"] == [1, 3, 6]
     # the winner at anchor 3 is the grid setting with the lowest held-out MSE, by brute force
@@ -100,6 +100,24 @@ def test_tune_never_sees_test_labels_and_picks_the_lowest_held_out_mse() -> None
     before = list(base.settings or [])
     base(xs, ys * 100.0)
     assert base.settings == before
+
+
+def test_a_choice_on_the_grid_edge_widens_the_grid() -> None:
+    """Learning rates far too small for 10 epochs: the choice sits on the grid's high-lr edge, so tuning
+    scores larger learning rates and keeps the best of everything it scored (issue 27)."""
+    xv, yv = _prompts(6, 7, 3, 3)
+    kw = {"depth": 2, "widths": (4,), "lrs": (1e-4, 3e-4), "weight_decays": (0.0,), "epochs": (10,)}
+    base = MLPTunedBaseline(anchors=(3,), **kw)  # type: ignore[arg-type]
+    settings = base.tune(xv, yv)
+    assert base.tuning is not None
+    added = base.tuning["widened"]["3"]
+    assert [a["lr"] for a in added] == pytest.approx([9e-4, 2.7e-3])  # 2 rounds, one lr beyond the edge
+    errs = {}
+    for lr in (1e-4, 3e-4, 9e-4, 2.7e-3):
+        p = fit_predict(xv, yv, 3, depth=2, width=4, lrs=[lr], weight_decays=[0.0], epochs=[10])[0, 0]
+        errs[lr] = float(((p - yv[:, 3]) ** 2).mean())
+    assert settings[3] is not None and settings[3].lr == pytest.approx(min(errs, key=lambda v: errs[v]))
+    assert settings[3].lr > 3e-4
 
 
 def test_untuned_and_bad_grids_are_input_errors() -> None:

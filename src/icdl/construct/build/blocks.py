@@ -2,9 +2,11 @@
 the expected effect of every role ([`effects`][icdl.construct.build.blocks.effects], the contract of
 [`icdl.construct.build.contract`][icdl.construct.build.contract]).
 
-Every builder takes a [`BuildContext`][icdl.construct.build.context.BuildContext] (network, layout, conditioned ReLU
+Every builder takes a [`BuildContext`][icdl.construct.build.context.BuildContext] (network, layout,
+conditioned ReLU
 sums, step size, prompt length, gate constant, projection) and returns a module from
-[`icdl.construct.engine.layers`][icdl.construct.engine.layers] built with its [`Role`][icdl.construct.engine.sublayers.Role]; the
+[`icdl.construct.engine.layers`][icdl.construct.engine.layers] built with its
+[`Role`][icdl.construct.engine.sublayers.Role]; the
 module derives its [`SublayerInfo`][icdl.sublayer.SublayerInfo] (sizes, slots read and written) from its own
 tables. Coordinates come only from the [`Layout`][icdl.construct.engine.layout.Layout] API.
 

@@ -1,4 +1,5 @@
-"""The inputs every sublayer builder gets ([`BuildContext`][icdl.construct.build.context.BuildContext]): network,
+"""The inputs every sublayer builder gets ([`BuildContext`][icdl.construct.build.context.BuildContext]):
+network,
 layout, conditioned ReLU sums, step size, prompt length, gate constant, projection, and the factories that
 turn coefficient tables into sublayers of [`icdl.construct.engine.layers`][icdl.construct.engine.layers].
 

@@ -2,8 +2,10 @@
 
 A variant builds sublayers (each describes itself with a [`SublayerInfo`][icdl.sublayer.SublayerInfo] derived
 from its own tables) and states, next to its builders, the **expected effect** of every role as a list of
-[`Expect`][icdl.construct.build.contract.Expect]: "after this sublayer, slot S holds reference quantity Q". Every
-slot not named keeps its value. The verifier ([`icdl.construct.check.verify`][icdl.construct.check.verify]) evaluates the
+[`Expect`][icdl.construct.build.contract.Expect]: "after this sublayer, slot S holds reference quantity Q".
+Every
+slot not named keeps its value. The verifier ([`icdl.construct.check.verify`][icdl.construct.check.verify])
+evaluates the
 named quantities on the prompt and compares the whole token state; it has no code for any particular role or
 variant.
 
@@ -28,7 +30,8 @@ quantity        shape per token                meaning (paper)
 ==============  =============================  ===============================================================
 
 An [`Expect`][icdl.construct.build.contract.Expect] may instead carry a function of the
-[`Reference`][icdl.construct.build.contract.Reference] (for a quantity only one variant needs, e.g. an intermediate
+[`Reference`][icdl.construct.build.contract.Reference] (for a quantity only one variant needs, e.g. an
+intermediate
 product), and its own relative tolerance (for approximate constructions).
 """
 
@@ -41,10 +44,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from torch import Tensor
 
 from icdl.construct.bounds.budget import Declared, sums_only
+from icdl.construct.bounds.ranges import DEFAULT_NEEDS, RangeNeeds
 from icdl.construct.build.context import BuildContext
 from icdl.construct.engine.layers import Sublayer
 from icdl.construct.engine.layout import Layout
-from icdl.construct.bounds.ranges import DEFAULT_NEEDS, RangeNeeds
 from icdl.construct.engine.sizes import DENSE_COSTS, Costs, Sizes, paper_sizes
 from icdl.nets import GradTerms, NetSpec, projected_step
 from icdl.sublayer import SublayerInfo
@@ -106,7 +109,8 @@ class Reference:
     transformer's own step-start weights ``w``, on all T tokens: ``sur`` with the construction's ReLU sums
     (what every slot must hold), ``exact`` with the true r, r', u (for the per-step error table).
 
-    A variant's callable [`Expect`][icdl.construct.build.contract.Expect] gets this object; ``model``, ``x_all``,
+    A variant's callable [`Expect`][icdl.construct.build.contract.Expect] gets this object; ``model``,
+    ``x_all``,
     ``y_all`` (zero on the query) and ``t`` (1 on examples, 0 on the query) let it evaluate its own
     recursion. ``cache`` is free for such callables (one Reference per GD step).
     """
@@ -177,12 +181,14 @@ class Variant:
             surrogate cannot see an approximation used outside its range.
         sizes: ``(spec, examples) -> Sizes``: token width D, tokens T and sublayers per GD step from
             closed forms, for the budget estimate before anything is built
-            ([`icdl.construct.engine.sizes`][icdl.construct.engine.sizes]; default the paper's layout). D and T must equal
+            ([`icdl.construct.engine.sizes`][icdl.construct.engine.sizes]; default the paper's layout). D and
+            T must equal
             the built model's; ``per_step`` may bound it from above.
         costs: the variant's cost formulas ([`Costs`][icdl.construct.engine.sizes.Costs]; default the paper's
             dense MLPs and attention).
         budget: ``CompiledModel -> Declared``: the sup errors of the variant's approximations (its ReLU sums
-            and any products of ReLU sums), from which [`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]
+            and any products of ReLU sums), from which
+            [`icdl.construct.bounds.budget`][icdl.construct.bounds.budget]
             derives the a-priori budget of every step's applied gradient (PASS condition (c); default
             [`sums_only`][icdl.construct.bounds.budget.sums_only]: products exact).
         product_errors: optional ``(Reference, tol) -> [(kind, layer, measured, declared)]``: each kind of

@@ -12,9 +12,13 @@ output noise at small k. This one is the honest version of it (docs/baselines.md
   ``torch.optim.AdamW``);
 * the setting ``(width, lr, weight decay, epochs)`` is chosen per k from a small grid by the lowest MSE on
   HELD-OUT prompts ([`MLPTunedBaseline.tune`][icdl.icl.baselines.mlp_tuned.MLPTunedBaseline.tune]), never the
-  test prompts. Tuning runs at a few anchor k (``ANCHOR_KS``, plus the longest k) and every k takes the
-  setting of its nearest anchor in log k; the epoch counts are checkpoints of one run, so they cost nothing
-  extra.
+  test
+  prompts. Tuning runs at a few anchor k (``ANCHOR_KS``, plus the longest k) and every k takes the setting
+  of its nearest anchor in log k; the epoch counts are checkpoints of one run, so they cost nothing extra.
+  When an anchor's choice lies on the grid's lr, weight-decay or width edge, the grid is widened there
+  (``widen`` rounds, one value beyond the edge each; issue 27: the pilot choice sat in a corner), and
+  ``tuning["edge"]`` reports the edges the final choice still touches (``estimate_flops`` counts the
+  base grid only).
 
 All networks train at once: a grid of G (lr, weight decay) pairs on B prompts is G·B networks with batched
 weights ``(G·B, fan_in, fan_out)`` (``torch.baddbmm``); the summed loss separates over networks and AdamW
@@ -229,6 +233,10 @@ def estimate_flops(n: int, d_x: int, d_y: int, depth: int, tune_prompts: int, te
     return total
 
 
+def _chunked(vals: list[float], size: int) -> list[list[float]]:
+    return [vals[i : i + size] for i in range(0, len(vals), size)]
+
+
 def _nearest_anchor(k: int, anchors: Sequence[int]) -> int:
     """The anchor closest to k in log scale (ties to the smaller anchor)."""
     return min(anchors, key=lambda a: (abs(math.log(a) - math.log(k)), a))
@@ -250,6 +258,7 @@ class MLPTunedBaseline:
     epochs: Sequence[int] = DEFAULT_EPOCHS
     anchors: Sequence[int] = ANCHOR_KS
     seed: int = 0
+    widen: int = 2
     settings: list[MLPSetting | None] | None = None
     tuning: dict[str, Any] | None = field(default=None)
     fallbacks: int = 0
@@ -264,6 +273,8 @@ class MLPTunedBaseline:
             raise InputError("mlp_tuned learning rates must be finite numbers > 0")
         if not self.weight_decays or not all(math.isfinite(v) and v >= 0 for v in self.weight_decays):
             raise InputError("mlp_tuned weight decays must be finite numbers >= 0")
+        if not isinstance(self.widen, int) or isinstance(self.widen, bool) or self.widen < 0:
+            raise InputError(f"mlp_tuned widen must be an integer >= 0, got {self.widen!r}")
 
     @property
     def name(self) -> str:
@@ -279,11 +290,20 @@ class MLPTunedBaseline:
             for e in self.epochs
         ]
 
-    def _grid_mse(self, xs: Tensor, ys: Tensor, k: int) -> list[float]:
-        """Held-out MSE at prefix k of every grid setting (non-finite -> +inf)."""
-        pairs = [(lr, wd) for lr in self.lrs for wd in self.weight_decays]
+    def _grid_mse(
+        self,
+        xs: Tensor,
+        ys: Tensor,
+        k: int,
+        pairs: Sequence[tuple[float, float]] | None = None,
+        widths: Sequence[int] | None = None,
+    ) -> list[float]:
+        """Held-out MSE at prefix k of every grid setting (non-finite -> +inf); ``pairs`` / ``widths``
+        restrict it to those (lr, weight decay) pairs and widths (width-major, then pair, then epochs)."""
+        if pairs is None:
+            pairs = [(lr, wd) for lr in self.lrs for wd in self.weight_decays]
         out = []
-        for w in self.widths:
+        for w in self.widths if widths is None else widths:
             preds = fit_predict(
                 xs, ys, k, depth=self.depth, width=int(w), lrs=[p[0] for p in pairs],
                 weight_decays=[p[1] for p in pairs], epochs=self.epochs, seed=self.seed,
@@ -311,6 +331,7 @@ class MLPTunedBaseline:
         grid = self.grid()
         table: dict[int, list[float]] = {}
         chosen: dict[int, MLPSetting] = {}
+        widened: dict[int, list[dict[str, Any]]] = {}
         with torch.no_grad():
             for a in anchors:
                 row = self._grid_mse(xs_val, ys_val, a)
@@ -318,16 +339,75 @@ class MLPTunedBaseline:
                 best = min(range(len(grid)), key=row.__getitem__)
                 if not math.isfinite(table[a][best]):
                     raise InputError(f"mlp_tuned: every setting diverged at k = {a}")
-                chosen[a] = grid[best]
+                chosen[a], widened[a] = self._widen(xs_val, ys_val, a, dict(zip(grid, row, strict=True)))
         self.settings = [None] + [chosen[_nearest_anchor(k, anchors)] for k in range(1, n)]
         self.tuning = {
             "grid": [s.to_dict() for s in grid],
             "anchors": anchors,
             "mse": {str(a): [v if math.isfinite(v) else None for v in table[a]] for a in anchors},
             "chosen": {str(a): chosen[a].to_dict() for a in anchors},
+            "widened": {str(a): widened[a] for a in anchors},
+            "edge": {str(a): self._edges(chosen[a]) for a in anchors},
             "num_prompts": int(xs_val.shape[0]),
         }
         return self.settings
+
+    def _edges(self, s: MLPSetting, scores: dict[MLPSetting, float] | None = None) -> list[str]:
+        """The grid edges ``s`` sits on, among the settings scored so far (axes with one value have none):
+        ``lr_low``, ``lr_high``, ``wd_high``, ``width_high``, ``epochs_high``."""
+        seen = list(scores) if scores is not None else self.grid()
+        lrs = sorted({t.lr for t in seen})
+        wds = sorted({t.weight_decay for t in seen})
+        widths = sorted({t.width for t in seen})
+        out = []
+        if len(lrs) > 1 and s.lr == lrs[0]:
+            out.append("lr_low")
+        if len(lrs) > 1 and s.lr == lrs[-1]:
+            out.append("lr_high")
+        if len(wds) > 1 and s.weight_decay == wds[-1]:
+            out.append("wd_high")
+        if len(widths) > 1 and s.width == widths[-1]:
+            out.append("width_high")
+        if len(self.epochs) > 1 and s.epochs == max(self.epochs):
+            out.append("epochs_high")
+        return out
+
+    def _widen(
+        self, xs: Tensor, ys: Tensor, k: int, scores: dict[MLPSetting, float]
+    ) -> tuple[MLPSetting, list[dict[str, Any]]]:
+        """Up to ``widen`` rounds at anchor k: while the best setting lies on the lr, weight-decay or width
+        edge of the settings scored so far, score one more value beyond that edge (lr ÷ or × 3, weight
+        decay × 3, width × 2) with every value of the other axes. Returns the best setting and the added
+        scores. The epoch axis is not widened (its checkpoints share one run); an ``epochs_high`` choice
+        stays visible in ``tuning["edge"]``."""
+        added: list[dict[str, Any]] = []
+        for _ in range(self.widen):
+            best = min(scores, key=lambda t: (scores[t], self.grid().index(t) if t in self.grid() else 0))
+            edges = [e for e in self._edges(best, scores) if e != "epochs_high"]
+            if not edges:
+                break
+            lrs = sorted({t.lr for t in scores})
+            wds = sorted({t.weight_decay for t in scores})
+            widths = sorted({t.width for t in scores})
+            new_lrs = ([lrs[0] / 3] if "lr_low" in edges else []) + (
+                [lrs[-1] * 3] if "lr_high" in edges else []
+            )
+            new_wds = [max(wds[-1], 0.1) * 3] if "wd_high" in edges else []
+            new_widths = [widths[-1] * 2] if "width_high" in edges else []
+            all_lrs, all_wds = lrs + new_lrs, wds + new_wds
+            for w in [*widths, *new_widths]:
+                pairs = [
+                    (lr, wd) for lr in all_lrs for wd in all_wds
+                    if w in new_widths or lr in new_lrs or wd in new_wds
+                ]  # fmt: skip
+                row = self._grid_mse(xs, ys, k, pairs=pairs, widths=[w])
+                for (lr, wd), vals in zip(pairs, _chunked(row, len(self.epochs)), strict=True):
+                    for e, v in zip(self.epochs, vals, strict=True):
+                        t = MLPSetting(int(w), float(lr), float(wd), int(e))
+                        scores[t] = v
+                        added.append({**t.to_dict(), "mse": v if math.isfinite(v) else None})
+        best = min(scores, key=lambda t: (scores[t], self.grid().index(t) if t in self.grid() else 0))
+        return best, added
 
     def setting(self, k: int) -> MLPSetting:
         """The tuned setting at k >= 1 (k beyond the tuned prompts' length reuses the last one)."""

@@ -21,6 +21,7 @@ from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import metrics
 from icdl.icl.baselines import kernel as kernels
+from icdl.icl.baselines.blup import BlupBaseline
 from icdl.icl.baselines.gd_target import GDTargetBaseline
 from icdl.icl.baselines.mlp_tuned import MLPTunedBaseline
 from icdl.icl.baselines.simple import (
@@ -54,11 +55,11 @@ __all__ = [
     "tuned_baseline",
 ]
 
-TUNED: tuple[str, ...] = ("ridge_tuned", "kernel")
+TUNED: tuple[str, ...] = ("ridge_tuned", "kernel", "radial", "blup")
 # Baselines whose predictions depend only on the prompts, the condition and the options — never on the
 # run — and are costly: memoised in-process, so evaluating several training seeds of one task (same test
 # prompts) computes them once (benchmarks and scripts/curves.py evaluate runs in one process).
-_MEMO_KINDS: tuple[str, ...] = ("ridge_tuned", "kernel", "mlp_tuned", "gd_target")
+_MEMO_KINDS: tuple[str, ...] = ("ridge_tuned", "kernel", "radial", "blup", "mlp_tuned", "gd_target")
 _MEMO: dict[str, Pred] = {}
 _MEMO_MAX = 64  # entries hold predictions only (e.g. 1280 x 46 floats)
 
@@ -305,11 +306,20 @@ def simple_baselines(opts: EvalOptions) -> dict[str, Any]:
 def tuned_baseline(
     key: str, cond: Condition, cfg: Config, suite: Suite, opts: EvalOptions
 ) -> kernels.TunedKernelRidge:
-    """``ridge_tuned`` or ``kernel`` with λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
-    condition (seed ``suite.seed + 1``, never the test prompts)."""
-    base: kernels.TunedKernelRidge = (
-        kernels.RidgeTunedBaseline() if key == "ridge_tuned" else kernels.KernelBaseline.for_task(cfg.task)
-    )
+    """``ridge_tuned``, ``kernel``, ``radial`` or ``blup`` with λ per k tuned on ``opts.tuned_prompts``
+    held-out prompts of the condition (seed ``suite.seed + 1``, never the test prompts). ``kernel``,
+    ``radial`` and ``blup`` describe the CONDITION's task (its inputs, weights, standardisation), which
+    the held-out prompts come from too."""
+    task = cond.task
+    base: kernels.TunedKernelRidge
+    if key == "ridge_tuned":
+        base = kernels.RidgeTunedBaseline()
+    elif key == "kernel":
+        base = kernels.KernelBaseline.for_task(task)
+    elif key == "radial":
+        base = kernels.RadialRidgeBaseline.for_task(task)
+    else:
+        base = BlupBaseline.for_task(task)
     tune = draw_prompts(cond, opts.tuned_prompts, suite.seed + 1)
     with torch.no_grad():
         base.tune(tune.xs.double(), tune.ys.double())
@@ -445,8 +455,9 @@ def _run_gd_target(cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, 
 def _run_tuned(
     key: str, cond: Condition, pb: PromptBatch, cfg: Config, suite: Suite, opts: EvalOptions
 ) -> Pred:
-    """``ridge_tuned`` or ``kernel``: λ per k tuned on ``opts.tuned_prompts`` held-out prompts of the
-    condition (seed ``suite.seed + 1``, never the test prompts), then predicted on all test prompts."""
+    """``ridge_tuned``, ``kernel``, ``radial`` or ``blup``: λ per k tuned on ``opts.tuned_prompts`` held-out
+    prompts of the condition (seed ``suite.seed + 1``, never the test prompts), then predicted on all test
+    prompts."""
     t0 = time.perf_counter()
     base = tuned_baseline(key, cond, cfg, suite, opts)
     with torch.no_grad():
@@ -457,7 +468,12 @@ def _run_tuned(
         "tune_seed": suite.seed + 1,
         "lam": base.lam,
         "grid": list(base.lambdas),
+        "refine": base.refine,
+        "edge": (base.tuning or {}).get("edge"),
     }
+    moment = getattr(base, "moment", None)
+    if moment is not None:
+        meta["moment"] = moment.cost()
     return Pred(base.name, key, p, time.perf_counter() - t0, meta)
 
 

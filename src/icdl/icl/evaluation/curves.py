@@ -232,6 +232,8 @@ _LABELS = {
     "ridge_1": "ridge (λ = 1, intercept)",
     "ridge_tuned": "`ridge_tuned`",
     "kernel": "`kernel` (NNGP)",
+    "radial": "`radial`",
+    "blup": "`blup` (best linear)",
     "mlp_tuned": "`mlp_tuned`",
 }
 

@@ -21,8 +21,11 @@ Baselines (``--baselines``; ``None`` = the suite's default in `SUITE_BASELINES`)
 N-layer width-200 MLP, Adam 5e-3, 100 epochs; BOTH the oracle best epoch and the last epoch; by default on the
 first 64 prompts and 5 values of k — it is the costly one, and this is recorded in the results), ``gd`` (plain
 GD on the target's bias-free architecture from a seeded w0, 10 steps, step size tuned on held-out prompts),
-``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts) and ``kernel``
-(kernel ridge with the target family's NNGP kernel, λ likewise; [`kernels`][icdl.icl.baselines.kernel]) and
+``ridge_tuned`` (ridge without intercept, λ per k tuned on ``tuned_prompts`` held-out prompts), ``kernel``
+(kernel ridge with the covariance of the condition's labels: the NNGP kernel, centred when labels are
+standardised; λ likewise; [`kernels`][icdl.icl.baselines.kernel]), ``radial`` (ridge on ``[x, |x| - E|x|]``),
+``blup`` (kernel ridge with the task sampler's Monte Carlo label moment, the best linear-in-labels predictor;
+[`blup`][icdl.icl.baselines.blup]; in ``all``, not a suite default) and
 ``mlp_tuned`` (a per-prompt MLP, settings tuned on ``mlp_tune_prompts`` held-out prompts, on the first
 ``mlp_tuned_prompts`` test prompts; [`mlp_tuned`][icdl.icl.baselines.mlp_tuned]; in ``all``, not a suite
 default). When ``ridge_tuned`` is among the baselines every predictor's curve also gets ``skill``
@@ -51,6 +54,7 @@ from icdl.config import Config
 from icdl.errors import InputError
 from icdl.icl import metrics
 from icdl.icl.baselines import kernel as kernels
+from icdl.icl.baselines.blup import DEFAULT_TARGETS
 from icdl.icl.baselines.gd_target import DEFAULT_LR_GRID as GD_TARGET_LRS
 from icdl.icl.baselines.gd_target import DEFAULT_STEPS_GRID as GD_TARGET_STEPS
 from icdl.icl.baselines.mlp_tuned import estimate_flops as mlp_tuned_flops
@@ -213,6 +217,8 @@ def evaluate_estimate(
     # ridge_tuned / kernel: one T x T Cholesky per prompt and λ (all grid λ on the held-out prompts).
     tuned_chol = (len(kernels.DEFAULT_LAMBDAS) * opts.tuned_prompts + 4 * P) * n**3
     flops += sum(tuned_chol for b in names if b in _TUNED)
+    if "blup" in names:  # 2,048 target networks at every test and held-out point
+        flops += 2 * DEFAULT_TARGETS * (P + opts.tuned_prompts) * n * (net.num_params + n)
     if "mlp" in names:
         mp = min(opts.mlp_prompts, P)
         mem += 16 * mp * mlp.num_params * 4 + 8 * mp * n * opts.mlp_width * task.depth

@@ -26,12 +26,13 @@ __all__ = [
 ]
 
 BASELINES: tuple[str, ...] = (
-    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel", "mlp_tuned",
+    "zero", "averaging", "least-squares", "ridge", "knn", "mlp", "gd", "ridge_tuned", "kernel", "radial",
+    "blup", "mlp_tuned",
 )  # fmt: skip
 # Slow, only on request (not in "all"): GD on the target with (lr, steps) tuned on held-out prompts.
 OPTIONAL_BASELINES: tuple[str, ...] = ("gd_target",)
 _CHEAP = ("zero", "averaging", "least-squares", "ridge", "knn")
-_DEFAULT = tuple(b for b in BASELINES if b != "mlp_tuned")  # minutes: in "all", not in the defaults
+_DEFAULT = tuple(b for b in BASELINES if b not in ("mlp_tuned", "blup"))  # minutes: in "all", not default
 SUITE_BASELINES: dict[str, tuple[str, ...]] = {
     # The paper shows its NN baseline on in-distribution prompts (F.1) and on each weight shift (F.2).
     "in-distribution": _DEFAULT,

@@ -51,6 +51,8 @@ KIND_COLORS: dict[str, str] = {
     "gd": "#008080",
     "ridge_tuned": "#4fa8e0",
     "kernel": "#b8860b",
+    "radial": "#17becf",
+    "blup": "#000000",
     "mlp_tuned": "#8c564b",
     "gd_target": "#6b8e23",
     "compiled": "#d62728",
