@@ -474,6 +474,7 @@ def test_certifies_compares_the_budget_with_both_norms_strictly() -> None:
     assert not dataclasses.replace(e, applied_norm=1.5).certifies()  # the smaller norm decides
     assert e.certifies(0.41) and not e.certifies(0.4)
     assert not dataclasses.replace(e, grad_norm=math.nan).certifies()
+    assert not dataclasses.replace(e, applied_norm=math.nan).certifies()  # as the docstring says
     # a true gradient of exactly 0: nothing to tell from none
     assert dataclasses.replace(e, grad_norm=0.0, applied_norm=0.0, budget_l2=1e9).certifies()
     assert CHECKABLE_FRACTION == 0.5
@@ -484,3 +485,11 @@ def test_bound_informative_is_strict_and_uses_its_fraction() -> None:
     assert not e.bound_informative()  # 1 < 0.5 x 2 is false
     assert dataclasses.replace(e, weight_norm=2.000001).bound_informative()
     assert e.bound_informative(0.51) and not e.bound_informative(0.5)
+
+
+def test_an_inconclusive_report_joins_both_reasons() -> None:
+    rep = _report([_step(1, grad_norm=1e-6), _step(2, bound_budget_l2=1.25)])
+    first, second = rep.inconclusive
+    assert first.startswith("(i) budget: step 1 (1 of 2)") and second.startswith("(ii) trajectory: step 2")
+    assert rep.describe() == f"INCONCLUSIVE: {first}; {second}"
+    assert rep.table().split("\n")[-2:] == [f"inconclusive {first}", f"inconclusive {second}"]
