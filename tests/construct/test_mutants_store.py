@@ -18,6 +18,7 @@ from safetensors.torch import save as save_bytes
 
 from icdl.construct import compile_gd_transformer, load, save
 from icdl.construct.store import FORMAT, content_hash
+from icdl.construct.variants import VARIANTS
 from icdl.errors import InputError
 from icdl.nets import NetSpec
 
@@ -261,3 +262,34 @@ def test_an_unknown_sublayer_class_is_not_a_loadable_model(tmp_path: Path) -> No
 
     _tamper(path, edit)
     assert _refusal(path) == f"{path / 'model.json'} does not describe a loadable model (KeyError('Nope'))"
+
+
+def test_a_sublayer_stored_without_a_name_is_named_as_rebuilt(tmp_path: Path) -> None:
+    """Files written before sublayers had names carry none: the rebuilt sublayer names itself."""
+    path = _saved(tmp_path)
+
+    def edit(meta: dict[str, Any]) -> None:
+        del meta["block"][0]["info"]["name"]
+        meta["block"][0]["accumulate"] = "heads"
+
+    _tamper(path, edit)
+    want = "block sublayer 1 (forward_1) differs in its description"
+    assert _refusal(path) == _inconsistent(path, want)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_registered_variant_round_trips(tmp_path: Path, variant: str) -> None:
+    """Each variant's sublayer classes (row attention and MLPs included) are rebuilt with their options."""
+    kw: dict[str, Any] = {"eps": 1e-2, "radius": 4.0} if variant in ("softmax", "rows") else {}
+    model = compile_gd_transformer(SPEC, steps=1, n=3, variant=variant, **kw)
+    loaded = load(save(model, tmp_path / variant))
+    assert loaded.infos() == model.infos()
+    assert [type(m) for m in loaded.block_layers] == [type(m) for m in model.block_layers]
+    for a, b in zip(
+        (*loaded.block_layers, *loaded.readout_layers),
+        (*model.block_layers, *model.readout_layers),
+        strict=True,
+    ):
+        assert getattr(a, "accumulate", None) == getattr(b, "accumulate", None)
+        for (ka, ta), (kb, tb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+            assert ka == kb and torch.equal(ta, tb)
