@@ -73,6 +73,19 @@ def load_equivalent(path: Path) -> dict[str, str]:
     return dict(json.loads(path.read_text(encoding="utf-8"))["mutants"])
 
 
+def mutmut_config(path: Path) -> dict[str, list[str]]:
+    """What was mutated and which tests ran: ``only_mutate`` and the test selection of ``[tool.mutmut]``."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: not recorded
+        return {}
+    if not path.is_file():
+        return {}
+    cfg = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("mutmut", {})
+    tests = cfg.get("pytest_add_cli_args_test_selection", [])
+    return {"only_mutate": cfg.get("only_mutate", []), "tests": tests}
+
+
 def _row(name: str, c: Counter[str]) -> dict[str, float | int | None]:
     return {k: c[k] for k in COLUMNS} | {"score": score(c)}
 
@@ -81,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the table as JSON")
     ap.add_argument("--equivalent", type=Path, default=EQUIVALENT, help="the equivalent mutants and why")
+    ap.add_argument("--command", default="make mutate", help="the mutmut run to record in the JSON")
+    ap.add_argument("--seconds", type=float, help="the run's wall-clock time, to record in the JSON")
     args = ap.parse_args(argv)
     try:
         equivalent = load_equivalent(args.equivalent)
@@ -100,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:32s} " + " ".join(f"{c[k]:11d}" for k in COLUMNS) + f" {shown:>6s}")
     if args.json:
         doc = {
-            "command": "make mutate && python scripts/mutation_score.py",
+            "command": args.command,
+            "seconds": args.seconds,
             "mutmut": metadata.version("mutmut"),
-            "equivalent": str(args.equivalent),
+            "config": mutmut_config(Path("pyproject.toml")),
+            "equivalent": args.equivalent.name,
             "modules": {m: _row(m, c) for m, c in sorted(table.items())},
             "packages": {p: _row(p, c) for p, c in sorted(pkgs.items())},
         }

@@ -293,3 +293,25 @@ def test_every_registered_variant_round_trips(tmp_path: Path, variant: str) -> N
         assert getattr(a, "accumulate", None) == getattr(b, "accumulate", None)
         for (ka, ta), (kb, tb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
             assert ka == kb and torch.equal(ta, tb)
+
+
+def test_a_cut_off_description_is_named_as_the_saved_model_description(tmp_path: Path) -> None:
+    path = _saved(tmp_path)
+    (path / "model.json").write_text('{"format": ')
+    assert _refusal(path) == (
+        f"saved model description '{path / 'model.json'}' is truncated (invalid JSON at line 1 column 12)"
+    )
+
+
+def test_unreadable_weights_are_one_line_naming_the_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    path = _saved(tmp_path)
+    weights = path / "weights.safetensors"
+    read = Path.read_bytes
+
+    def refuse(self: Path) -> bytes:
+        if self == weights:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    assert _refusal(path) == f"cannot read {weights}: Permission denied"
