@@ -86,8 +86,8 @@ def mutmut_config(path: Path) -> dict[str, list[str]]:
     return {"only_mutate": cfg.get("only_mutate", []), "tests": tests}
 
 
-def _row(name: str, c: Counter[str]) -> dict[str, float | int | None]:
-    return {k: c[k] for k in COLUMNS} | {"score": score(c)}
+def _row(name: str, c: Counter[str]) -> dict[str, str | float | int | None]:
+    return {"name": name} | {k: c[k] for k in COLUMNS} | {"score": score(c)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             "mutmut": metadata.version("mutmut"),
             "config": mutmut_config(Path("pyproject.toml")),
             "equivalent": args.equivalent.name,
-            "modules": {m: _row(m, c) for m, c in sorted(table.items())},
-            "packages": {p: _row(p, c) for p, c in sorted(pkgs.items())},
+            # keyed by the last name (docs/ markers address keys by dotted paths)
+            "modules": {m.rsplit(".", 1)[-1]: _row(m, c) for m, c in sorted(table.items())},
+            "packages": {p.rsplit(".", 1)[-1]: _row(p, c) for p, c in sorted(pkgs.items())},
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -134,8 +134,11 @@ def test_format_hash_and_corrupt_weights_messages(tmp_path: Path) -> None:
     meta["content_sha256"] = content_hash(meta, b"\x00" * 16)
     m.write_text(json.dumps(meta))
     w.write_bytes(b"\x00" * 16)
-    msg = _refusal(path)
-    assert msg.startswith(f"{w} is corrupt (") and msg.endswith(")") and "\n" not in msg
+    from safetensors import SafetensorError
+
+    with pytest.raises(SafetensorError) as why:
+        load_bytes(b"\x00" * 16)
+    assert _refusal(path) == f"{w} is corrupt ({why.value})"
 
 
 def test_a_description_that_is_not_an_object_is_corrupt(tmp_path: Path) -> None:
@@ -315,3 +318,11 @@ def test_unreadable_weights_are_one_line_naming_the_file(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(Path, "read_bytes", refuse)
     assert _refusal(path) == f"cannot read {weights}: Permission denied"
+
+    def fail(self: Path) -> bytes:  # an OSError without an errno: its text
+        if self == weights:
+            raise OSError("the disk went away")
+        return read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", fail)
+    assert _refusal(path) == f"cannot read {weights}: the disk went away"
