@@ -285,7 +285,14 @@ def test_every_registered_variant_round_trips(tmp_path: Path, variant: str) -> N
     """Each variant's sublayer classes (row attention and MLPs included) are rebuilt with their options."""
     kw: dict[str, Any] = {"eps": 1e-2, "radius": 4.0} if variant in ("softmax", "rows") else {}
     model = compile_gd_transformer(SPEC, steps=1, n=3, variant=variant, **kw)
-    loaded = load(save(model, tmp_path / variant))
+    path = save(model, tmp_path / variant)
+    meta = json.loads((path / "model.json").read_text())
+    for d, m in zip(
+        [*meta["block"], *meta["readout"]], [*model.block_layers, *model.readout_layers], strict=True
+    ):
+        own = getattr(m, "store_kwargs", None)  # a variant's own sublayer class stores its options
+        assert d.get("kwargs") == (None if own is None else json.loads(json.dumps(own())))
+    loaded = load(path)
     assert loaded.infos() == model.infos()
     assert [type(m) for m in loaded.block_layers] == [type(m) for m in model.block_layers]
     for a, b in zip(
