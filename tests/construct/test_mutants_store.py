@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
+import icdl
 from icdl.construct import compile_gd_transformer, load, save
 from icdl.construct.store import FORMAT, content_hash
 from icdl.construct.variants import VARIANTS
@@ -72,7 +74,9 @@ def test_the_saved_description_names_every_sublayer_and_its_options(tmp_path: Pa
     model = compile_gd_transformer(SPEC, steps=1, n=3)
     path = save(model, tmp_path / "m")
     meta = json.loads((path / "model.json").read_text())
-    assert meta["format"] == FORMAT == "icdl-compiled-model/2"
+    assert meta["format"] == FORMAT == "icdl-compiled-model/2" and meta["icdl_version"] == icdl.__version__
+    with safe_open(str(path / "weights.safetensors"), "pt") as f:  # the tables' file names its format too
+        assert f.metadata() == {"format": FORMAT}
     assert meta["config"] == model.config.to_dict() and meta["layout"] == model.layout.to_dict()
     assert meta["terms"] == model.terms.to_dict() and meta["summary"] == model.summary()
     weights = (path / "weights.safetensors").read_bytes()
