@@ -73,7 +73,9 @@ def test_the_content_hash_is_sha256_of_the_canonical_description_then_the_weight
 def test_the_saved_description_names_every_sublayer_and_its_options(tmp_path: Path) -> None:
     model = compile_gd_transformer(SPEC, steps=1, n=3)
     path = save(model, tmp_path / "m")
-    meta = json.loads((path / "model.json").read_text())
+    text = (path / "model.json").read_text()
+    meta = json.loads(text)
+    assert text == json.dumps(meta, indent=2)  # readable: indented by 2
     assert meta["format"] == FORMAT == "icdl-compiled-model/2" and meta["icdl_version"] == icdl.__version__
     with safe_open(str(path / "weights.safetensors"), "pt") as f:  # the tables' file names its format too
         assert f.metadata() == {"format": FORMAT}
