@@ -278,6 +278,7 @@ def test_the_trajectory_check_allows_a_relative_1e_9_and_only_when_checked() -> 
     b = _step(1).bound_budget_l2
     within = _report([_step(1, trajectory_l2=b * (1 + 0.5e-9))])
     assert within.failures == [] and within.verdict == "PASS"
+    assert _report([_step(1, trajectory_l2=b * (1 + 1e-9))]).failures == []  # the slack itself passes
     beyond = _report([_step(1, trajectory_l2=b * (1 + 2e-9))])
     assert [f.split(":")[0] for f in beyond.failures] == ["(c) trajectory"]
     assert dataclasses.replace(beyond, trajectory_checked=False).failures == []
@@ -455,10 +456,12 @@ def test_max_or_nan() -> None:
 @pytest.mark.parametrize("lr", [0.1, 0.5])
 @pytest.mark.parametrize("steps", [1, 4])
 def test_corollary_bound_is_the_corrected_corollary_or_steps_lr_eps(lr: float, steps: int) -> None:
-    eps, lf = 1e-3, 2.0
-    # an independent sum: each of the l steps adds eps lr, grown by (1 + lr L_f) per later step
-    want = sum(lr * eps * (1 + lr * lf) ** k for k in range(steps))
-    assert corollary_bound(eps, lr, lf, steps) == pytest.approx(want, rel=1e-12)
+    eps = 1e-3
+    for lf in (2.0, 0.5):  # any positive L_f, below 1 too
+        # an independent sum: each of the l steps adds eps lr, grown by (1 + lr L_f) per later step
+        want = sum(lr * eps * (1 + lr * lf) ** k for k in range(steps))
+        assert corollary_bound(eps, lr, lf, steps) == pytest.approx(want, rel=1e-12)
+    lf = 2.0
     for no_lf in (0.0, -1.0, math.inf, math.nan):
         assert corollary_bound(eps, lr, no_lf, steps) == pytest.approx(steps * lr * eps, rel=1e-15)
     assert math.isnan(corollary_bound(math.nan, lr, lf, steps))
