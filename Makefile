@@ -57,7 +57,8 @@ tutorial:
 # mutant-name glob, e.g. `make mutate MUTANTS='icdl.construct.bounds.ranges*'`. docs/testing.md has the scores.
 MUTANTS ?=
 mutate:
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 mutmut run --max-children 1 $(if $(MUTANTS),"$(MUTANTS)",)
+	mkdir -p mutants/src  # on sys.path before the checkout (an editable install elsewhere would win)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$(CURDIR)/mutants/src mutmut run --max-children 1 $(if $(MUTANTS),"$(MUTANTS)",)
 	$(PY) scripts/mutation_score.py
 
 mutate-score:

@@ -36,3 +36,30 @@ def test_lines_are_counted_per_module_and_unjudged_mutants_are_left_out_of_the_s
     assert ms.score(r) == 2 / 4  # a mutant no test reaches counts against the score; unchecked do not
     assert ms.score(table["icdl.icl.baselines.kernel"]) == 1.0
     assert ms.score(ms.parse("")["nothing"]) is None
+
+
+def test_equivalent_mutants_and_timeouts() -> None:
+    """A survivor listed as equivalent leaves the score; a timeout is a kill; packages sum their modules."""
+    ms = _script()
+    text = "\n".join(
+        [
+            "    icdl.construct.check.stream.x_slot_error__mutmut_1: survived",
+            "    icdl.construct.check.stream.x_slot_error__mutmut_2: survived",
+            "    icdl.construct.check.stream.x_slot_error__mutmut_3: timeout",
+            "    icdl.construct.bounds.budget.x__zero__mutmut_1: killed",
+            "    icdl.construct.bounds.budget.x__zero__mutmut_2: no tests",
+        ]
+    )
+    table = ms.parse(text, frozenset({"icdl.construct.check.stream.x_slot_error__mutmut_1"}))
+    s = table["icdl.construct.check.stream"]
+    assert (s["equivalent"], s["survived"], s["timeout"]) == (1, 1, 1)
+    assert ms.score(s) == 1 / 2
+    pkg = ms.packages(table)["icdl.construct"]
+    assert (pkg["killed"], pkg["timeout"], pkg["survived"], pkg["no_tests"], pkg["equivalent"]) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
+    assert ms.score(pkg) == 2 / 4

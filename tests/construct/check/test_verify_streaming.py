@@ -294,16 +294,23 @@ def test_a_planted_error_gives_the_same_findings(variant: str, value: float) -> 
     assert repr(new.per_step) == repr(old.per_step)
 
 
-def _states_alive(shape: tuple[int, ...]) -> int:
-    """Distinct storages alive now that hold at least one state of ``shape`` (T, D)."""
+def _alive_storages(shape: tuple[int, ...]) -> dict[int, torch.UntypedStorage]:
+    """The distinct float64 storages alive now that hold at least one state of ``shape`` (T, D), by
+    address."""
     need = math.prod(shape) * 8
-    seen = set()
+    seen = {}
     for o in gc.get_objects():
         if type(o) is torch.Tensor and o.dtype == torch.float64:
             st = o.untyped_storage()
             if st.nbytes() >= need:
-                seen.add(st.data_ptr())
-    return len(seen)
+                seen[st.data_ptr()] = st
+    return seen
+
+
+def _states_alive(shape: tuple[int, ...], before: frozenset[int] = frozenset()) -> int:
+    """How many such storages are alive now, other than ``before`` (those alive before the run: left by
+    earlier tests in the same process)."""
+    return len(_alive_storages(shape).keys() - before)
 
 
 def test_the_verifier_holds_a_bounded_number_of_states(monkeypatch) -> None:
@@ -312,11 +319,14 @@ def test_the_verifier_holds_a_bounded_number_of_states(monkeypatch) -> None:
     T, D = model.n + 1, model.layout.dim
     counts: list[int] = []
     run = CompiledModel.run
+    gc.collect()  # garbage of earlier tests in this process (mutmut runs them in any order) is not the run's
+    held = _alive_storages((T, D))  # held, so that no state of the run can take one's address
+    before = frozenset(held)
 
     def counting(self, H, trace: Callable | None = None, readout: bool = True, **kw):
         def hook(pt, state):
             new = trace(pt, state) if trace is not None else None
-            counts.append(_states_alive((T, D)))
+            counts.append(_states_alive((T, D), before))
             return new
 
         return run(self, H, trace=hook, readout=readout, **kw)

@@ -123,7 +123,8 @@ class StepErrors:
         of 0."""
         if self.grad_norm == 0.0:
             return True
-        return self.budget_l2 < fraction * min(self.grad_norm, self.applied_norm)
+        # each norm on its own: min() would drop a NaN applied norm when it comes second
+        return self.budget_l2 < fraction * self.grad_norm and self.budget_l2 < fraction * self.applied_norm
 
     def bound_informative(self, fraction: float = CHECKABLE_FRACTION) -> bool:
         """Whether Corollary 1.1 at the budget is below ``fraction`` of the weights' scale ``||w^l_GD||``."""

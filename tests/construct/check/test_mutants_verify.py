@@ -1,0 +1,205 @@
+"""The verifier's report, field by field, against independent computations (issue 35: mutmut's survivors in
+``construct/verify``): the transformer's own trajectory read off a plain run, reference GD, the exact
+gradient, the a-priori budget from scratch, Corollary 1.1 and the prediction bound; and the small helpers
+(the L_f estimate's points, its description, the relu' step limit) on exact values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.bounds.budget import largest, step_budget
+from icdl.construct.bounds.prediction import prediction_bound
+from icdl.construct.check.report import corollary_bound
+from icdl.construct.check.verify import (
+    estimate_lipschitz,
+    lipschitz_method,
+    lipschitz_points,
+    relu_step_limit,
+)
+from icdl.construct.variants import get_variant
+from icdl.nets import NetSpec, empirical_risk, forward, gradient, reference_gd
+
+SPEC = NetSpec(2, 3, 2, 1, activation="tanh")
+N, STEPS, LR = 6, 3, 0.3
+
+
+def _own_trajectory(model, H0: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:  # type: ignore[no-untyped-def]
+    """The transformer's weights at the start and after every step (a plain traced run), and its output."""
+    last = len(model.block_layers) - 1
+    ws = [model.read_weights(H0)[0].clone()]
+
+    def trace(pt, H):  # type: ignore[no-untyped-def]
+        if pt.step is not None and pt.index == last:
+            ws.append(model.read_weights(H)[0].clone())
+
+    out = model.run(H0, trace=trace)
+    return ws, out
+
+
+@pytest.fixture(scope="module")
+def case():  # type: ignore[no-untyped-def]
+    model = compile_gd_transformer(SPEC, steps=STEPS, n=N, eps=1e-2, lr=LR)
+    x, y, xq, w0, _ = sample_task(SPEC, N, seed=3)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=20)
+    return model, (x, y, xq, w0), rep
+
+
+def test_every_step_of_the_report_is_its_independent_value(case) -> None:  # type: ignore[no-untyped-def]
+    model, (x, y, xq, w0), rep = case
+    H0 = model.build_prompt(x, y, xq, w0)
+    w_tf, _ = _own_trajectory(model, H0)
+    w_gd = reference_gd(SPEC, "squared", w0, x, y, lr=LR, steps=STEPS, box=model.config.box)
+    dec = get_variant(model.config.variant).budget(model)
+    assert model.config.delta is not None
+    budgets = [
+        step_budget(SPEC, "squared", dec, w, x, y, lr=LR, tol=rep.tol, delta=model.config.delta)
+        for w in w_tf[:STEPS]
+    ]
+    assert [e.step for e in rep.steps] == [1, 2, 3]
+    lf = rep.lipschitz_f
+    assert lf > 0
+    errs = []
+    for l, e in enumerate(rep.steps, start=1):
+        d = w_tf[l] - w_gd[l]
+        true = gradient(SPEC, "squared", w_tf[l - 1], x, y)
+        applied = (w_tf[l - 1] - w_tf[l]) / LR  # no projection: the step's end weights give it exactly
+        errs.append(float((applied - true).norm()))
+        assert e.w == float(d.abs().max()) and e.trajectory_l2 == pytest.approx(float(d.norm()), rel=1e-12)
+        assert e.grad_l2 == pytest.approx(errs[-1], rel=1e-9)
+        assert e.grad_norm == pytest.approx(float(true.norm()), rel=1e-12)
+        assert e.applied_norm == pytest.approx(float(applied.norm()), rel=1e-9)
+        b = budgets[l - 1]
+        assert e.budget_l2 == pytest.approx(b.total, rel=1e-12)
+        assert (e.budget_approximation, e.budget_tolerance, e.budget_roundoff) == pytest.approx(
+            (b.approximation, b.tolerance, b.roundoff), rel=1e-12
+        )
+        assert e.weight_norm == pytest.approx(float(w_gd[l].norm()), rel=1e-15)
+        worst_budget = max(bb.total for bb in budgets[:l])
+        assert e.bound_measured_l2 == pytest.approx(corollary_bound(max(errs), LR, lf, l), rel=1e-9)
+        assert e.bound_budget_l2 == pytest.approx(corollary_bound(worst_budget, LR, lf, l), rel=1e-12)
+        assert e.prediction_bound == pytest.approx(prediction_bound(SPEC, w_gd[l], xq, e.bound_budget_l2))
+        for q in ("p", "r_prime", "u", "s"):  # against exact terms: finite, small, not 0 with fitted sums
+            v = getattr(e, q)
+            assert math.isnan(v) or 0 <= v < 1e-1, (q, v)
+    assert rep.eps_grad == pytest.approx(max(errs), rel=1e-9)
+    assert rep.grad_budget == pytest.approx(max(b.total for b in budgets), rel=1e-12)
+    assert rep.extra["budget_parts"] == largest(budgets)
+    assert rep.corollary_bound_measured == pytest.approx(corollary_bound(max(errs), LR, lf, STEPS), rel=1e-9)
+    assert rep.corollary_bound_budget == rep.steps[-1].bound_budget_l2
+
+
+def test_the_report_totals_are_their_independent_values(case) -> None:  # type: ignore[no-untyped-def]
+    model, (x, y, xq, w0), rep = case
+    H0 = model.build_prompt(x, y, xq, w0)
+    w_tf, out = _own_trajectory(model, H0)
+    w_gd = reference_gd(SPEC, "squared", w0, x, y, lr=LR, steps=STEPS, box=model.config.box)
+    tf, gd = torch.stack(w_tf), w_gd
+    pred = model.read_prediction(out)[0]
+    f_gd, f_own = forward(SPEC, gd[-1], xq[None])[0], forward(SPEC, tf[-1], xq[None])[0]
+    assert rep.max_abs_err_weights == float((tf - gd).abs().max()) > 0
+    assert rep.trajectory_error == pytest.approx(float((tf[-1] - gd[-1]).norm()), rel=1e-12)
+    assert rep.max_abs_err_prediction == float((pred - f_gd).abs().max())
+    assert rep.max_abs_err_prediction_own_w == float((pred - f_own).abs().max())
+    assert rep.max_abs_err_f == float((f_own - f_gd).abs().max()) > 0
+    assert rep.prediction_bound == pytest.approx(
+        prediction_bound(SPEC, gd[-1], xq, rep.corollary_bound_budget)
+    )
+    assert rep.weights_moved == float((gd[-1] - gd[0]).abs().max()) > 0 and not rep.degenerate
+    assert rep.extra["max_abs_weight"] == float(gd.abs().max())
+    assert rep.extra["max_abs_prediction"] == float(f_gd.abs().max())
+    assert rep.extra["product_error_ratios"] == {}
+    assert rep.tol == 1e-9 and rep.dtype == "float64" and rep.range_auto is False
+    assert rep.trajectory_checked and rep.lipschitz_method == lipschitz_method(20, 2 * (STEPS + 1))
+    assert rep.window_hits_allowed == get_variant("paper").budget(model).window_hits
+    # tanh: no relu' step, fitted sums whose ranges are counted
+    assert rep.delta_window_count is None and rep.delta is None
+    assert rep.step_range_count is None and rep.step_limit is None
+    assert rep.out_of_range_count == 0
+    assert rep.sum_error_ratio is not None and 0 < rep.sum_error_ratio <= 1 and rep.worst_sum is not None
+    name, layer, err, declared = rep.worst_sum
+    assert name in ("r", "r'") and layer in (1, 2) and err == pytest.approx(rep.sum_error_ratio * declared)
+    assert rep.product_error_ratio is None and rep.worst_product is None
+    assert 0 < rep.gate_margin < math.inf
+    assert rep.weights_spread == 0.0 and rep.scratch_max == 0.0
+    assert rep.seconds_forward > 0 and rep.seconds_reference > 0
+    assert rep.seconds_verify >= rep.seconds_forward + rep.seconds_reference
+    assert rep.verdict == "PASS", rep.describe()
+
+
+def test_a_relu_report_counts_the_relu_step_and_its_range() -> None:
+    spec = NetSpec(2, 3, 2, 1)
+    model = compile_gd_transformer(spec, steps=2, n=N, lr=LR)
+    x, y, xq, w0, _ = sample_task(spec, N, seed=3)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert model.config.delta is not None
+    assert rep.delta == model.config.delta and rep.delta_window_count == 0
+    assert rep.step_range_count == 0 and rep.step_limit == relu_step_limit(model.config.delta, torch.float64)
+    assert rep.out_of_range_count is None and rep.sum_error_ratio is None and rep.worst_sum is None
+    assert not rep.trajectory_checked and rep.lipschitz_f == 0.0 and rep.lipschitz_method == "not estimated"
+    assert rep.corollary_bound_budget == pytest.approx(2 * LR * rep.grad_budget, rel=1e-15)
+
+
+def test_lipschitz_points_spread_evenly_with_both_ends() -> None:
+    assert lipschitz_points(5) == [0, 1, 2, 3, 4]
+    assert lipschitz_points(8) == list(range(8))
+    assert lipschitz_points(20) == [0, 3, 5, 8, 11, 14, 16, 19]
+    assert lipschitz_points(20, 3) == [0, 10, 19]
+    assert lipschitz_points(9, None) == list(range(9))
+    assert lipschitz_points(9, 2) == [0, 8]
+
+
+def test_lipschitz_method_says_how_many_points_and_steps() -> None:
+    assert lipschitz_method(20, 6) == (
+        "max |Hessian eigenvalue| by 20-step power iteration at 6 trajectory points (local)"
+    )
+    assert lipschitz_method(20, 20) == (
+        "max |Hessian eigenvalue| by power iteration at 8 of 20 trajectory points (evenly spread; 20 steps "
+        "at the first, 5 warm-started at each other) (local)"
+    )
+    assert lipschitz_method(3, 20, 4).endswith(
+        "at 4 of 20 trajectory points (evenly spread; 3 steps at the "
+        "first, 1 warm-started at each other) (local)"
+    )
+    assert lipschitz_method(3, 4, None) == (
+        "max |Hessian eigenvalue| by 3-step power iteration at 4 trajectory points (local)"
+    )
+
+
+def test_relu_step_limit_is_delta_times_two_over_eps_mach() -> None:
+    assert relu_step_limit(1e-5, torch.float32) == pytest.approx(1e-5 * 2 * 2.0**23, rel=1e-15)
+    assert 167 < relu_step_limit(1e-5, torch.float32) < 168  # the docstring's |z| >= 168
+    assert relu_step_limit(1e-9, torch.float64) == pytest.approx(1e-9 * 2 * 2.0**52, rel=1e-15)
+
+
+def test_the_lipschitz_estimate_is_the_largest_eigenvalue_over_its_points(case) -> None:  # type: ignore[no-untyped-def]
+    """At every point (few points: each from its own start) and at evenly spread ones (many points: warm
+    starts), against the exact Hessians' eigenvalues; a lower bound at the points visited, 0 without steps."""
+    spec, model = SPEC, case[0]  # the estimate reads the model's net and loss only
+    x, y, _, w0, _ = sample_task(spec, N, seed=4)
+    g = torch.Generator().manual_seed(1)
+    points = [w0 + 0.7 * k * torch.randn(w0.shape, generator=g, dtype=w0.dtype) for k in range(6)]
+
+    def top(w: torch.Tensor) -> float:
+        H = torch.autograd.functional.hessian(lambda v: empirical_risk(spec, "squared", v, x, y), w)
+        return float(torch.linalg.eigvalsh(H).abs().max())
+
+    exact = [top(w) for w in points]
+    assert len({round(e, 6) for e in exact}) == len(exact)  # the points differ: the max is one of them
+    few = estimate_lipschitz(model, points[:3], x, y, iters=80, max_points=3)
+    assert few == pytest.approx(max(exact[:3]), rel=1e-6)
+    many = estimate_lipschitz(model, points, x, y, iters=80, max_points=3)
+    visited = [exact[i] for i in lipschitz_points(6, 3)]
+    assert many <= max(visited) * (1 + 1e-9) and many == pytest.approx(max(visited), rel=1e-3)
+    every = estimate_lipschitz(model, points, x, y, iters=80, max_points=None)
+    assert every == pytest.approx(max(exact), rel=1e-6)
+    assert estimate_lipschitz(model, points, x, y, iters=0, max_points=None) == 0.0
+    # warm-started points get max(1, iters // 4) steps: one each, a lower bound
+    assert 0 < estimate_lipschitz(model, points, x, y, iters=0, max_points=3) <= max(visited) * (1 + 1e-9)
+    bad = w0.clone()
+    bad[0] = math.nan
+    assert estimate_lipschitz(model, [bad], x, y, iters=5) == 0.0  # a NaN Hessian gives no estimate
+    assert estimate_lipschitz(model, [bad, points[1]], x, y, iters=80) == pytest.approx(exact[1], rel=1e-6)
