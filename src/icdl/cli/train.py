@@ -82,6 +82,7 @@ def train(
     """Pretrain an ICL transformer (resumable; torchrun for data parallel). CONFIG is a bundled preset's
     name (``icdl.config.list_presets``) or a YAML path; resumes from ``--out`` when it holds a
     checkpoint of the same config."""
+    # imported when the command runs, for start-up time: `icdl train --help` loads no pydantic config or torch
     from icdl.config import dump_config, load_config
 
     if threads is not None:  # --threads beats the config's train.threads (a bookkeeping key)
@@ -90,6 +91,7 @@ def train(
     if print_config:
         click.echo(dump_config(cfg), nl=False)
         return
+    # after --print-config, for start-up time: the trainer imports torch
     from icdl.icl.training.train import TrainingDiverged, dist_from_env, find_checkpoint, train_estimate
     from icdl.icl.training.train import train as run_training
 
@@ -145,7 +147,7 @@ def train(
 def _launch(argv: list[str], nproc: int) -> None:
     """Start the workers (the parent has checked everything a worker would check first) and exit with
     the first failing worker's own code, after one line."""
-    from icdl.icl.training.launch import LaunchFailed, launch
+    from icdl.icl.training.launch import LaunchFailed, launch  # only for --nproc-per-node (start-up time)
 
     try:
         launch(argv, nproc)

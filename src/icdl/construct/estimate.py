@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from icdl import relu_sums
 from icdl._arith import check_int, safe_float
 from icdl.budget import Estimate
 from icdl.construct.engine.sizes import CONSTRUCT_FLOPS, DENSE_COSTS, CostInputs, paper_sizes
@@ -39,8 +40,6 @@ SUBLAYER_SECONDS = 1e-3
 def _fits(spec: NetSpec, loss: str, eps: float, radius: float) -> tuple[Estimate, dict[str, int]]:
     """The ReLU-sum fits a smooth activation or a non-squared loss needs: their estimate and the term
     counts (a non-squared loss is counted at its cap of 1201 terms)."""
-    from icdl import relu_sums
-
     fits = Estimate("icdl construct", 0.0, 0.0)
     kwargs: dict[str, int] = {}
     if any(spec.layer_act(j).name not in EXACT_TERMS for j in range(1, min(spec.depth, 2) + 1)):

@@ -163,6 +163,8 @@ def score_construct_estimate(dim: int, depth: int, width: int, *, examples: int,
     ([`icdl.construct.estimate.construction_estimate`][icdl.construct.estimate.construction_estimate]), since
     it is that construction for the spec
     [`icdl.diffusion.construct.score_net_spec`][icdl.diffusion.construct.score_net_spec]."""
+    # here, not at the top: the compiler and its variants (torch included) load only for this estimate; the
+    # training, evaluation and sampling estimates above are read before any of that is needed
     from icdl.construct.estimate import construction_estimate
     from icdl.diffusion.construct import score_net_spec
 
