@@ -45,7 +45,7 @@ from icdl.export import to_transformer_lens
 
 tl = to_transformer_lens(model)                        # model: CompiledModel (softmax) or ICLTransformer
 resid = tl.residual_input(x, y, x_query, w0)           # the prompt H (ICL: tl.residual_input(xs, ys))
-logits, cache = tl.bridge.run_with_cache(resid, start_at_layer=0)
+logits, cache = tl.run_with_cache(resid)              # = tl.bridge.run_with_cache(resid, start_at_layer=0)
 tl.predictions(logits)                                 # = model's prediction
 cache[tl.hook_name("steps.0.update.hook_out")]         # icdl hook name -> TransformerLens hook name
 ```
@@ -95,9 +95,32 @@ class TransformerLensModel:
     """
 
     def __init__(self, bridge: TransformerBridge, source: nn.Module, block_names: Sequence[str]) -> None:
-        self.bridge = bridge
+        self.bridge = bridge.eval()  # no dropout is exported; TL's logit_lens and patching want eval mode
         self.source = source
         self.block_names = tuple(block_names)
+
+    def forward(self, resid: Tensor, **kwargs: Any) -> Tensor:
+        """The bridge's logits on the residual stream ``resid`` (from
+        [`residual_input`][icdl.export.TransformerLensModel.residual_input]): ``bridge(resid,
+        start_at_layer=0, **kwargs)``."""
+        return self.bridge(resid, **{"start_at_layer": 0, **kwargs})
+
+    def run_with_cache(self, resid: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``bridge.run_with_cache(resid, *args, start_at_layer=0, **kwargs)``: ``(logits, cache)`` with
+        TransformerLens' ``ActivationCache`` (``cache["pattern", 0]``, ``accumulated_resid``, ...)."""
+        return self.bridge.run_with_cache(resid, *args, **{"start_at_layer": 0, **kwargs})
+
+    def run_with_hooks(self, resid: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``bridge.run_with_hooks(resid, *args, start_at_layer=0, **kwargs)``: the logits with
+        TransformerLens ``fwd_hooks`` / ``bwd_hooks`` applied."""
+        return self.bridge.run_with_hooks(resid, *args, **{"start_at_layer": 0, **kwargs})
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other attribute is the bridge's (``hooks()``, ``add_hook``, ``reset_hooks``, ``cfg``,
+        ``blocks``, ...)."""
+        if name in ("bridge", "source", "block_names") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.bridge, name)
 
     def residual_input(self, *prompt: Tensor) -> Tensor:
         """The residual stream entering block 0, shape ``(B, T, d_model)``, in the bridge's dtype.
@@ -146,7 +169,10 @@ class TransformerLensModel:
         Compiled model: ``hook_prompt`` -> ``blocks.0.hook_resid_pre``, ``steps.{l}.{sublayer}.hook_out`` and
         ``readout.{sublayer}.hook_out`` (negative ``l`` counts from the end) -> ``blocks.{i}.hook_resid_post``
         of the block that computes that sublayer. ICL model: the names are TransformerLens' already
-        (``blocks.{i}.hook_resid_post``); a negative ``i`` is resolved.
+        (``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_z``; a negative ``i`` is resolved), except
+        ``blocks.{i}.hook_ln1``/``hook_ln2`` -> ``blocks.{i}.ln1.hook_out``/``ln2.hook_out``. The bridge has
+        no ``attn.hook_result``, and its ``attn.hook_attn_scores`` (TransformerLens 4.3, native architecture)
+        holds the pattern, not the scores: both are refused here.
         """
         if isinstance(self.source, CompiledModel):
             full = resolve_name(name, {"steps": self.source.steps})
@@ -156,7 +182,16 @@ class TransformerLensModel:
             if full == stem or stem not in self.block_names:
                 raise InputError(f"no hook point {name!r}; see the source model's hook_names()")
             return f"blocks.{self.block_names.index(stem)}.hook_resid_post"
-        return resolve_name(name, {"blocks": len(self.block_names)})
+        full = resolve_name(name, {"blocks": len(self.block_names)})
+        if full.endswith((".attn.hook_result", ".attn.hook_attn_scores")):
+            raise InputError(
+                f"{name!r} has no counterpart in the TransformerLens bridge (it has no per-head result, and "
+                "its attn.hook_attn_scores holds the pattern); compare attn.hook_z or attn.hook_pattern"
+            )
+        for ln in ("ln1", "ln2"):
+            if full.endswith(f".hook_{ln}"):
+                return full.removesuffix(f"hook_{ln}") + f"{ln}.hook_out"
+        return full
 
 
 def _boot(config: dict[str, Any], dtype: torch.dtype) -> TransformerBridge:

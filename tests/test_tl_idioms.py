@@ -1,0 +1,175 @@
+"""TransformerLens idioms give the same numbers on an icdl model and on its TransformerLens export.
+
+The idioms are the ones TransformerLens code is written with (head ablation ``z[:, :, h] = 0``,
+``cache["pattern", l]``, ``utils.get_act_name``); each is applied unchanged to the icdl model and to the
+bridge. The reference for head ablation is independent of both hook APIs: a copy of the model whose head has
+a zero value projection.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import Tensor
+
+pytest.importorskip("transformer_lens")
+
+from transformer_lens.utilities import get_act_name as tl_get_act_name
+
+from icdl.construct import compile_gd_transformer, sample_task
+from icdl.errors import InputError
+from icdl.export import to_transformer_lens
+from icdl.hooks import HookPoint, get_act_name
+from icdl.icl.models import ICLTransformer
+from icdl.nets import NetSpec
+
+LAYERS, HEADS, D_MODEL = 3, 2, 16
+D_HEAD = D_MODEL // HEADS
+
+
+@pytest.fixture(scope="module")
+def model() -> ICLTransformer:
+    torch.manual_seed(0)
+    m = ICLTransformer(
+        3, 2, layers=LAYERS, heads=HEADS, d_model=D_MODEL, d_mlp=32, max_points=12, attention="softmax"
+    )
+    with torch.no_grad():  # away from GPT-2's init: every weight matters
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return m.double().eval()
+
+
+@pytest.fixture(scope="module")
+def prompt() -> tuple[Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(4, 7, 3, generator=gen).double(), torch.randn(4, 7, 2, generator=gen).double()
+
+
+def _err(a: Tensor, b: Tensor) -> float:
+    return float((a - b).detach().abs().max())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("pattern", 0), ("z", 1), ("q", 0), ("k", 2), ("v", 1), ("result", 0), ("attn_scores", 1), ("attn", 2),
+     ("key", 0), ("resid_pre", 0), ("resid_mid", 1), ("resid_post", 2), ("attn_out", 0), ("mlp_out", 1),
+     ("pre", 0), ("post", 2), ("mlp_post", 1), ("pattern1",), ("z2a",), ("resid_post",), ("normalized",),
+     ("scale", 0, "ln1"), ("blocks.0.hook_resid_pre",)],
+)  # fmt: skip
+def test_get_act_name_is_transformer_lens(args: tuple) -> None:  # type: ignore[type-arg]
+    assert get_act_name(*args) == tl_get_act_name(*args)
+
+
+def test_shapes_are_transformer_lens(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+    """q, k, v, z are (batch, pos, head, d_head) on both; the scores are -inf above the diagonal."""
+    xs, ys = prompt
+    tl = to_transformer_lens(model)
+    _, cache = model.run_with_cache(*prompt)
+    _, tl_cache = tl.run_with_cache(tl.residual_input(xs, ys))
+    T = 2 * xs.shape[1]
+    for name in ("q", "k", "v", "z"):
+        assert cache[name, 1].shape == tl_cache[name, 1].shape == (4, T, HEADS, D_HEAD)
+    assert cache["result", 0].shape == (4, T, HEADS, D_MODEL)
+    scores = cache["attn_scores", 0]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    assert torch.all(scores[..., future] == float("-inf")) and torch.isfinite(scores[..., ~future]).all()
+
+
+def test_cache_keys_give_the_same_numbers(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+    """``cache[name, layer]`` on icdl's cache and on TransformerLens' cache of the export agree to 1e-10."""
+    tl = to_transformer_lens(model)
+    preds, cache = model.run_with_cache(*prompt)
+    logits, tl_cache = tl.run_with_cache(tl.residual_input(*prompt))
+    assert _err(tl.predictions(logits), preds) <= 1e-10
+    names = ("pattern", "q", "k", "v", "z", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out",
+             "pre", "post")  # fmt: skip
+    for layer in range(LAYERS):
+        for name in names:
+            assert _err(cache[name, layer], tl_cache[name, layer]) <= 1e-10, (name, layer)
+            assert torch.equal(cache[name, layer], cache[get_act_name(name, layer)])
+    assert torch.equal(cache["pattern", -1], cache["pattern", LAYERS - 1])
+
+
+def _ablate_head(h: int):  # type: ignore[no-untyped-def]
+    def fn(z: Tensor, hook: HookPoint) -> None:
+        z[:, :, h] = 0.0  # TransformerLens' idiom: z is (batch, pos, head, d_head)
+
+    return fn
+
+
+@pytest.mark.parametrize("layer, head", [(0, 0), (1, 1), (2, 0)])
+def test_head_ablation_idiom(
+    model: ICLTransformer, prompt: tuple[Tensor, Tensor], layer: int, head: int
+) -> None:
+    """``z[:, :, h] = 0`` at ``get_act_name("z", l)`` gives the same predictions on icdl and on the export,
+    and both equal a model whose head h of block l has a zero value projection (z of that head is then 0)."""
+    xs, ys = prompt
+    tl = to_transformer_lens(model)
+    hooks = [(get_act_name("z", layer), _ablate_head(head))]
+    ours = model.run_with_hooks(xs, ys, fwd_hooks=hooks)
+    with torch.no_grad():
+        theirs = tl.predictions(tl.run_with_hooks(tl.residual_input(xs, ys), fwd_hooks=hooks))
+    ref = copy.deepcopy(model)
+    rows = slice(2 * D_MODEL + head * D_HEAD, 2 * D_MODEL + (head + 1) * D_HEAD)  # head's v rows in qkv
+    with torch.no_grad():
+        ref.blocks[layer].attn.qkv.weight[rows] = 0.0
+        ref.blocks[layer].attn.qkv.bias[rows] = 0.0
+        expected = ref(xs, ys)
+    assert _err(ours, expected) <= 1e-10
+    assert _err(theirs, expected) <= 1e-10
+    assert _err(ours, model(xs, ys)) > 1e-3  # the head mattered
+
+
+def test_result_hook_is_each_heads_write(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+    """Zeroing head h's ``hook_result`` equals zeroing its ``hook_z`` (the head adds ``z_h W_O^h``)."""
+    xs, ys = prompt
+
+    def zero_result(r: Tensor, hook: HookPoint) -> None:
+        r[:, :, 1] = 0.0
+
+    a = model.run_with_hooks(xs, ys, fwd_hooks=[(get_act_name("result", 1), zero_result)])
+    b = model.run_with_hooks(xs, ys, fwd_hooks=[(get_act_name("z", 1), _ablate_head(1))])
+    assert _err(a, b) <= 1e-12 and _err(a, model(xs, ys)) > 1e-3
+
+
+def test_old_scores_name_warns_and_resolves(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+    _, cache = model.run_with_cache(*prompt)
+    with pytest.warns(FutureWarning, match="hook_attn_scores"):
+        old = cache["blocks.0.attn.hook_scores"]
+    assert torch.equal(old, cache["blocks.0.attn.hook_attn_scores"])
+    with pytest.warns(FutureWarning):
+        _, one = model.run_with_cache(*prompt, names_filter="blocks.1.attn.hook_scores")
+    assert one.names() == ["blocks.1.attn.hook_attn_scores"]
+
+
+def test_export_is_in_eval_mode_and_runs_like_a_model(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+    tl = to_transformer_lens(model)
+    assert not tl.bridge.training
+    resid = tl.residual_input(*prompt)
+    with torch.no_grad():
+        assert torch.equal(tl.forward(resid), tl.bridge(resid, start_at_layer=0))
+    assert callable(tl.hooks) and callable(tl.reset_hooks)  # the bridge's own verbs
+    assert tl.hook_name("blocks.0.hook_ln1") == "blocks.0.ln1.hook_out"
+    _, cache = model.run_with_cache(*prompt)
+    _, tl_cache = tl.run_with_cache(resid)
+    assert _err(cache["blocks.1.hook_ln2"], tl_cache[tl.hook_name("blocks.1.hook_ln2")]) <= 1e-10
+    with pytest.raises(InputError, match="no counterpart"):
+        tl.hook_name("blocks.0.attn.hook_attn_scores")
+
+
+def test_a_hook_that_changes_the_shape_is_an_error(
+    model: ICLTransformer, prompt: tuple[Tensor, Tensor]
+) -> None:
+    def drop_token(act: Tensor, hook: HookPoint) -> Tensor:
+        return act[:, :-1]
+
+    with pytest.raises(InputError, match="keep the shape"):
+        model.run_with_hooks(*prompt, fwd_hooks=[("blocks.0.hook_resid_mid", drop_token)])
+    spec = NetSpec(2, 2, 2, 1)
+    compiled = compile_gd_transformer(spec, steps=1, n=4)
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=0)
+    H = compiled.build_prompt(x, y, xq, w0)
+    with pytest.raises(InputError, match="keep the shape"):
+        compiled.run_with_hooks(H, fwd_hooks=[("steps.0.update.hook_out", drop_token)])
