@@ -30,9 +30,9 @@ def estimator_color(name: str) -> str:
 
 def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
     """``(figure, axes)`` without pyplot: the caller's matplotlib backend is left as it was."""
-    from matplotlib.figure import Figure
+    from icdl.figure import new_figure  # shows inline in any Jupyter kernel (icdl.figure)
 
-    fig = Figure(figsize=figsize)
+    fig = new_figure(figsize=figsize)
     return fig, fig.subplots(*args, **kwargs)
 
 

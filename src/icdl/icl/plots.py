@@ -64,9 +64,9 @@ SPIKE_KIND = "least-squares"
 def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
     """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure is not registered with
     any backend, so it needs no closing and leaves the caller's backend as it was."""
-    from matplotlib.figure import Figure
+    from icdl.figure import new_figure  # shows inline in any Jupyter kernel (icdl.figure)
 
-    fig = Figure(figsize=figsize)
+    fig = new_figure(figsize=figsize)
     return fig, fig.subplots(*args, **kwargs)
 
 

@@ -1,7 +1,8 @@
 """Pictures of what a model computes: residual-stream heatmaps, head patterns, slot trajectories.
 
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no display needed, the
-caller's backend untouched; Jupyter shows a returned Figure inline); save it with
+caller's backend untouched), an [`IcdlFigure`][icdl.figure.IcdlFigure] that any Jupyter kernel shows inline,
+without ``%matplotlib inline``; save it with
 [`icdl.inspect.plots.save_figure`][icdl.inspect.plots.save_figure] (any dpi, PNG/PDF/SVG from the file suffix)
 or ``fig.savefig``.
 """
@@ -33,9 +34,9 @@ FIGURE_FORMATS = (".png", ".pdf", ".svg")
 def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
     """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure belongs to no backend,
     so building it never switches the caller's backend and it needs no closing."""
-    from matplotlib.figure import Figure
+    from icdl.figure import new_figure  # shows inline in any Jupyter kernel (icdl.figure)
 
-    fig = Figure(figsize=figsize)
+    fig = new_figure(figsize=figsize)
     return fig, fig.subplots(*args, **kwargs)
 
 
