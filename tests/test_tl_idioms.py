@@ -173,3 +173,35 @@ def test_a_hook_that_changes_the_shape_is_an_error(
     H = compiled.build_prompt(x, y, xq, w0)
     with pytest.raises(InputError, match="keep the shape"):
         compiled.run_with_hooks(H, fwd_hooks=[("steps.0.update.hook_out", drop_token)])
+
+
+def test_transformer_lens_patching_runs_on_the_residual_input(
+    model: ICLTransformer, prompt: tuple[Tensor, Tensor]
+) -> None:
+    """``patching.generic_activation_patch`` with ``tl.patching_index`` patches every (layer, pos) of
+    ``resid_pre``; each entry equals the same patch done with icdl's own hooks on the icdl model (and some
+    patches matter)."""
+    from transformer_lens import patching
+
+    xs, ys = prompt
+    tl = to_transformer_lens(model)
+    clean, corrupt = tl.residual_input(xs, ys), tl.residual_input(xs, -ys)
+    _, clean_cache = tl.run_with_cache(clean)
+    metric = lambda logits: logits[:, -2, 0].sum()  # noqa: E731 - the last point's prediction
+    index = tl.patching_index(corrupt, ("layer", "pos"))
+    got = patching.generic_activation_patch(
+        tl, corrupt, clean_cache, metric, patching.layer_pos_patch_setter, "resid_pre", index_df=index
+    )
+    assert got.shape == (LAYERS * corrupt.shape[1],)
+    _, icdl_clean = model.run_with_cache(xs, ys)
+    for row, (layer, pos) in enumerate(index.itertuples(index=False)):
+
+        def put(act: Tensor, hook: HookPoint, layer: int = layer, pos: int = pos) -> None:
+            act[:, pos] = icdl_clean["resid_pre", layer][:, pos]
+
+        ref = model.run_with_hooks(xs, -ys, fwd_hooks=[(get_act_name("resid_pre", layer), put)])
+        want = float(ref[:, -1, 0].sum())
+        assert abs(float(got[row]) - want) <= 1e-6 * max(1.0, abs(want)), (layer, pos)  # TL stores float32
+    assert float(got.max() - got.min()) > 1e-3
+    with pytest.raises(InputError, match="unknown patching axes"):
+        tl.patching_index(corrupt, ("layer", "token"))

@@ -115,6 +115,25 @@ class TransformerLensModel:
         TransformerLens ``fwd_hooks`` / ``bwd_hooks`` applied."""
         return self.bridge.run_with_hooks(resid, *args, **{"start_at_layer": 0, **kwargs})
 
+    def patching_index(self, resid: Tensor, axes: Sequence[str] = ("layer", "pos")) -> Any:
+        """The ``index_df`` (a pandas DataFrame, every combination of ``axes``) that
+        ``transformer_lens.patching.generic_activation_patch(tl, corrupted_resid, clean_cache, metric,
+        patch_setter, activation_name, index_df=...)`` needs on a residual input. TransformerLens' prebuilt
+        ``get_act_patch_*`` infer the position axis from ``tokens.shape[-1]``, which for the residual input
+        ``(B, T, d_model)`` is ``d_model`` (an ``IndexError``); here ``pos`` is ``T``. Axes: ``layer``,
+        ``pos``, ``head_index``/``head``, ``src_pos``/``dest_pos``."""
+        import itertools
+
+        import pandas as pd
+
+        cfg = self.bridge.cfg
+        size = {"layer": cfg.n_layers, "pos": resid.shape[1], "src_pos": resid.shape[1],
+                "dest_pos": resid.shape[1], "head_index": cfg.n_heads, "head": cfg.n_heads}  # fmt: skip
+        unknown = [a for a in axes if a not in size]
+        if unknown:
+            raise InputError(f"unknown patching axes {unknown}; choose from {', '.join(size)}")
+        return pd.DataFrame(list(itertools.product(*(range(size[a]) for a in axes))), columns=list(axes))
+
     def __getattr__(self, name: str) -> Any:
         """Every other attribute is the bridge's (``hooks()``, ``add_hook``, ``reset_hooks``, ``cfg``,
         ``blocks``, ...)."""

@@ -301,7 +301,7 @@ def compiled_legacy_key(key: tuple[Any, ...], steps: int) -> str:
 
 
 def compiled_run_with_cache(
-    model: Any, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True
+    model: Any, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True, grad: bool | None = None
 ) -> tuple[Tensor, ActivationCache]:
     """``(model.run(H), cache)`` with the residual stream ``(B, T, D)`` at every chosen hook point."""
     counts = {"steps": model.steps}
@@ -313,7 +313,7 @@ def compiled_run_with_cache(
         if match(name):
             store[name] = Hs.detach().clone()
 
-    out = model.run(H, trace=trace, readout=readout)
+    out = model.run(H, trace=trace, readout=readout, grad=grad)
     slots = {s.label: list(s.indices) for s in model.layout.slots}
     return out, ActivationCache(
         store,
@@ -324,8 +324,11 @@ def compiled_run_with_cache(
     )
 
 
-def compiled_run_with_hooks(model: Any, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True) -> Tensor:
+def compiled_run_with_hooks(
+    model: Any, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True, grad: bool | None = None
+) -> Tensor:
     """``model.run(H)`` with every ``fn`` of ``fwd_hooks`` applied where its filter matches; the stream
     a hook returns is what the next sublayer reads."""
     apply = hook_dispatcher(fwd_hooks, compiled_hook_names(model, readout), {"steps": model.steps})
-    return model.run(apply(PROMPT, H), trace=lambda point, Hs: apply(_point_name(point), Hs), readout=readout)
+    trace = lambda point, Hs: apply(_point_name(point), Hs)  # noqa: E731
+    return model.run(apply(PROMPT, H), trace=trace, readout=readout, grad=grad)
