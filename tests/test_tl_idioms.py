@@ -48,7 +48,9 @@ def prompt() -> tuple[Tensor, Tensor]:
 
 
 def _err(a: Tensor, b: Tensor) -> float:
-    return float((a - b).detach().abs().max())
+    """Largest difference; equal entries (-inf masks too) count as 0."""
+    a, b = a.detach(), b.detach()
+    return float(torch.where(a == b, torch.zeros_like(a), a - b).abs().max())
 
 
 @pytest.mark.parametrize(
@@ -144,7 +146,9 @@ def test_old_scores_name_warns_and_resolves(model: ICLTransformer, prompt: tuple
     assert one.names() == ["blocks.1.attn.hook_attn_scores"]
 
 
-def test_export_is_in_eval_mode_and_runs_like_a_model(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+def test_export_is_in_eval_mode_and_runs_like_a_model(
+    model: ICLTransformer, prompt: tuple[Tensor, Tensor]
+) -> None:
     tl = to_transformer_lens(model)
     assert not tl.bridge.training
     resid = tl.residual_input(*prompt)
@@ -205,3 +209,93 @@ def test_transformer_lens_patching_runs_on_the_residual_input(
     assert float(got.max() - got.min()) > 1e-3
     with pytest.raises(InputError, match="unknown patching axes"):
         tl.patching_index(corrupt, ("layer", "token"))
+
+
+# -- every variant under TransformerLens' hook machinery (icdl.export.to_hooked) ----------------------------
+
+
+@pytest.fixture(scope="module", params=["paper", "compact", "no-ewml", "rows", "softmax"])
+def variant(request: pytest.FixtureRequest) -> tuple:  # type: ignore[type-arg]
+    spec = NetSpec(depth=2, width=3, in_dim=2, out_dim=1)
+    model = compile_gd_transformer(spec, lr=0.1, steps=2, n=4, variant=request.param)
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=2)
+    return model, spec, (x, y, w0), model.build_prompt(x, y, xq, w0)
+
+
+def test_every_variant_as_a_hooked_root_module(variant: tuple) -> None:  # type: ignore[type-arg]
+    """TransformerLens' run_with_cache on ``to_hooked(model)``: the same hook names as icdl, and the output
+    and every cached stream equal icdl's own run (float64, to 1e-12); GD moved w."""
+    from transformer_lens import HookedRootModule
+
+    from icdl.export import to_hooked
+
+    model, _, _, H = variant
+    hooked = to_hooked(model)
+    assert isinstance(hooked, HookedRootModule)
+    assert list(hooked.hook_dict) == model.hook_names()
+    out, cache = model.run_with_cache(H)
+    with torch.no_grad():
+        tl_out, tl_cache = hooked.run_with_cache(H)
+    assert _err(tl_out, out) <= 1e-12
+    for name in model.hook_names():
+        assert _err(tl_cache[name], cache[name]) <= 1e-12, name
+    w = model.read_weights
+    assert _err(w(out), w(H)) > 1e-4
+
+
+def test_hooked_update_ablation_freezes_w(variant: tuple) -> None:  # type: ignore[type-arg]
+    """With TransformerLens' ``hooks()`` context: replacing step 1's update output by its input leaves w
+    where step 0 put it (reference GD's w_1; the softmax variant's products are approximate, so 1e-4 there),
+    while reference GD moves it in step 1; a backward hook fires on the prompt."""
+    from icdl.export import to_hooked
+    from icdl.nets import reference_gd
+
+    model, spec, (x, y, w0), H = variant
+    hooked = to_hooked(model)
+    names = [m.info.name for m in model.block_layers]
+    before = f"steps.1.{names[names.index('update') - 1]}.hook_out"
+    saved: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook: object) -> None:
+        saved["in"] = act
+
+    def ablate(act: Tensor, hook: object) -> Tensor:
+        return saved["in"]
+
+    got: dict[str, Tensor] = {}
+
+    def after_project(act: Tensor, hook: object) -> None:
+        got["w"] = model.read_weights(act)
+
+    fwd = [(before, keep), ("steps.1.update.hook_out", ablate), ("steps.1.project.hook_out", after_project)]
+    with torch.no_grad(), hooked.hooks(fwd_hooks=fwd):
+        hooked(H)
+    ref = reference_gd(spec, "squared", w0, x, y, lr=0.1, steps=2)
+    tol = 1e-4 if model.config.variant == "softmax" else 1e-9
+    assert _err(got["w"][0], ref[1]) <= tol and _err(ref[2], ref[1]) > 10 * tol
+    grads: list[Tensor] = []
+    Hg = H.clone().requires_grad_(True)
+    out = hooked.run_with_hooks(Hg, bwd_hooks=[("hook_prompt", lambda g, hook: grads.append(g))])
+    model.read_prediction(out).sum().backward()
+    assert len(grads) == 1 and float(grads[0].abs().max()) > 0
+
+
+def test_relu_icl_model_as_a_hooked_root_module() -> None:
+    from icdl.export import to_hooked
+
+    torch.manual_seed(0)
+    m = ICLTransformer(3, 1, layers=2, heads=2, d_model=16, d_mlp=32, max_points=8, attention="relu").double()
+    xs, ys = torch.randn(2, 5, 3, dtype=torch.float64), torch.randn(2, 5, 1, dtype=torch.float64)
+    hooked = to_hooked(m.eval())
+    preds, cache = m.run_with_cache(xs, ys)
+    with torch.no_grad():
+        tl_preds, tl_cache = hooked.run_with_cache(xs, ys)
+    assert _err(tl_preds, preds) <= 1e-12
+    for name in m.hook_names():
+        assert _err(tl_cache[name], cache[name]) <= 1e-12, name
+    assert torch.equal(tl_cache[get_act_name("pattern", 1)], cache["pattern", 1])
+    with torch.no_grad():
+        a = hooked.run_with_hooks(xs, ys, fwd_hooks=[(get_act_name("z", 0), _ablate_head(0))])
+    assert _err(a, m.run_with_hooks(xs, ys, fwd_hooks=[(get_act_name("z", 0), _ablate_head(0))])) <= 1e-12
+    with pytest.raises(InputError, match="to_hooked takes"):
+        to_hooked(torch.nn.Linear(2, 2))

@@ -65,12 +65,12 @@ from icdl.construct.layers import ReLUMLP, SoftmaxAttention
 from icdl.construct.tables import Sublayer
 from icdl.errors import InputError
 from icdl.hooks import PROMPT, resolve_name
-from icdl.icl.models import ICLTransformer
+from icdl.icl.models import ICLTransformer, hook_name
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["MAX_DENSE_ENTRIES", "TransformerLensModel", "to_transformer_lens"]
+__all__ = ["MAX_DENSE_ENTRIES", "TransformerLensModel", "to_hooked", "to_transformer_lens"]
 
 MAX_DENSE_ENTRIES = 200_000_000
 """Largest exported model (weight entries, all blocks) before export refuses: TransformerLens stores every
@@ -80,7 +80,10 @@ block's weights densely, where icdl stores sparse tables and one shared GD block
 # attn_scale, so W_Q is multiplied by it. A power of two keeps both operations exact.
 _COMPILED_ATTN_SCALE = 2.0
 
-_REFUSE_HINT = "compile with --variant softmax (compile_gd_transformer(..., variant='softmax'))"
+_REFUSE_HINT = (
+    "compile with --variant softmax (compile_gd_transformer(..., variant='softmax')), or use "
+    "icdl.export.to_hooked(model) for TransformerLens' hooks on any variant"
+)
 
 
 class TransformerLensModel:
@@ -264,7 +267,8 @@ def _export_icl(model: ICLTransformer, dtype: torch.dtype) -> TransformerLensMod
     if cfg.attention != "softmax":
         raise InputError(
             f"TransformerLens cannot express this ICL model: its attention is {cfg.attention!r} and "
-            "TransformerLens' attention is softmax only; train with model.attention: softmax"
+            "TransformerLens' attention is softmax only; train with model.attention: softmax, or use "
+            "icdl.export.to_hooked(model) for TransformerLens' hooks"
         )
     heads, d_model = cfg.heads, cfg.d_model
     d_head = d_model // heads
@@ -414,3 +418,81 @@ def _load_heads(attn: Any, m: SoftmaxAttention, d_head: int) -> None:
                 continue  # padding entry
             attn.v.weight[h * d_head + e, src] = coef
             attn.o.weight[dst, h * d_head + e] = 1.0
+
+
+# -- every variant: icdl's own computation under TransformerLens' hook machinery -----------------------------
+
+
+def _hooked_root_module() -> Any:
+    try:
+        from transformer_lens import HookedRootModule
+        from transformer_lens.hook_points import HookPoint
+    except ImportError as e:
+        raise InputError("to_hooked needs transformer-lens>=4.3: pip install 'icdl[interp]'") from e
+    return HookedRootModule, HookPoint
+
+
+def _point_tree(names: Sequence[str], HookPoint: Any) -> nn.Module:
+    """Modules nested so that each dotted ``name`` is a ``HookPoint``'s module path (``blocks.0.attn.hook_q``,
+    ``steps.1.update.hook_out``); numeric parts become ``nn.ModuleList`` entries' string keys."""
+    root = nn.Module()
+    for name in names:
+        node = root
+        *parents, leaf = name.split(".")
+        for part in parents:
+            if part not in node._modules:
+                node.add_module(part, nn.Module())
+            node = node._modules[part]  # type: ignore[assignment]
+        node.add_module(leaf, HookPoint())
+    return root
+
+
+def to_hooked(model: nn.Module) -> Any:
+    """Any icdl model, every variant, as a TransformerLens ``HookedRootModule`` running icdl's own forward
+    pass, with a ``HookPoint`` at each of ``model.hook_names()`` (the same names): TransformerLens'
+    ``run_with_cache``, ``run_with_hooks`` (``fwd_hooks`` and ``bwd_hooks``), ``hooks()``, ``add_hook`` /
+    ``reset_hooks``, ``hook_dict``. Unlike [`to_transformer_lens`][icdl.export.to_transformer_lens] nothing
+    is re-expressed in TransformerLens blocks, so ReLU attention, EWML sublayers and row tokens (``paper``,
+    ``compact``, ``no-ewml``, ``rows``) and ICL models with ``attention: relu`` are covered; TransformerLens
+    tools that need its block classes (``cfg``, weights, ``start_at_layer``) are not.
+
+    A compiled model is called on its prompt ``H`` (``hooked(H)``, the stream after the readout, with
+    autograd, so backward hooks fire; the cache holds ``steps.{l}.{sublayer}.hook_out`` as icdl names it);
+    an ICL model on ``(xs, ys)`` (its predictions). tests/test_tl_idioms.py checks the outputs and every
+    cached activation against icdl's own ``run_with_cache`` in float64.
+    """
+    HookedRootModule, HookPoint = _hooked_root_module()
+    if not isinstance(model, (CompiledModel, ICLTransformer)):
+        raise InputError(
+            f"cannot hook a {type(model).__name__}: to_hooked takes an ICLTransformer or a CompiledModel"
+        )
+    names = model.hook_names()
+
+    class HookedIcdl(HookedRootModule):  # type: ignore[misc, valid-type]
+        """icdl's forward pass with a TransformerLens ``HookPoint`` at every icdl hook point."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.source = model
+            tree = _point_tree(names, HookPoint)
+            for child, mod in tree.named_children():
+                self.add_module(child, mod)
+            self.setup()
+            self.point_names = list(names)
+
+        def forward(self, *prompt: Tensor) -> Tensor:
+            point = self.hook_dict
+            if isinstance(model, CompiledModel):
+                (H,) = prompt
+                model.check_prompt(H)
+                H = point["hook_prompt"](H)
+                parts = [(f"steps.{l}", model.block_layers) for l in range(model.steps)]
+                for where, layers in [*parts, ("readout", model.readout_layers)]:
+                    for m in layers:
+                        H = point[f"{where}.{m.info.name}.hook_out"](m(H))
+                return H
+            assert isinstance(model, ICLTransformer)
+            xs, ys = prompt
+            return model(xs, ys, hooks=lambda b, name, t: point[hook_name(b, name)](t))
+
+    return HookedIcdl()

@@ -203,9 +203,15 @@ class ActivationCache(Mapping[str, Tensor]):
     def _act_name(self, key: tuple[Any, ...]) -> str | None:
         """TransformerLens' ``cache["pattern", 0]`` form (``get_act_name(*key)``) for an ICL cache;
         ``cache["update", 1]`` (``steps.1.update.hook_out``) for a compiled one; None for other keys."""
-        if not (1 < len(key) <= 3 and isinstance(key[0], str) and "." not in key[0] and "hook_" not in key[0]):
+        if not (
+            1 < len(key) <= 3 and isinstance(key[0], str) and "." not in key[0] and "hook_" not in key[0]
+        ):
             return None
-        if not isinstance(key[1], int) or isinstance(key[1], bool) or self.kind == "compiled" and len(key) == 3:
+        if (
+            not isinstance(key[1], int)
+            or isinstance(key[1], bool)
+            or (self.kind == "compiled" and len(key) == 3)
+        ):
             return None
         if self.kind == "compiled":
             return f"steps.{key[1]}.{key[0]}.hook_out"

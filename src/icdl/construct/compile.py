@@ -469,7 +469,12 @@ class CompiledModel(nn.Module):
         return hooks.compiled_hook_names(self, readout)
 
     def run_with_cache(
-        self, H: Tensor, names_filter: hooks.NamesFilter = None, *, readout: bool = True, grad: bool | None = None
+        self,
+        H: Tensor,
+        names_filter: hooks.NamesFilter = None,
+        *,
+        readout: bool = True,
+        grad: bool | None = None,
     ) -> tuple[Tensor, hooks.ActivationCache]:
         """``(self.run(H), cache)``: the residual stream at every hook point ``names_filter`` picks
         (None, a name, a list of names or a predicate; ``steps.-1.`` counts from the end); the cache holds
