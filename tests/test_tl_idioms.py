@@ -299,3 +299,13 @@ def test_relu_icl_model_as_a_hooked_root_module() -> None:
     assert _err(a, m.run_with_hooks(xs, ys, fwd_hooks=[(get_act_name("z", 0), _ablate_head(0))])) <= 1e-12
     with pytest.raises(InputError, match="to_hooked takes"):
         to_hooked(torch.nn.Linear(2, 2))
+
+
+def test_remove_batch_dim(model: ICLTransformer, prompt: tuple[Tensor, Tensor]) -> None:
+    xs, ys = prompt
+    _, cache = model.run_with_cache(xs[:1], ys[:1])
+    one = cache.remove_batch_dim()
+    assert torch.equal(one["pattern", 0], cache["pattern", 0][0])
+    assert one["blocks.1.attn.hook_z"].shape == cache["blocks.1.attn.hook_z"].shape[1:]
+    with pytest.raises(InputError, match="batch of one"):
+        model.run_with_cache(xs, ys)[1].remove_batch_dim()

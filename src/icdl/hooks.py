@@ -258,6 +258,18 @@ class ActivationCache(Mapping[str, Tensor]):
         """Every hook name, in forward order."""
         return list(self._store)
 
+    def remove_batch_dim(self) -> ActivationCache:
+        """The cache of a batch of one without its batch dimension (TransformerLens'
+        ``remove_batch_dim``): every activation ``t[0]``; a batch of another size is an ``InputError``."""
+        sizes = {t.shape[0] for t in self._store.values()}
+        if sizes - {1}:
+            raise InputError(f"remove_batch_dim needs a batch of one; this cache's batch is {sorted(sizes)}")
+        out = ActivationCache(
+            {k: t[0] for k, t in self._store.items()}, self.kind, self._slots, counts=self._counts
+        )
+        out._legacy = self._legacy
+        return out
+
     @property
     def slots(self) -> list[str]:
         """Slot names usable as the second key element (compiled models only)."""
