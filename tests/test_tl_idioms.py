@@ -204,7 +204,7 @@ def test_transformer_lens_patching_runs_on_the_residual_input(
             act[:, pos] = icdl_clean["resid_pre", layer][:, pos]
 
         ref = model.run_with_hooks(xs, -ys, fwd_hooks=[(get_act_name("resid_pre", layer), put)])
-        want = float(ref[:, -1, 0].sum())
+        want = float(ref[:, -1, 0].sum().detach())
         assert abs(float(got[row]) - want) <= 1e-6 * max(1.0, abs(want)), (layer, pos)  # TL stores float32
     assert float(got.max() - got.min()) > 1e-3
     with pytest.raises(InputError, match="unknown patching axes"):
