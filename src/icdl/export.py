@@ -45,7 +45,7 @@ from icdl.export import to_transformer_lens
 
 tl = to_transformer_lens(model)                        # model: CompiledModel (softmax) or ICLTransformer
 resid = tl.residual_input(x, y, x_query, w0)           # the prompt H (ICL: tl.residual_input(xs, ys))
-logits, cache = tl.bridge.run_with_cache(resid, start_at_layer=0)
+logits, cache = tl.run_with_cache(resid)              # = tl.bridge.run_with_cache(resid, start_at_layer=0)
 tl.predictions(logits)                                 # = model's prediction
 cache[tl.hook_name("steps.0.update.hook_out")]         # icdl hook name -> TransformerLens hook name
 ```
@@ -65,12 +65,12 @@ from icdl.construct.engine.layers import ReLUMLP, SoftmaxAttention
 from icdl.construct.engine.sublayers import Sublayer
 from icdl.errors import InputError
 from icdl.hooks import PROMPT, resolve_name
-from icdl.icl.models import ICLTransformer
+from icdl.icl.models import ICLTransformer, hook_name
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-__all__ = ["MAX_DENSE_ENTRIES", "TransformerLensModel", "to_transformer_lens"]
+__all__ = ["MAX_DENSE_ENTRIES", "TransformerLensModel", "to_hooked", "to_transformer_lens"]
 
 MAX_DENSE_ENTRIES = 200_000_000
 """Largest exported model (weight entries, all blocks) before export refuses: TransformerLens stores every
@@ -80,7 +80,10 @@ block's weights densely, where icdl stores sparse tables and one shared GD block
 # attn_scale, so W_Q is multiplied by it. A power of two keeps both operations exact.
 _COMPILED_ATTN_SCALE = 2.0
 
-_REFUSE_HINT = "compile with --variant softmax (compile_gd_transformer(..., variant='softmax'))"
+_REFUSE_HINT = (
+    "compile with --variant softmax (compile_gd_transformer(..., variant='softmax')), or use "
+    "icdl.export.to_hooked(model) for TransformerLens' hooks on any variant"
+)
 
 
 class TransformerLensModel:
@@ -95,9 +98,51 @@ class TransformerLensModel:
     """
 
     def __init__(self, bridge: TransformerBridge, source: nn.Module, block_names: Sequence[str]) -> None:
-        self.bridge = bridge
+        self.bridge = bridge.eval()  # no dropout is exported; TL's logit_lens and patching want eval mode
         self.source = source
         self.block_names = tuple(block_names)
+
+    def forward(self, resid: Tensor, **kwargs: Any) -> Tensor:
+        """The bridge's logits on the residual stream ``resid`` (from
+        [`residual_input`][icdl.export.TransformerLensModel.residual_input]): ``bridge(resid,
+        start_at_layer=0, **kwargs)``."""
+        return self.bridge(resid, **{"start_at_layer": 0, **kwargs})
+
+    def run_with_cache(self, resid: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``bridge.run_with_cache(resid, *args, start_at_layer=0, **kwargs)``: ``(logits, cache)`` with
+        TransformerLens' ``ActivationCache`` (``cache["pattern", 0]``, ``accumulated_resid``, ...)."""
+        return self.bridge.run_with_cache(resid, *args, **{"start_at_layer": 0, **kwargs})
+
+    def run_with_hooks(self, resid: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``bridge.run_with_hooks(resid, *args, start_at_layer=0, **kwargs)``: the logits with
+        TransformerLens ``fwd_hooks`` / ``bwd_hooks`` applied."""
+        return self.bridge.run_with_hooks(resid, *args, **{"start_at_layer": 0, **kwargs})
+
+    def patching_index(self, resid: Tensor, axes: Sequence[str] = ("layer", "pos")) -> Any:
+        """The ``index_df`` (a pandas DataFrame, every combination of ``axes``) that
+        ``transformer_lens.patching.generic_activation_patch(tl, corrupted_resid, clean_cache, metric,
+        patch_setter, activation_name, index_df=...)`` needs on a residual input. TransformerLens' prebuilt
+        ``get_act_patch_*`` infer the position axis from ``tokens.shape[-1]``, which for the residual input
+        ``(B, T, d_model)`` is ``d_model`` (an ``IndexError``); here ``pos`` is ``T``. Axes: ``layer``,
+        ``pos``, ``head_index``/``head``, ``src_pos``/``dest_pos``."""
+        import itertools
+
+        import pandas as pd
+
+        cfg = self.bridge.cfg
+        size = {"layer": cfg.n_layers, "pos": resid.shape[1], "src_pos": resid.shape[1],
+                "dest_pos": resid.shape[1], "head_index": cfg.n_heads, "head": cfg.n_heads}  # fmt: skip
+        unknown = [a for a in axes if a not in size]
+        if unknown:
+            raise InputError(f"unknown patching axes {unknown}; choose from {', '.join(size)}")
+        return pd.DataFrame(list(itertools.product(*(range(size[a]) for a in axes))), columns=list(axes))
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other attribute is the bridge's (``hooks()``, ``add_hook``, ``reset_hooks``, ``cfg``,
+        ``blocks``, ...)."""
+        if name in ("bridge", "source", "block_names") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.bridge, name)
 
     def residual_input(self, *prompt: Tensor) -> Tensor:
         """The residual stream entering block 0, shape ``(B, T, d_model)``, in the bridge's dtype.
@@ -146,7 +191,10 @@ class TransformerLensModel:
         Compiled model: ``hook_prompt`` -> ``blocks.0.hook_resid_pre``, ``steps.{l}.{sublayer}.hook_out`` and
         ``readout.{sublayer}.hook_out`` (negative ``l`` counts from the end) -> ``blocks.{i}.hook_resid_post``
         of the block that computes that sublayer. ICL model: the names are TransformerLens' already
-        (``blocks.{i}.hook_resid_post``); a negative ``i`` is resolved.
+        (``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_z``; a negative ``i`` is resolved), except
+        ``blocks.{i}.hook_ln1``/``hook_ln2`` -> ``blocks.{i}.ln1.hook_out``/``ln2.hook_out``. The bridge has
+        no ``attn.hook_result``, and its ``attn.hook_attn_scores`` (TransformerLens 4.3, native architecture)
+        holds the pattern, not the scores: both are refused here.
         """
         if isinstance(self.source, CompiledModel):
             full = resolve_name(name, {"steps": self.source.steps})
@@ -156,7 +204,16 @@ class TransformerLensModel:
             if full == stem or stem not in self.block_names:
                 raise InputError(f"no hook point {name!r}; see the source model's hook_names()")
             return f"blocks.{self.block_names.index(stem)}.hook_resid_post"
-        return resolve_name(name, {"blocks": len(self.block_names)})
+        full = resolve_name(name, {"blocks": len(self.block_names)})
+        if full.endswith((".attn.hook_result", ".attn.hook_attn_scores")):
+            raise InputError(
+                f"{name!r} has no counterpart in the TransformerLens bridge (it has no per-head result, and "
+                "its attn.hook_attn_scores holds the pattern); compare attn.hook_z or attn.hook_pattern"
+            )
+        for ln in ("ln1", "ln2"):
+            if full.endswith(f".hook_{ln}"):
+                return full.removesuffix(f"hook_{ln}") + f"{ln}.hook_out"
+        return full
 
 
 def _boot(config: dict[str, Any], dtype: torch.dtype) -> TransformerBridge:
@@ -210,7 +267,8 @@ def _export_icl(model: ICLTransformer, dtype: torch.dtype) -> TransformerLensMod
     if cfg.attention != "softmax":
         raise InputError(
             f"TransformerLens cannot express this ICL model: its attention is {cfg.attention!r} and "
-            "TransformerLens' attention is softmax only; train with model.attention: softmax"
+            "TransformerLens' attention is softmax only; train with model.attention: softmax, or use "
+            "icdl.export.to_hooked(model) for TransformerLens' hooks"
         )
     heads, d_model = cfg.heads, cfg.d_model
     d_head = d_model // heads
@@ -360,3 +418,81 @@ def _load_heads(attn: Any, m: SoftmaxAttention, d_head: int) -> None:
                 continue  # padding entry
             attn.v.weight[h * d_head + e, src] = coef
             attn.o.weight[dst, h * d_head + e] = 1.0
+
+
+# -- every variant: icdl's own computation under TransformerLens' hook machinery -----------------------------
+
+
+def _hooked_root_module() -> Any:
+    try:
+        from transformer_lens import HookedRootModule
+        from transformer_lens.hook_points import HookPoint
+    except ImportError as e:
+        raise InputError("to_hooked needs transformer-lens>=4.3: pip install 'icdl[interp]'") from e
+    return HookedRootModule, HookPoint
+
+
+def _point_tree(names: Sequence[str], HookPoint: Any) -> nn.Module:
+    """Modules nested so that each dotted ``name`` is a ``HookPoint``'s module path (``blocks.0.attn.hook_q``,
+    ``steps.1.update.hook_out``); numeric parts become ``nn.ModuleList`` entries' string keys."""
+    root = nn.Module()
+    for name in names:
+        node = root
+        *parents, leaf = name.split(".")
+        for part in parents:
+            if part not in node._modules:
+                node.add_module(part, nn.Module())
+            node = node._modules[part]  # type: ignore[assignment]
+        node.add_module(leaf, HookPoint())
+    return root
+
+
+def to_hooked(model: nn.Module) -> Any:
+    """Any icdl model, every variant, as a TransformerLens ``HookedRootModule`` running icdl's own forward
+    pass, with a ``HookPoint`` at each of ``model.hook_names()`` (the same names): TransformerLens'
+    ``run_with_cache``, ``run_with_hooks`` (``fwd_hooks`` and ``bwd_hooks``), ``hooks()``, ``add_hook`` /
+    ``reset_hooks``, ``hook_dict``. Unlike [`to_transformer_lens`][icdl.export.to_transformer_lens] nothing
+    is re-expressed in TransformerLens blocks, so ReLU attention, EWML sublayers and row tokens (``paper``,
+    ``compact``, ``no-ewml``, ``rows``) and ICL models with ``attention: relu`` are covered; TransformerLens
+    tools that need its block classes (``cfg``, weights, ``start_at_layer``) are not.
+
+    A compiled model is called on its prompt ``H`` (``hooked(H)``, the stream after the readout, with
+    autograd, so backward hooks fire; the cache holds ``steps.{l}.{sublayer}.hook_out`` as icdl names it);
+    an ICL model on ``(xs, ys)`` (its predictions). tests/test_tl_idioms.py checks the outputs and every
+    cached activation against icdl's own ``run_with_cache`` in float64.
+    """
+    HookedRootModule, HookPoint = _hooked_root_module()
+    if not isinstance(model, (CompiledModel, ICLTransformer)):
+        raise InputError(
+            f"cannot hook a {type(model).__name__}: to_hooked takes an ICLTransformer or a CompiledModel"
+        )
+    names = model.hook_names()
+
+    class HookedIcdl(HookedRootModule):  # type: ignore[misc, valid-type]
+        """icdl's forward pass with a TransformerLens ``HookPoint`` at every icdl hook point."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.source = model
+            tree = _point_tree(names, HookPoint)
+            for child, mod in tree.named_children():
+                self.add_module(child, mod)
+            self.setup()
+            self.point_names = list(names)
+
+        def forward(self, *prompt: Tensor) -> Tensor:
+            point = self.hook_dict
+            if isinstance(model, CompiledModel):
+                (H,) = prompt
+                model.check_prompt(H)
+                H = point["hook_prompt"](H)
+                parts = [(f"steps.{l}", model.block_layers) for l in range(model.steps)]
+                for where, layers in [*parts, ("readout", model.readout_layers)]:
+                    for m in layers:
+                        H = point[f"{where}.{m.info.name}.hook_out"](m(H))
+                return H
+            assert isinstance(model, ICLTransformer)
+            xs, ys = prompt
+            return model(xs, ys, hooks=lambda b, name, t: point[hook_name(b, name)](t))
+
+    return HookedIcdl()

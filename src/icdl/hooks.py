@@ -23,6 +23,7 @@ GD step l, 0-based) and ``readout.{sublayer}.hook_out``.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,6 +38,7 @@ __all__ = [
     "HookFn",
     "HookPoint",
     "NamesFilter",
+    "get_act_name",
     "hook_dispatcher",
     "names_matcher",
     "resolve_name",
@@ -63,9 +65,52 @@ FwdHooks = Sequence[tuple[NamesFilter, HookFn]]
 _INDEXED = re.compile(r"^(blocks|steps)\.(-?\d+)\.")
 
 
+RENAMED: dict[str, str] = {"attn.hook_scores": "attn.hook_attn_scores"}
+"""Old hook-name endings and their TransformerLens names (the old ones still resolve, with a warning)."""
+
+
+def _renamed(name: str) -> str:
+    for old, new in RENAMED.items():
+        if name.endswith("." + old):
+            warnings.warn(
+                f"hook point {name!r} is now {name.removesuffix(old) + new!r} (TransformerLens' name)",
+                FutureWarning,
+                stacklevel=4,
+            )
+            return name.removesuffix(old) + new
+    return name
+
+
+def get_act_name(name: str, layer: int | None = None, layer_type: str | None = None) -> str:
+    """TransformerLens' ``utils.get_act_name`` (the same rules, without importing it): ``("pattern", 0)`` ->
+    ``blocks.0.attn.hook_pattern``, ``("resid_post", 1)`` -> ``blocks.1.hook_resid_post``, ``("z", 2)`` ->
+    ``blocks.2.attn.hook_z``, ``("post", 0)`` -> ``blocks.0.mlp.hook_post``, ``"pattern3"`` ->
+    ``blocks.3.attn.hook_pattern``; a full name (with a dot or ``hook_``) is returned as it is."""
+    if ("." in name or name.startswith("hook_")) and layer is None and layer_type is None:
+        return name
+    m = re.match(r"([a-z]+)(\d+)([a-z]?.*)", name)
+    if m is not None:
+        name, layer, layer_type = m.group(1), int(m.group(2)), m.group(3)
+    alias = {"attn": "pattern", "attn_logits": "attn_scores", "key": "k", "query": "q", "value": "v",
+             "mlp_pre": "pre", "mlp_mid": "mid", "mlp_post": "post"}  # fmt: skip
+    name = alias.get(name, name)
+    full = "" if layer is None else f"blocks.{layer}."
+    if name in ("k", "v", "q", "z", "rot_k", "rot_q", "result", "pattern", "attn_scores"):
+        layer_type = "attn"
+    elif name in ("pre", "post", "mid", "pre_linear"):
+        layer_type = "mlp"
+    elif layer_type in ("a", "m", "b", "block", "blocks", "attention"):
+        layer_type = {"a": "attn", "m": "mlp", "attention": "attn"}.get(layer_type, "")
+    full += f"{layer_type}." if layer_type else ""
+    full += f"hook_{name}"
+    return f"ln_final.{full}" if name in ("scale", "normalized") and layer is None else full
+
+
 def resolve_name(name: str, counts: Mapping[str, int]) -> str:
     """``name`` with a negative block or step index counted from the end (``steps.-1.`` -> ``steps.{L-1}.``);
-    ``counts`` maps ``blocks``/``steps`` to their number. An index out of range is an ``InputError``."""
+    ``counts`` maps ``blocks``/``steps`` to their number. An index out of range is an ``InputError``. An old
+    name of [`RENAMED`][icdl.hooks.RENAMED] becomes the new one, with a ``FutureWarning``."""
+    name = _renamed(name)
     m = _INDEXED.match(name)
     if m is None or m.group(1) not in counts:
         return name
@@ -96,13 +141,19 @@ def hook_dispatcher(
     fwd_hooks: Sequence[tuple[NamesFilter, HookFn]], all_names: Sequence[str], counts: Mapping[str, int]
 ) -> Callable[[str, Tensor], Tensor]:
     """``apply(name, activation) -> activation``: every ``fn`` whose filter matches ``name`` runs, in the
-    order given; a ``fn`` returning ``None`` keeps the activation it was passed."""
+    order given; a ``fn`` returning ``None`` keeps the activation it was passed. A ``fn`` returning a tensor
+    of another shape (e.g. fewer tokens) is an ``InputError``: the run would otherwise continue on it."""
     pairs = [(names_matcher(f, all_names, counts), fn) for f, fn in fwd_hooks]
 
     def apply(name: str, t: Tensor) -> Tensor:
         for match, fn in pairs:
             if match(name):
                 out = fn(t, HookPoint(name))
+                if out is not None and tuple(out.shape) != tuple(t.shape):
+                    raise InputError(
+                        f"a hook at {name!r} returned shape {tuple(out.shape)} for an activation of shape "
+                        f"{tuple(t.shape)}; a hook must keep the shape"
+                    )
                 t = t if out is None else out
         return t
 
@@ -149,10 +200,30 @@ class ActivationCache(Mapping[str, Tensor]):
             )
         return self._legacy(key)
 
+    def _act_name(self, key: tuple[Any, ...]) -> str | None:
+        """TransformerLens' ``cache["pattern", 0]`` form (``get_act_name(*key)``) for an ICL cache;
+        ``cache["update", 1]`` (``steps.1.update.hook_out``) for a compiled one; None for other keys."""
+        if not (
+            1 < len(key) <= 3 and isinstance(key[0], str) and "." not in key[0] and "hook_" not in key[0]
+        ):
+            return None
+        if (
+            not isinstance(key[1], int)
+            or isinstance(key[1], bool)
+            or (self.kind == "compiled" and len(key) == 3)
+        ):
+            return None
+        if self.kind == "compiled":
+            return f"steps.{key[1]}.{key[0]}.hook_out"
+        return get_act_name(*key)
+
     def __getitem__(self, key: Key) -> Tensor:
         slot: Any = None
         point: Key = key
-        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and "hook_" in key[0]:
+        act = self._act_name(key) if isinstance(key, tuple) else None
+        if act is not None:
+            point = act
+        elif isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and "hook_" in key[0]:
             point, slot = key[0], key[1]  # (hook name, slot)
         elif isinstance(key, tuple) and len(key) == 3 and self.kind == "compiled":
             point, slot = key[:2], key[2]  # the old (step, sublayer, slot) form
@@ -186,6 +257,18 @@ class ActivationCache(Mapping[str, Tensor]):
     def names(self) -> list[str]:
         """Every hook name, in forward order."""
         return list(self._store)
+
+    def remove_batch_dim(self) -> ActivationCache:
+        """The cache of a batch of one without its batch dimension (TransformerLens'
+        ``remove_batch_dim``): every activation ``t[0]``; a batch of another size is an ``InputError``."""
+        sizes = {t.shape[0] for t in self._store.values()}
+        if sizes - {1}:
+            raise InputError(f"remove_batch_dim needs a batch of one; this cache's batch is {sorted(sizes)}")
+        out = ActivationCache(
+            {k: t[0] for k, t in self._store.items()}, self.kind, self._slots, counts=self._counts
+        )
+        out._legacy = self._legacy
+        return out
 
     @property
     def slots(self) -> list[str]:
@@ -236,7 +319,7 @@ def compiled_legacy_key(key: tuple[Any, ...], steps: int) -> str:
 
 
 def compiled_run_with_cache(
-    model: Any, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True
+    model: Any, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True, grad: bool | None = None
 ) -> tuple[Tensor, ActivationCache]:
     """``(model.run(H), cache)`` with the residual stream ``(B, T, D)`` at every chosen hook point."""
     counts = {"steps": model.steps}
@@ -248,7 +331,7 @@ def compiled_run_with_cache(
         if match(name):
             store[name] = Hs.detach().clone()
 
-    out = model.run(H, trace=trace, readout=readout)
+    out = model.run(H, trace=trace, readout=readout, grad=grad)
     slots = {s.label: list(s.indices) for s in model.layout.slots}
     return out, ActivationCache(
         store,
@@ -259,8 +342,11 @@ def compiled_run_with_cache(
     )
 
 
-def compiled_run_with_hooks(model: Any, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True) -> Tensor:
+def compiled_run_with_hooks(
+    model: Any, H: Tensor, fwd_hooks: FwdHooks, *, readout: bool = True, grad: bool | None = None
+) -> Tensor:
     """``model.run(H)`` with every ``fn`` of ``fwd_hooks`` applied where its filter matches; the stream
     a hook returns is what the next sublayer reads."""
     apply = hook_dispatcher(fwd_hooks, compiled_hook_names(model, readout), {"steps": model.steps})
-    return model.run(apply(PROMPT, H), trace=lambda point, Hs: apply(_point_name(point), Hs), readout=readout)
+    trace = lambda point, Hs: apply(_point_name(point), Hs)  # noqa: E731
+    return model.run(apply(PROMPT, H), trace=trace, readout=readout, grad=grad)

@@ -143,14 +143,20 @@ def test_trained_model_cache(attention):
     assert "blocks.1.attn.hook_pattern" in cache and "blocks.0.hook_resid_post" in cache
     B, T, dh = 2, 10, cfg["d_model"] // cfg["heads"]
     for b in range(cfg["layers"]):
-        for name in ("attn.q", "attn.k", "attn.v", "attn.z"):
-            assert cache[b, name].shape == (B, cfg["heads"], T, dh)
+        for name in ("attn.q", "attn.k", "attn.v", "attn.z"):  # TransformerLens' (batch, pos, head, d_head)
+            assert cache[b, name].shape == (B, T, cfg["heads"], dh)
         pat = cache[b, "attn.pattern"]
         assert pat.shape == (B, cfg["heads"], T, T)
         assert torch.all(pat.triu(1) == 0)  # causal: no weight on future tokens
         if attention == "softmax":
             assert torch.allclose(pat.sum(-1), torch.ones(B, cfg["heads"], T), atol=1e-6)
-        assert torch.allclose(pat @ cache[b, "attn.v"], cache[b, "attn.z"], atol=1e-6)
+        z = torch.einsum("bhqk,bkhd->bqhd", pat, cache[b, "attn.v"])
+        assert torch.allclose(z, cache[b, "attn.z"], atol=1e-6)
+        # each head's result is z_h W_O^h; their sum plus the output bias is attn_out
+        result = cache[b, "attn.result"]
+        assert result.shape == (B, T, cfg["heads"], cfg["d_model"])
+        out = result.sum(2) + model.blocks[b].attn.proj.bias
+        assert torch.allclose(out, cache[b, "attn_out"], atol=1e-6)
         assert cache[b, "mlp.pre"].shape == (B, T, cfg["d_mlp"])
         for name in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out"):
             assert cache[b, name].shape == (B, T, cfg["d_model"])

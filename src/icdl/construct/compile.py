@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from icdl import hooks
@@ -249,16 +250,24 @@ class CompiledModel(nn.Module):
         *,
         reuse: bool | None = None,
         inplace: bool | None = None,
+        grad: bool | None = None,
     ) -> Tensor:
         """Apply the L blocks (and the readout), calling ``trace(point, H)`` after each sublayer
         ([`TracePoint`][icdl.construct.compile.TracePoint]: 0-based step, or None for the readout).
+        ``grad`` (default: ``H.requires_grad`` where autograd is enabled) runs with autograd, so the output
+        can be differentiated with respect to ``H`` (gradient attribution, integrated gradients,
+        ``backward()``; the tables are buffers, not parameters); it implies ``reuse=False`` and
+        ``inplace=False``. Without it the run records no graph (the default for a plain tensor prompt).
         ``reuse`` (default: without ``trace``) writes the states into two buffers in turn, the same values
         without a fresh state per sublayer: a traced state lives until the sublayer after next returns.
         ``inplace`` (default: ``reuse`` without ``trace``) runs the sublayers that are additions at fixed
         places ([`Sublayer.delta`][icdl.construct.engine.sublayers.Sublayer.delta]) in the state itself, the
         same values again: ``point.written`` says where they wrote and what was there, and a traced state
         lives until the next sublayer. ``H`` is never written."""
-        reuse = trace is None if reuse is None else reuse
+        grad = H.requires_grad and torch.is_grad_enabled() if grad is None else grad
+        if grad and (reuse or inplace):
+            raise InputError("grad=True needs fresh states: leave reuse and inplace unset (or False)")
+        reuse = trace is None and not grad if reuse is None else reuse
         inplace = reuse and trace is None if inplace is None else inplace
         self.check_prompt(H)
         parts: list[tuple[int | None, tuple[Sublayer, ...]]] = [
@@ -266,7 +275,7 @@ class CompiledModel(nn.Module):
         ]
         parts += [(None, self.readout_layers)] if readout else []
         traced = None if trace is None else (lambda l, i, m, w, S: trace(TracePoint(l, i, m.info, w), S))
-        return run_layers(parts, H, traced, reuse=reuse, inplace=inplace)
+        return run_layers(parts, H, traced, reuse=reuse, inplace=inplace, grad=grad)
 
     def forward(self, H: Tensor) -> Tensor:
         return self.run(H)
@@ -277,16 +286,25 @@ class CompiledModel(nn.Module):
         return hooks.compiled_hook_names(self, readout)
 
     def run_with_cache(
-        self, H: Tensor, names_filter: hooks.NamesFilter = None, *, readout: bool = True
+        self,
+        H: Tensor,
+        names_filter: hooks.NamesFilter = None,
+        *,
+        readout: bool = True,
+        grad: bool | None = None,
     ) -> tuple[Tensor, hooks.ActivationCache]:
         """``(self.run(H), cache)``: the residual stream at every hook point ``names_filter`` picks
-        (None, a name, a list of names or a predicate; ``steps.-1.`` counts from the end)."""
-        return hooks.compiled_run_with_cache(self, H, names_filter, readout=readout)
+        (None, a name, a list of names or a predicate; ``steps.-1.`` counts from the end); the cache holds
+        detached copies, ``grad`` is [`run`][icdl.construct.compile.CompiledModel.run]'s."""
+        return hooks.compiled_run_with_cache(self, H, names_filter, readout=readout, grad=grad)
 
-    def run_with_hooks(self, H: Tensor, fwd_hooks: hooks.FwdHooks, *, readout: bool = True) -> Tensor:
+    def run_with_hooks(
+        self, H: Tensor, fwd_hooks: hooks.FwdHooks, *, readout: bool = True, grad: bool | None = None
+    ) -> Tensor:
         """``self.run(H)`` with interventions: ``fn(stream, hook)`` returns the stream the next sublayer
-        reads, or None to keep it (edited in place)."""
-        return hooks.compiled_run_with_hooks(self, H, fwd_hooks, readout=readout)
+        reads, or None to keep it (edited in place); with ``grad`` (see
+        [`run`][icdl.construct.compile.CompiledModel.run]) the streams a hook sees are in the graph."""
+        return hooks.compiled_run_with_hooks(self, H, fwd_hooks, readout=readout, grad=grad)
 
     # -- description ------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from typing import Any
 
 from torch import Tensor
 
+from icdl.figure import save_figure, subplots
+
 __all__ = ["estimator_color", "plot_distances", "plot_samples", "plot_score_curves"]
 
 COLORS = {
@@ -28,24 +30,9 @@ def estimator_color(name: str) -> str:
     return FAMILY_COLORS["gd"] if name.startswith("gd") else FAMILY_COLORS["mlp"]
 
 
-def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
-    """``(figure, axes)`` without pyplot: the caller's matplotlib backend is left as it was."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
-    return fig, fig.subplots(*args, **kwargs)
-
-
-def _save(fig: Any, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    return path
-
-
 def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
     """Left: h-weighted error against the exact score per k (log scale, 90 % bands); right: DSM loss."""
-    fig, (ax1, ax2) = _subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax1, ax2) = subplots(1, 2, figsize=(10, 3.8))
     ks = result["k"]
     for name, c in result["score_error"].items():
         pts = [
@@ -77,13 +64,13 @@ def plot_score_curves(result: dict[str, Any], path: str | Path) -> Path:
     ax2.set_ylabel("h-weighted DSM loss (per coord.)")
     ax2.set_title("DSM loss (exact score = floor)")
     ax2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path, DPI, bbox_inches="tight")
 
 
 def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") -> Path:
     """One panel per estimator: its samples over the true ``p_0`` samples (grey); context points (x)."""
     names = [n for n in samples if n not in ("true", "context")]
-    fig, axes = _subplots(1, len(names), figsize=(2.6 * len(names), 2.8), sharex=True, sharey=True)
+    fig, axes = subplots(1, len(names), figsize=(2.6 * len(names), 2.8), sharex=True, sharey=True)
     true = samples["true"]
     for ax, name in zip(axes, names, strict=True):
         ax.scatter(true[:, 0], true[:, 1], s=3, color="0.75")
@@ -96,13 +83,13 @@ def plot_samples(samples: dict[str, Tensor], path: str | Path, title: str = "") 
         ax.set_xlim(-5, 5)
         ax.set_ylim(-5, 5)
     fig.suptitle(title, fontsize=9, y=1.03)
-    return _save(fig, path)
+    return save_figure(fig, path, DPI, bbox_inches="tight")
 
 
 def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
     """Sliced W2 to the true distribution per k (90 % bands over mixtures when the result has them), with
     the exact-score and two-sample floors."""
-    fig, ax = _subplots(figsize=(10, 4.8))
+    fig, ax = subplots(figsize=(10, 4.8))
     bands = result.get("sw_bands")
     for name, vals in result["sw"].items():
         ax.plot(result["ks"], vals, "o-", color=estimator_color(name), label=name, ms=4)
@@ -116,4 +103,4 @@ def plot_distances(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_ylabel("sliced W2 to p_0")
     ax.set_title(f"{result['method']} sampler, {result['prompts']} prompts, {result['samples']} samples")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # off the data
-    return _save(fig, path)
+    return save_figure(fig, path, DPI, bbox_inches="tight")

@@ -31,12 +31,17 @@ model.run_with_hooks(xs, ys, fwd_hooks=[("blocks.-1.hook_mlp_out", lambda act, h
 Hook points (TransformerLens conventions, [`icdl.hooks`][icdl.hooks]): ``blocks.{i}.`` + the short name of
 [`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES] (forward order) with ``hook_`` before its last part
 (``attn.pattern`` -> ``blocks.{i}.attn.hook_pattern``, ``resid_post`` -> ``blocks.{i}.hook_resid_post``).
-Short names: ``resid_pre``, ``ln1``, ``attn.q``/``attn.k``/``attn.v`` ``(B, heads, T, d_head)``,
-``attn.scores`` (the pre-nonlinearity scores ``q k^T / sqrt(d_head)``, future keys masked), ``attn.pattern``
+Short names and shapes, TransformerLens' exactly: ``resid_pre``, ``ln1``, ``attn.q``/``attn.k``/``attn.v``
+``(B, T, heads, d_head)`` (batch, position, head, d_head), ``attn.attn_scores`` ``(B, heads, T, T)`` (the
+pre-nonlinearity scores ``q k^T / sqrt(d_head)``, future keys ``-inf``), ``attn.pattern`` ``(B, heads, T, T)``
 (the weights that multiply ``v``: softmax probabilities, or the ReLU weights already divided by the row
-normaliser), ``attn.z`` (heads' outputs before the output projection), ``attn_out``, ``resid_mid``, ``ln2``,
-``mlp.pre``/``mlp.post`` (before/after GELU, ``(B, T, d_mlp)``), ``mlp_out``, ``resid_post``
-(``(B, T, d_model)`` unless stated).
+normaliser), ``attn.z`` ``(B, T, heads, d_head)`` (heads' outputs before the output projection),
+``attn.result`` ``(B, T, heads, d_model)`` (what each head adds to the stream, ``z_h W_O^h``; their sum plus
+the output bias is ``attn_out``), ``attn_out``, ``resid_mid``, ``ln2``, ``mlp.pre``/``mlp.post``
+(before/after GELU, ``(B, T, d_mlp)``), ``mlp_out``, ``resid_post`` (``(B, T, d_model)`` unless stated).
+So the TransformerLens idiom for ablating head 0, ``z[:, :, 0] = 0`` at ``blocks.{i}.attn.hook_z``, does the
+same on an icdl model and on its export. The old name ``attn.scores`` (``blocks.{i}.attn.hook_scores``) still
+works, with a ``FutureWarning``.
 """
 
 from __future__ import annotations
@@ -78,9 +83,10 @@ HOOK_NAMES: tuple[str, ...] = (
     "attn.q",
     "attn.k",
     "attn.v",
-    "attn.scores",
+    "attn.attn_scores",
     "attn.pattern",
     "attn.z",
+    "attn.result",
     "attn_out",
     "resid_mid",
     "ln2",
@@ -139,14 +145,13 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, h: Tensor, hook: HookFn | None = None) -> Tensor:
         """``h (B, T, d_model) -> (B, T, d_model)``; with ``hook``, the slow path that names q, k, v, the
-        scores, the pattern and z (the same function up to round-off)."""
+        scores, the pattern, z and each head's result (the same function up to round-off)."""
         B, T, C = h.shape
-        q, k, v = self.qkv(h).split(C, dim=-1)
-        # (B, T, C) -> (B, H, T, d_head)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        if hook is not None:
-            a = self._attend_explicit(q, k, v, hook)
-        elif self.attention == "softmax":
+        q, k, v = (t.view(B, T, self.heads, C // self.heads) for t in self.qkv(h).split(C, dim=-1))
+        if hook is not None:  # q, k, v: (B, T, H, d_head), TransformerLens' layout
+            return self.resid_drop(self._attend_explicit(q, k, v, hook))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, d_head)
+        if self.attention == "softmax":
             a = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
             )
@@ -156,15 +161,17 @@ class CausalSelfAttention(nn.Module):
         return self.resid_drop(self.proj(a))
 
     def _attend_explicit(self, q: Tensor, k: Tensor, v: Tensor, hook: HookFn) -> Tensor:
-        """Attention with every intermediate materialised and passed through ``hook``:
-        ``(B, H, T, d_head) x 3 -> z (B, H, T, d_head)``."""
+        """Attention with every intermediate materialised and passed through ``hook``, in TransformerLens'
+        shapes: ``q, k, v (B, T, H, d_head) -> attn_out (B, T, d_model)`` (before dropout), through the
+        scores and pattern ``(B, H, T, T)``, ``z (B, T, H, d_head)`` and ``result (B, T, H, d_model)``."""
         q, k, v = hook("attn.q", q), hook("attn.k", k), hook("attn.v", v)
-        T, d_head = q.shape[-2], q.shape[-1]
+        T, d_head = q.shape[1], q.shape[-1]
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, d_head)
         future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): key after query
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(d_head)).masked_fill(future, 0.0)
-        scores = hook("attn.scores", scores)
+        scores = (qh @ kh.transpose(-1, -2) / math.sqrt(d_head)).masked_fill(future, float("-inf"))
+        scores = hook("attn.attn_scores", scores)
         if self.attention == "softmax":
-            pattern = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            pattern = torch.softmax(scores, dim=-1)
             if self.training and self.dropout:
                 pattern = F.dropout(pattern, self.dropout)
         else:
@@ -172,7 +179,10 @@ class CausalSelfAttention(nn.Module):
             denom = rows if self.relu_norm == "causal" else torch.full_like(rows, float(T))
             pattern = torch.relu(scores).masked_fill(future, 0.0) / denom
         pattern = hook("attn.pattern", pattern)  # (B, H, T, T)
-        return hook("attn.z", pattern @ v)
+        z = hook("attn.z", (pattern @ vh).transpose(1, 2))  # (B, T, H, d_head)
+        W_O = self.proj.weight.view(-1, self.heads, d_head)  # (d_model, H, d_head): head h's columns
+        result = hook("attn.result", torch.einsum("bthd,mhd->bthm", z, W_O))  # (B, T, H, d_model)
+        return result.sum(dim=2) + self.proj.bias
 
 
 class MLP(nn.Module):
@@ -383,9 +393,14 @@ class ICLTransformer(nn.Module):
         return preds, ActivationCache(store, kind="icl", counts=self._counts(), legacy=self._legacy_key)
 
     def _legacy_key(self, key: tuple[Any, ...]) -> str:
-        if len(key) != 2 or not isinstance(key[0], int) or key[1] not in HOOK_NAMES:
+        from icdl.hooks import resolve_name
+
+        if len(key) != 2 or not isinstance(key[0], int) or not isinstance(key[1], str):
             raise InputError(f"no activation {key!r}; keys are hook names, e.g. {self.hook_names()[0]!r}")
-        return hook_name(key[0] % len(self.blocks) if key[0] < 0 else key[0], key[1])
+        name = resolve_name(hook_name(key[0], key[1]), self._counts())
+        if name not in self.hook_names():
+            raise InputError(f"no activation {key!r}; keys are hook names, e.g. {self.hook_names()[0]!r}")
+        return name
 
     def run_with_hooks(
         self,
@@ -401,7 +416,8 @@ class ICLTransformer(nn.Module):
         given (e.g. edited in place). The old form ``{(block, short name): fn(activation)}`` still works.
         """
         if isinstance(fwd_hooks, Mapping):
-            unknown = set(fwd_hooks) - {(b, n) for b in range(len(self.blocks)) for n in HOOK_NAMES}
+            short = (*HOOK_NAMES, "attn.scores")  # the old name resolves (with a warning)
+            unknown = set(fwd_hooks) - {(b, n) for b in range(len(self.blocks)) for n in short}
             if unknown:
                 raise InputError(f"unknown hook point(s) {sorted(unknown)}; see model.hook_names()")
             fwd_hooks = [(hook_name(b, n), _ignore_point(fn)) for (b, n), fn in fwd_hooks.items()]

@@ -1,22 +1,23 @@
 """Pictures of what a model computes: residual-stream heatmaps, head patterns, slot trajectories.
 
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no display needed, the
-caller's backend untouched; Jupyter shows a returned Figure inline); save it with
-[`icdl.inspect.plots.save_figure`][icdl.inspect.plots.save_figure] (any dpi, PNG/PDF/SVG from the file suffix)
+caller's backend untouched), an [`IcdlFigure`][icdl.figure.IcdlFigure] that any Jupyter kernel shows inline,
+without ``%matplotlib inline``; save it with
+[`icdl.figure.save_figure`][icdl.figure.save_figure] (re-exported here; any dpi, PNG/PDF/SVG from the file
+suffix)
 or ``fig.savefig``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from icdl.errors import InputError
-from icdl.io import atomic_write
+from icdl.figure import FIGURE_FORMATS, save_figure, subplots
 
 __all__ = [
     "FIGURE_FORMATS",
@@ -26,29 +27,6 @@ __all__ = [
     "plot_slot_trajectory",
     "save_figure",
 ]
-
-FIGURE_FORMATS = (".png", ".pdf", ".svg")
-
-
-def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
-    """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure belongs to no backend,
-    so building it never switches the caller's backend and it needs no closing."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
-    return fig, fig.subplots(*args, **kwargs)
-
-
-def save_figure(fig: Any, path: str | Path, dpi: int = 150) -> Path:
-    """Write ``fig`` atomically to ``path``; the suffix (``.png``, ``.pdf``, ``.svg``) picks the format."""
-    path = Path(path)
-    if path.suffix.lower() not in FIGURE_FORMATS:
-        formats = ", ".join(FIGURE_FORMATS)
-        raise InputError(f"figure format {path.suffix or '(none)'} not supported; use {formats}")
-    if dpi < 10 or dpi > 2400:
-        raise InputError(f"dpi must be in [10, 2400], got {dpi}")
-    fmt = path.suffix[1:].lower()
-    return atomic_write(path, lambda fh: fig.savefig(fh, dpi=dpi, format=fmt), binary=True)
 
 
 def _as_2d(t: Tensor, batch: int) -> Tensor:
@@ -89,7 +67,7 @@ def plot_residual(
     if token_labels is None:
         token_labels = [str(i + 1) for i in range(T - 1)] + ["query"] if layout is not None else None
     vmax = max(float(A.abs().max()), linthresh)
-    fig, ax = _subplots(figsize=(min(16, 3 + D * 0.03 + 2), min(10, 1.5 + T * 0.12 + 1)))
+    fig, ax = subplots(figsize=(min(16, 3 + D * 0.03 + 2), min(10, 1.5 + T * 0.12 + 1)))
     im = ax.imshow(
         A.numpy(), aspect="auto", cmap="RdBu_r", interpolation="nearest",
         norm=SymLogNorm(linthresh=linthresh, vmin=-vmax, vmax=vmax),
@@ -127,7 +105,7 @@ def plot_head_pattern(
     """
     P = _as_2d(pattern, batch)
     Tq, Tk = P.shape
-    fig, ax = _subplots(figsize=(min(9, 2.5 + Tk * 0.1), min(8, 2 + Tq * 0.1)))
+    fig, ax = subplots(figsize=(min(9, 2.5 + Tk * 0.1), min(8, 2 + Tq * 0.1)))
     lim = max(float(P.abs().max()), 1e-12)
     signed = bool((P < 0).any())
     im = ax.imshow(
@@ -176,7 +154,7 @@ def plot_slot_trajectory(
     cs = list(coords) if coords is not None else list(range(min(8, A.shape[1])))
     steps = range(A.shape[0])
     ncols = 2 if R is not None else 1
-    fig, axes = _subplots(1, ncols, figsize=(5.5 * ncols, 3.6), squeeze=False)
+    fig, axes = subplots(1, ncols, figsize=(5.5 * ncols, 3.6), squeeze=False)
     ax = axes[0, 0]
     for i, c in enumerate(cs):
         color = f"C{i % 10}"
@@ -213,7 +191,7 @@ def plot_block_map(names: Sequence[str], slots: Sequence[str], usage: Tensor, *,
 
     U = usage.to("cpu").numpy()
     colors = ["#ffffff", "#6baed6", "#e6550d", "#8c6bb1"]  # none, read, write, read+write
-    fig, ax = _subplots(figsize=(1.2 + 0.55 * len(slots), 1.0 + 0.38 * len(names)))
+    fig, ax = subplots(figsize=(1.2 + 0.55 * len(slots), 1.0 + 0.38 * len(names)))
     ax.imshow(U, cmap=ListedColormap(colors), vmin=-0.5, vmax=3.5, aspect="auto")
     ax.set_xticks(range(len(slots)), list(slots), rotation=90, fontsize=8)
     ax.set_yticks(range(len(names)), list(names), fontsize=8)

@@ -42,7 +42,11 @@ def slot_rows(H: Tensor, idx: Tensor, first_token: bool = False) -> Tensor:
 
 def same_tokens(H: Tensor, slots: Tensor) -> bool:
     """Whether every token of ``H (B, T, D)`` holds the same values as its prompt's first token in ``slots``
-    (NaN never equals itself)."""
+    (NaN never equals itself). Always False for an ``H`` in an autograd graph: a shortcut that reads one
+    token's copy would give the other tokens' copies a zero gradient (right only along directions that keep
+    the tokens equal)."""
+    if H.requires_grad and torch.is_grad_enabled():
+        return False
     X = H.index_select(2, slots)
     return torch.equal(X, X[:, :1].expand_as(X))
 
@@ -211,13 +215,17 @@ def run_layers(
     *,
     reuse: bool,
     inplace: bool,
+    grad: bool = False,
 ) -> Tensor:
-    """The sublayers of ``parts`` (``(step, layers)`` in order) applied to ``H`` without autograd, ``trace``
-    called after each: the loop of [`CompiledModel.run`][icdl.construct.compile.CompiledModel.run], whose
-    docstring says what ``reuse`` and ``inplace`` do."""
+    """The sublayers of ``parts`` (``(step, layers)`` in order) applied to ``H`` without autograd (with
+    ``grad``: with it, and neither ``reuse`` nor ``inplace``), ``trace`` called after each: the loop of
+    [`CompiledModel.run`][icdl.construct.compile.CompiledModel.run], whose docstring says what ``reuse`` and
+    ``inplace`` do."""
+    if grad and (reuse or inplace):
+        raise ValueError("gradients need fresh states: reuse and inplace must be False")
     buffers: list[Tensor] | None = [] if reuse or inplace else None
     written: Written | None = None
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         for step, layers in parts:
             for i, m in enumerate(layers):
                 if inplace and buffers is not None:

@@ -19,7 +19,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from icdl.icl.evaluation.plots import COLORS, KIND_COLORS, save_figure, subplots
+from icdl.figure import subplots
+from icdl.icl.evaluation.plots import COLORS, KIND_COLORS, save_figure
 
 __all__ = ["plot_alignment", "plot_gd_grid", "plot_metrics"]
 

@@ -154,8 +154,8 @@ def gd_predictions(
 
 def compiled_prediction(model: Any, w0: Tensor, xs: Tensor, ys: Tensor) -> Tensor:
     """The compiled GD transformer's prediction ``f(w^(L), x_k)`` for prompts of ``k + 1`` points, with
-    autograd on (``CompiledModel.run`` runs under ``no_grad``; this applies the same sublayers: L blocks,
-    then the readout). ``model`` must be compiled for ``n = k`` examples."""
+    autograd on (the same sublayers as ``CompiledModel.run(H, grad=True)``: L blocks, then the readout).
+    ``model`` must be compiled for ``n = k`` examples."""
     k = xs.shape[1] - 1
     H = model.build_prompt(xs[:, :k], ys[:, :k], xs[:, k], w0)
     model.check_prompt(H)

@@ -400,6 +400,8 @@ class MLPTunedBaseline:
                     (lr, wd) for lr in all_lrs for wd in all_wds
                     if w in new_widths or lr in new_lrs or wd in new_wds
                 ]  # fmt: skip
+                if not pairs:  # an old width when only the width grew: nothing new to fit there
+                    continue
                 row = self._grid_mse(xs, ys, k, pairs=pairs, widths=[w])
                 for (lr, wd), vals in zip(pairs, _chunked(row, len(self.epochs)), strict=True):
                     for e, v in zip(self.epochs, vals, strict=True):

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from icdl import figure
 from icdl.errors import InputError
-from icdl.io import atomic_write
+from icdl.figure import subplots
 
 __all__ = [
     "conditions_figure",
@@ -62,15 +63,6 @@ KIND_COLORS: dict[str, str] = {
 [`icdl.icl.analysis.align`][icdl.icl.analysis.align] can produce (the ``mlp`` baseline yields ``mlp-best`` and
 ``mlp-last``; ``compiled`` is the compiled GD transformer of ``icdl align``), no two alike."""
 SPIKE_KIND = "least-squares"
-
-
-def subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
-    """``(figure, axes)`` like ``pyplot.subplots`` but without pyplot: the figure is not registered with
-    any backend, so it needs no closing and leaves the caller's backend as it was."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
-    return fig, fig.subplots(*args, **kwargs)
 
 
 def _finite(vals: Sequence[float | None]) -> list[float]:
@@ -182,20 +174,11 @@ wide. Pass ``dpi=`` or save as PDF/SVG for print."""
 FIGSIZE = (10.5, 5.2)
 """Inches of one R² panel (the legend outside it on the right)."""
 
-FORMATS = (".png", ".pdf", ".svg")
-
 
 def save_figure(fig: Any, path: str | Path, dpi: int | None = None) -> Path:
-    """Write ``fig`` atomically; the suffix of ``path`` (``.png``, ``.pdf``, ``.svg``) picks the format."""
-    path = Path(path)
-    fmt = path.suffix.lower()
-    if fmt not in FORMATS:
-        raise InputError(f"cannot write {str(path)!r}: figures are {', '.join(FORMATS)}")
-    return atomic_write(
-        path,
-        lambda fh: fig.savefig(fh, format=fmt[1:], dpi=dpi or DEFAULT_DPI, bbox_inches="tight"),
-        binary=True,
-    )
+    """[`icdl.figure.save_figure`][icdl.figure.save_figure] at the reports' resolution (`DEFAULT_DPI` unless
+    ``dpi``), cropped to the drawing (``bbox_inches="tight"``)."""
+    return figure.save_figure(fig, path, dpi or DEFAULT_DPI, bbox_inches="tight")
 
 
 BASELINE_STYLES = ("-", "--", "-.", ":")
