@@ -3,9 +3,8 @@ an in-process reference, compared with the committed baseline (``docs/results/be
 
 A ratio, not a time: a machine twice as fast (or twice as busy) changes the case and its reference alike,
 so the baseline written on one machine still says something on another. Each case alternates its work
-with its reference (``--rounds`` rounds, each the median of enough repeats to last ``--min-seconds``) and
-reports ``ratio = min(work) / min(reference)`` (the least disturbed call of each). The cases
-(docs/benchmarks.md):
+with its reference (``--rounds`` rounds of enough calls to last ``--min-seconds``) and reports
+``ratio = min(work) / min(reference)`` (the least disturbed call of each). The cases (docs/benchmarks.md):
 
 * ``forward/<variant>`` — the steady-state forward of ``compile_gd_transformer(...)(H)`` under
   ``torch.no_grad()`` for every built-in variant at the reference size (N=3, K=16, d_x=8, d_y=1, n=64,
@@ -364,6 +363,20 @@ def parse_plant(values: list[str]) -> dict[str, float]:
     return out
 
 
+def recorded_args(argv: list[str]) -> list[str]:
+    """``argv`` without ``--out``/``--baseline`` and their paths (a committed JSON names no local path)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--out", "--baseline"):
+            skip = True
+        elif not a.startswith(("--out=", "--baseline=")):
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -398,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: ratio {now[name]['ratio']:.3g}", file=sys.stderr, flush=True)
         info = machine()
     record = {
-        "command": "python benchmarks/regress.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python benchmarks/regress.py " + " ".join(recorded_args(argv or sys.argv[1:])),
         "machine": info,
         "threshold": args.threshold,
         "cases": now,
