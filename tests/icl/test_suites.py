@@ -101,6 +101,6 @@ def test_bad_inputs(cfg) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InputError, match="unknown baseline"):
         parse_baselines("averaging,bogus")
     assert parse_baselines("all") == parse_baselines(
-        "zero,averaging,least-squares,ridge,knn,mlp,gd,ridge_tuned,kernel,mlp_tuned"
+        "zero,averaging,least-squares,ridge,knn,mlp,gd,ridge_tuned,kernel,radial,blup,mlp_tuned"
     )
     assert parse_baselines(None) is None and parse_baselines("none") == ()

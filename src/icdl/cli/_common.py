@@ -159,8 +159,8 @@ def threads_option(kind: Kind, *, forward: bool = False) -> Callable[[F], F]:
             type=count(1, 4096),
             default=None,
             show_default="by the work",
-            help="Intra-op threads (default: 1 for construction work, else the idle cores; "
-            "env ICDL_THREADS; docs/benchmarks.md).",
+            help="Intra-op threads: 1 for construction work, else the idle cores (env ICDL_THREADS; "
+            "docs/benchmarks.md).",
         )(wrapper)  # type: ignore[return-value]
 
     return decorate
