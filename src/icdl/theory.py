@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from icdl._arith import check_int as _check_int
+from icdl._arith import check_int
 from icdl._arith import safe_div as _div
 from icdl._arith import safe_float as _float
 from icdl._arith import safe_pow as _pow
@@ -112,18 +112,18 @@ READOUT_LEMMA = "readout (docs/construction.md)"
 def sublayers_per_step(depth: int) -> int:
     """``2N + 4``: sublayers of one GD block, ``TF^{N+2} ∘ EWML^N ∘ TF^2`` in application order
     (Theorem 1; the paper writes ∘ left-to-right, docs/paper.md, erratum E4)."""
-    return 2 * _check_int("depth", depth, 2) + 4
+    return 2 * check_int("depth", depth, 2) + 4
 
 
 def sublayers(depth: int, steps: int) -> int:
     """``(2N + 4) L``: the paper's depth for L GD steps (Theorem 1), readout excluded."""
-    return sublayers_per_step(depth) * _check_int("steps", steps, 0)
+    return sublayers_per_step(depth) * check_int("steps", steps, 0)
 
 
 def readout_sublayers(depth: int) -> int:
     """``N + 1``: the readout appended after the last block (N forward layers + 1 MLP; not in the
     paper, which never writes the query prediction — docs/paper.md, readout; docs/paper.md, erratum E11)."""
-    return _check_int("depth", depth, 2) + 1
+    return check_int("depth", depth, 2) + 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ class TermCounts:
             if len(counts) != length:
                 raise InputError(f"term counts {name!r} need {length} entries, got {len(counts)}")
             for c in counts:
-                _check_int(f"term count in {name!r}", c, 1)
+                check_int(f"term count in {name!r}", c, 1)
 
 
 def term_counts(
@@ -361,8 +361,8 @@ def model_flops(
 
     Returns ``{"per_block": ..., "blocks": L * per_block, "readout": ..., "total": ...}``.
     """
-    _check_int("examples", examples, 1)
-    _check_int("steps", steps, 0)
+    check_int("examples", examples, 1)
+    check_int("steps", steps, 0)
     T, D = examples + 1, embedding_dim(spec)
     per_block = sum(s.flops(T, D) for s in block_table(spec, terms, projection))
     ro = sum(s.flops(T, D) for s in readout_table(spec, terms)) if readout else 0

@@ -86,14 +86,14 @@ def test_a_planted_value_is_named_with_its_sublayer_and_slot(
 
 def test_a_nan_in_the_prompt_only_slot_is_reported_as_nan() -> None:
     """A NaN that the reference does not have is a divergence even when every finite error is 0."""
-    from icdl.construct.check.verify import _slot_error
+    from icdl.construct.check.stream import slot_error
 
     got = torch.zeros(3, 4, dtype=torch.float64)
     got[1, 2] = math.nan
-    e = _slot_error("P_1", got, torch.zeros_like(got))
+    e = slot_error("P_1", got, torch.zeros_like(got))
     assert e.kind == "nan" and math.isnan(e.rel) and not e.rel <= 1e-9
     got[1, 2] = -math.inf
-    assert _slot_error("P_1", got, torch.zeros_like(got)).kind == "inf"
+    assert slot_error("P_1", got, torch.zeros_like(got)).kind == "inf"
 
 
 def test_query_inside_the_relu_window_is_not_counted() -> None:

@@ -18,13 +18,13 @@ from torch import Tensor
 from icdl.construct import compile_gd_transformer, sample_task
 from icdl.construct.build.contract import Expect, Reference
 from icdl.construct.check.report import Divergence
+from icdl.construct.check.stream import slot_error
 from icdl.construct.check.verify import (
     Checked,
     Prompt,
     _count,
     _Counters,
     _declared_check,
-    _slot_error,
     compare,
     recursion,
     report,
@@ -115,7 +115,7 @@ class _OldWalk:
 
     def check(self, pt: TracePoint, H: Tensor, exp: Tensor, tols: dict[str, float]) -> None:
         errs = [
-            _slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in self.layout.slots
+            slot_error(s.label, H[:, list(s.indices)], exp[:, list(s.indices)]) for s in self.layout.slots
         ]
         for se in errs:
             if se.kind == "finite":

@@ -43,10 +43,8 @@ from torch import Tensor
 from icdl.construct.bounds.budget import Declared, StepBudget, largest, step_budget
 from icdl.construct.bounds.prediction import prediction_bound
 from icdl.construct.build.contract import Reference
-from icdl.construct.check.report import Divergence, StepErrors, VerifyReport, max_or_nan
-from icdl.construct.check.report import corollary_bound as _bound
+from icdl.construct.check.report import Divergence, StepErrors, VerifyReport, corollary_bound, max_or_nan
 from icdl.construct.check.stream import Comparison, Prompt, SlotError, StreamCheck, recursion
-from icdl.construct.check.stream import slot_error as _slot_error  # noqa: F401  (its old name)
 from icdl.construct.compile import CompiledModel, TraceFn, TracePoint, default_tol
 from icdl.construct.task import gd_is_degenerate
 from icdl.construct.variants.registry import get_variant
@@ -372,7 +370,7 @@ class _GDCheck:
     budgets: list[StepBudget]
 
     def bound(self, eps: float, lr: float, steps: int) -> float:
-        return _bound(eps, lr, self.lf, steps)
+        return corollary_bound(eps, lr, self.lf, steps)
 
 
 def _gd_check(c: Checked, lipschitz_iters: int) -> _GDCheck:
