@@ -126,7 +126,7 @@ print(hwm() - base)
 """)
 
 
-def _added(child: str, *args: int) -> float:
+def _added(child: str, *args: int | str) -> float:
     p = subprocess.run(
         [sys.executable, "-c", child, *map(str, args)],
         capture_output=True, text=True, env=ENV, timeout=600, check=True,
@@ -167,3 +167,42 @@ def test_score_sample_estimate_counts_the_mmd_distances(samples: int) -> None:
     measured = _added(MMD_CHILD, samples)
     assert measured > 200 * 2**20
     _within(est(samples) - est(2), measured)
+
+
+# --tune-prompts 100000 was not refused (> 5 GiB measured): tuning the score baselines held per-prompt
+# tensors that no estimate counted. Each family's peak is one candidate's (the predictions kept are
+# (prompts, n, d)), so its largest candidate alone is run through `tune`. Measured (MiB, whole family):
+# mixture_fit 236 / 518 at 256 / 512 prompts (estimate 262 / 525), kde 26 / 54 (33 / 66), gd_prior
+# 140 / 389 (166 / 331).
+TUNE_CHILD = _child("""
+import sys
+from icdl.diffusion.baselines import GDScore
+from icdl.diffusion.config import load_score_config
+from icdl.diffusion.density import KDEScore, MixtureFitScore
+from icdl.diffusion.tuning import tune
+name, prompts = sys.argv[1], int(sys.argv[2])
+cfg = load_score_config("score-small")
+t = cfg.task
+largest = {
+    "mixture_fit": lambda: MixtureFitScore(t.components + 1, 3.4 * t.component_std, mean_scale=t.mean_scale),
+    "kde": lambda: KDEScore(0.3),
+    "gd_prior": lambda: GDScore(depth=3, width=16, lr=1e-2, steps=100, ks=[2, 8], init="prior"),
+}[name]
+tune(name, [largest()], cfg, prompts=2, seed=5)
+base = hwm()
+tune(name, [largest()], cfg, prompts=prompts, seed=5)
+print(hwm() - base)
+""")
+
+
+TUNE_CASES = [("mixture_fit", 128), ("mixture_fit", 256), ("kde", 1024), ("kde", 2048)]
+TUNE_CASES += [("gd_prior", 256), ("gd_prior", 512)]
+
+
+@pytest.mark.parametrize(("name", "prompts"), TUNE_CASES)
+def test_score_estimates_count_the_tuning_prompts(name: str, prompts: int) -> None:
+    from icdl.diffusion.budget import tuning_bytes
+
+    measured = _added(TUNE_CHILD, name, prompts)
+    assert measured > 60 * 2**20
+    _within(tuning_bytes(load_score_config("score-small"), [name], prompts=prompts), measured)

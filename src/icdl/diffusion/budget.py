@@ -20,6 +20,7 @@ __all__ = [
     "score_construct_estimate",
     "score_curves_estimate",
     "score_train_estimate",
+    "tuning_bytes",
     "tuning_seconds",
 ]
 
@@ -81,6 +82,33 @@ def tuning_seconds(cfg: ScoreConfig, names: Sequence[str], *, prompts: int, gd_k
     return sec
 
 
+def tuning_bytes(cfg: ScoreConfig, names: Sequence[str], *, prompts: int, gd_width: int = 16) -> float:
+    """Peak bytes of tuning and running the baselines ``names`` of
+    [`icdl.diffusion.tuning`][icdl.diffusion.tuning] on ``prompts`` prompts (their largest family, one
+    candidate at a time; ``n = task.points``).
+
+    * ``mixture_fit``: each EM pass of
+      [`MixtureFitScore.fit_prefixes`][icdl.diffusion.density.MixtureFitScore.fit_prefixes] holds
+      ``(prompts, n, n, m)`` float64 responsibilities, squared distances and their softmax for every prefix
+      at once, ``m`` up to ``components + 1``; with the allocator's slack over 30 passes measured 14.7x one
+      such tensor (193 MiB at 256 prompts, 41 points, m = 4), so 20x is counted.
+    * ``kde``: the ``(prompts, n, n, d)`` float64 differences to every context point, measured 4x (26 MiB at
+      256 prompts), 5x counted.
+    * ``gd_prior``: plain GD's weight trajectory at 100 steps, 20 bytes per step, prompt and weight (as in
+      [`score_curves_estimate`][icdl.diffusion.budget.score_curves_estimate]).
+    """
+    task = cfg.task
+    n, d = task.points, task.dim
+    parts = [0.0]
+    if "mixture_fit" in names:
+        parts.append(20 * 8 * prompts * n * n * (task.components + 1))
+    if "kde" in names:
+        parts.append(5 * 8 * prompts * n * n * d)
+    if "gd_prior" in names:
+        parts.append(20 * 101 * prompts * _mlp_params(3, gd_width, d))
+    return max(parts)
+
+
 def score_curves_estimate(
     cfg: ScoreConfig, *, prompts: int, mlp_ks: int, mlp_epochs: int, mlp_depth: int, mlp_width: int,
     gd_steps: int, gd_width: int, resamples: int, tuned: Sequence[str] = (), tune_prompts: int = 0,
@@ -110,6 +138,7 @@ def score_curves_estimate(
         + 8 * resamples * (K + 1)
         + 24 * resamples * prompts
         + (20 * (gd_steps + 1) * prompts * gd if gd_steps > 0 else 0)
+        + tuning_bytes(cfg, tuned, prompts=max(prompts, tune_prompts))
     )
     return Estimate(
         "icdl score evaluate",
@@ -143,6 +172,7 @@ def sampling_estimate(
         + 4 * 3 * samples * (2 * kmax + 1) * m.d_model
         + 8 * 64 * samples * task.dim
         + 64 * samples**2
+        + tuning_bytes(cfg, tuned, prompts=tune_prompts)
     )
     return Estimate(
         "icdl score sample",
