@@ -57,12 +57,14 @@ __all__ = [
     "RidgeTunedBaseline",
     "TunedKernelRidge",
     "gauss_hermite_expectation",
+    "hermite_pair",
     "krr_prefix_predictions",
     "linear_kernel",
     "nngp_cross",
     "nngp_kernel",
     "reference_inputs",
     "relu_expectation",
+    "relu_pair",
 ]
 
 # λ grid: 10^-8 .. 10^4 in quarter decades (49 values), refined per k between the best point's neighbours
@@ -81,15 +83,20 @@ def linear_kernel(xs: Tensor) -> Tensor:
     return xs @ xs.transpose(-1, -2)
 
 
-def relu_expectation(cov: Tensor) -> Tensor:
-    """``E[relu(u) relu(v)]`` with ``(u, v) ~ N(0, [[c_ii, c_ij], [c_ij, c_jj]])`` for each pair of ``cov``.
+def _correlation(cov: Tensor, va: Tensor, vb: Tensor) -> tuple[Tensor, Tensor]:
+    """``(sqrt(va_i vb_j), ρ_ij)``: the scale and the correlation, clamped to [-1, 1], of every pair."""
+    norm = torch.sqrt(va.clamp(min=0)[..., :, None] * vb.clamp(min=0)[..., None, :])
+    rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
+    return norm, rho
+
+
+def relu_pair(cov: Tensor, va: Tensor, vb: Tensor) -> Tensor:
+    """``E[relu(u) relu(v)]`` for ``(u, v) ~ N(0, [[va_i, cov_ij], [cov_ij, vb_j]])``, ``cov (..., Ta, Tb)``.
 
     Arc-cosine kernel of order 1 (Cho & Saul 2009, eq. 6 with the 1/(2π) normalisation):
-    ``sqrt(c_ii c_jj) / (2π) · (sin θ + (π - θ) cos θ)``, ``θ = arccos(c_ij / sqrt(c_ii c_jj))``.
+    ``sqrt(va_i vb_j) / (2π) · (sin θ + (π - θ) cos θ)``, ``θ = arccos(ρ_ij)``.
     """
-    diag = cov.diagonal(dim1=-2, dim2=-1).clamp(min=0)
-    norm = torch.sqrt(diag[..., :, None] * diag[..., None, :])
-    rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
+    norm, rho = _correlation(cov, va, vb)
     # arccos' is infinite at |ρ| = 1 (the diagonal), where autograd would give inf · 0 = NaN. The value
     # is the same with θ detached there, and so is the derivative: d/dρ [sin θ + (π - θ) ρ] = π - θ, which
     # the ρ factor alone carries once θ is constant (icdl.icl.analysis.sensitivity differentiates the kernel).
@@ -98,34 +105,66 @@ def relu_expectation(cov: Tensor) -> Tensor:
     return norm / (2 * math.pi) * (torch.sin(theta) + (math.pi - theta) * rho)
 
 
-def gauss_hermite_expectation(cov: Tensor, fn: Any, points: int = _QUAD_POINTS) -> Tensor:
-    """``E[fn(u) fn(v)]`` for every pair of ``cov (B, T, T)`` by tensor-product Gauss–Hermite quadrature.
+def hermite_pair(cov: Tensor, va: Tensor, vb: Tensor, fn: Any, points: int = _QUAD_POINTS) -> Tensor:
+    """``E[fn(u) fn(v)]`` for ``(u, v) ~ N(0, [[va_i, cov_ij], [cov_ij, vb_j]])`` by tensor-product
+    Gauss–Hermite quadrature; ``cov (..., Ta, Tb)``, ``va (..., Ta)``, ``vb (..., Tb)``.
 
-    ``u = sqrt(c_ii) z1``, ``v = sqrt(c_jj) (ρ z1 + sqrt(1 - ρ²) z2)`` with ``z1, z2 ~ N(0, 1)`` i.i.d.
+    ``u = sqrt(va_i) z1``, ``v = sqrt(vb_j) (ρ z1 + sqrt(1 - ρ²) z2)`` with ``z1, z2 ~ N(0, 1)`` i.i.d.
     and ``points`` probabilists' Hermite nodes per dimension (exact for polynomials of degree
     ``< 2 points``; smooth activations such as sigmoid and tanh converge fast).
     """
     z_np, w_np = np.polynomial.hermite_e.hermegauss(points)
     z = torch.tensor(z_np, dtype=cov.dtype, device=cov.device)
     w = torch.tensor(w_np / math.sqrt(2 * math.pi), dtype=cov.dtype, device=cov.device)
-    sd = cov.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt()  # (B, T)
-    norm = sd[..., :, None] * sd[..., None, :]
-    rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
+    _, rho = _correlation(cov, va, vb)
+    sa, sb = va.clamp(min=0).sqrt(), vb.clamp(min=0).sqrt()
     one_minus = 1 - rho**2
     # sqrt' is infinite at 0 (|ρ| = 1, the diagonal): keep autograd finite there (the value is 0 either way).
     s = torch.where(one_minus > 0, torch.sqrt(torch.where(one_minus > 0, one_minus, 1.0)), 0.0)
-    fu = fn(sd[..., :, None] * z)  # (B, T, Q): fn(u) at node p for point i
+    fu = fn(sa[..., :, None] * z)  # (..., Ta, Q): fn(u) at node p for point i
     out = torch.empty_like(cov)
-    T = cov.shape[-1]
-    rows = max(1, _CHUNK_BYTES // (8 * max(T, 1) * points * points))
-    for r in range(0, T, rows):
-        c = slice(r, min(r + rows, T))
+    Ta, Tb = cov.shape[-2], cov.shape[-1]
+    rows = max(1, _CHUNK_BYTES // (8 * max(Tb, 1) * points * points * max(1, cov[..., 0, 0].numel())))
+    for r in range(0, Ta, rows):
+        c = slice(r, min(r + rows, Ta))
         # v at (i, j, p, q) = sd_j (ρ_ij z_p + s_ij z_q)
         inner = rho[..., c, :, None, None] * z[:, None] + s[..., c, :, None, None] * z[None, :]
-        fv = fn(sd[..., None, :, None, None] * inner)  # (B, t, T, Q, Q)
-        ev = (fv * w[None, :]).sum(-1)  # (B, t, T, Q): E over z2
+        fv = fn(sb[..., None, :, None, None] * inner)  # (..., t, Tb, Q, Q)
+        ev = (fv * w[None, :]).sum(-1)  # (..., t, Tb, Q): E over z2
         out[..., c, :] = (ev * (fu[..., c, None, :] * w)).sum(-1)
     return out
+
+
+def relu_expectation(cov: Tensor) -> Tensor:
+    """``E[relu(u) relu(v)]`` with ``(u, v) ~ N(0, [[c_ii, c_ij], [c_ij, c_jj]])`` for each pair of ``cov``:
+    [`relu_pair`][icdl.icl.baselines.kernel.relu_pair] with both variances from ``cov``'s diagonal."""
+    diag = cov.diagonal(dim1=-2, dim2=-1)
+    return relu_pair(cov, diag, diag)
+
+
+def gauss_hermite_expectation(cov: Tensor, fn: Any, points: int = _QUAD_POINTS) -> Tensor:
+    """``E[fn(u) fn(v)]`` for every pair of ``cov (B, T, T)``:
+    [`hermite_pair`][icdl.icl.baselines.kernel.hermite_pair] with both variances from ``cov``'s diagonal."""
+    diag = cov.diagonal(dim1=-2, dim2=-1)
+    return hermite_pair(cov, diag, diag, fn, points)
+
+
+def _pair_step(cov: Tensor, va: Tensor, vb: Tensor, activation: str) -> tuple[Tensor, Tensor, Tensor]:
+    """One layer of the NNGP recursion between two point sets: ``(E[r(u) r(v)], E[r(u)²], E[r(v)²])`` for
+    ``(u, v) ~ N(0, [[va_i, cov_ij], [cov_ij, vb_j]])`` (each point's own variance carried along)."""
+    if activation == "identity":
+        return cov, va, vb
+    if activation == "relu":
+        return relu_pair(cov, va, vb), va.clamp(min=0) / 2, vb.clamp(min=0) / 2
+    fn = get_activation(activation).fn
+    z_np, w_np = np.polynomial.hermite_e.hermegauss(_QUAD_POINTS)
+    z = torch.tensor(z_np, dtype=cov.dtype, device=cov.device)
+    w = torch.tensor(w_np / math.sqrt(2 * math.pi), dtype=cov.dtype, device=cov.device)
+
+    def second_moment(v: Tensor) -> Tensor:  # E[fn(u)²], u ~ N(0, v): the one-dimensional quadrature
+        return (fn(v.clamp(min=0).sqrt()[..., :, None] * z) ** 2 * w).sum(-1)
+
+    return hermite_pair(cov, va, vb, fn), second_moment(va), second_moment(vb)
 
 
 def nngp_kernel(
@@ -146,61 +185,14 @@ def nngp_kernel(
     ``(u, v) ~ N(0, Σ_j)`` — the recursion composed ``depth - 1`` times; the output is linear in the last
     features. ``output="same"`` applies r once more: the covariance of ``r(z_N)``. ``width`` only matters
     without He scaling (then ``n_j · σ² = width · weight_std²``). ReLU uses
-    [`relu_expectation`][icdl.icl.baselines.kernel.relu_expectation], other activations
-    [`gauss_hermite_expectation`][icdl.icl.baselines.kernel.gauss_hermite_expectation]. Returns ``(B, T, T)``.
+    [`relu_pair`][icdl.icl.baselines.kernel.relu_pair], other activations
+    [`hermite_pair`][icdl.icl.baselines.kernel.hermite_pair]. Returns ``(B, T, T)``: the recursion of
+    [`nngp_cross`][icdl.icl.baselines.kernel.nngp_cross] with both point sets ``xs``.
     """
-    if not isinstance(depth, int) or depth < 2:
-        raise InputError(f"kernel depth must be an integer >= 2, got {depth!r}")
-    act = get_activation(activation)
-
-    def expect(cov: Tensor) -> Tensor:
-        if activation == "relu":
-            return relu_expectation(cov)
-        if activation == "identity":
-            return cov
-        return gauss_hermite_expectation(cov, act.fn)
-
-    var = weight_std**2
-    d = xs.shape[-1]
-    cov = var * (2.0 / d if fan_in_scaling else 1.0) * linear_kernel(xs)
-    for _ in range(depth - 1):
-        cov = var * (2.0 if fan_in_scaling else float(width)) * expect(cov)
-    return expect(cov) if output == "same" else cov
-
-
-def _pair_step(cov: Tensor, va: Tensor, vb: Tensor, activation: str) -> tuple[Tensor, Tensor, Tensor]:
-    """``(E[r(u) r(v)], E[r(u)²], E[r(v)²])`` elementwise for ``(u, v) ~ N(0, [[va_i, cov_ij], [cov_ij,
-    vb_j]])``, ``cov (..., Ta, Tb)``, ``va (..., Ta)``, ``vb (..., Tb)``: the cross-covariance form of
-    [`relu_expectation`][icdl.icl.baselines.kernel.relu_expectation] / `gauss_hermite_expectation` (two point
-    sets, so the covariance need not be square)."""
-    if activation == "identity":
-        return cov, va, vb
-    va, vb = va.clamp(min=0), vb.clamp(min=0)
-    norm = torch.sqrt(va[..., :, None] * vb[..., None, :])
-    rho = torch.where(norm > 0, cov / norm.clamp(min=1e-300), torch.zeros_like(cov)).clamp(-1.0, 1.0)
-    if activation == "relu":
-        theta = torch.arccos(rho)
-        out = norm / (2 * math.pi) * (torch.sin(theta) + (math.pi - theta) * rho)
-        return out, va / 2, vb / 2
-    fn = get_activation(activation).fn
-    z_np, w_np = np.polynomial.hermite_e.hermegauss(_QUAD_POINTS)
-    z = torch.tensor(z_np, dtype=cov.dtype, device=cov.device)
-    w = torch.tensor(w_np / math.sqrt(2 * math.pi), dtype=cov.dtype, device=cov.device)
-    sa, sb = va.sqrt(), vb.sqrt()
-    fu = fn(sa[..., :, None] * z)  # (..., Ta, Q)
-    diag_a = (fu**2 * w).sum(-1)
-    diag_b = (fn(sb[..., :, None] * z) ** 2 * w).sum(-1)
-    s = torch.sqrt((1 - rho**2).clamp(min=0))
-    out = torch.empty_like(cov)
-    Ta, Tb = cov.shape[-2], cov.shape[-1]
-    rows = max(1, _CHUNK_BYTES // (8 * max(Tb, 1) * _QUAD_POINTS**2 * max(1, cov[..., 0, 0].numel())))
-    for r in range(0, Ta, rows):
-        c = slice(r, min(r + rows, Ta))
-        inner = rho[..., c, :, None, None] * z[:, None] + s[..., c, :, None, None] * z[None, :]
-        fv = fn(sb[..., None, :, None, None] * inner)  # (..., t, Tb, Q, Q)
-        ev = (fv * w[None, :]).sum(-1)
-        out[..., c, :] = (ev * (fu[..., c, None, :] * w)).sum(-1)
-    return out, diag_a, diag_b
+    return nngp_cross(
+        xs, xs, depth, activation=activation, output=output, weight_std=weight_std,
+        fan_in_scaling=fan_in_scaling, width=width,
+    )  # fmt: skip
 
 
 def nngp_cross(
@@ -215,10 +207,11 @@ def nngp_cross(
     width: int = 1,
 ) -> Tensor:
     """``E_w[f(w, a) f(w, b)]`` for every ``a`` in ``xa (..., Ta, d)`` and ``b`` in ``xb (..., Tb, d)``:
-    the same recursion as [`nngp_kernel`][icdl.icl.baselines.kernel.nngp_kernel] between two point sets (each
-    point's variance carried along), so ``nngp_cross(x, x) == nngp_kernel(x)``. Returns ``(..., Ta, Tb)``."""
+    the recursion of [`nngp_kernel`][icdl.icl.baselines.kernel.nngp_kernel] between two point sets (each
+    point's variance carried along). Returns ``(..., Ta, Tb)``."""
     if not isinstance(depth, int) or depth < 2:
         raise InputError(f"kernel depth must be an integer >= 2, got {depth!r}")
+    get_activation(activation)  # an unknown name: one line, before any work
     var = weight_std**2
     first = var * (2.0 / xa.shape[-1] if fan_in_scaling else 1.0)
     gain = var * (2.0 if fan_in_scaling else float(width))
