@@ -31,7 +31,7 @@ from icdl.icl.suites import EVAL_SEED
 
 # AlignOptions' defaults (icdl.icl.analysis.align), written out here so that --help does not import torch;
 # tests/cli/test_cli_one_tool.py checks each against AlignOptions, which validates the values again.
-DEFAULT_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel")
+DEFAULT_BASELINES = ("averaging", "ridge", "ridge_tuned", "kernel", "radial", "blup")
 GD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)
 GD_STEPS = (1, 3, 10, 30)
 GD_INITS = (0.1, 1.0)
@@ -86,6 +86,20 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
         lines.append(f"{n:<34}{cells}")
     if len(gd) > rows:
         lines.append(f"  ({len(gd) - rows} more GD grid points in the JSON)")
+    closest = res.get("closest") or {}
+    if closest:
+        lines.append("closest to ICL per k band (correlation of the predictions; conclude per band only):")
+        for band, row in closest.items():
+            if row.get("closest") is None:
+                lines.append(f"  k {band:<7} –")
+                continue
+            tail = (
+                f", then {row['runner_up']} {_fmt(row['runner_up_value']).strip()}"
+                f" (margin {row['margin']:.3f})"
+                if "runner_up" in row
+                else ""
+            )
+            lines.append(f"  k {band:<7} {row['closest']} {_fmt(row['value']).strip()}{tail}")
     comp = res.get("compiled")
     if comp:
         lines.append(f"compiled {comp['variant']} model of {comp['point']}:")
@@ -119,7 +133,8 @@ def summary_lines(res: dict[str, Any], rows: int = 6) -> list[str]:
     metavar="LIST",
     help=(
         "Comma-separated baselines: zero, averaging, least-squares, ridge, knn, ridge_tuned, kernel, "
-        "mlp_tuned (minutes: tuned on held-out prompts, differentiated through its training); none."
+        "radial, blup, mlp_tuned (minutes: tuned on held-out prompts, differentiated through its "
+        "training); none."
     ),
 )
 @click.option(

@@ -52,6 +52,7 @@ from icdl.construct.estimate import construction_estimate
 from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError
 from icdl.icl.analysis import sensitivity as sens
+from icdl.icl.baselines.blup import DEFAULT_TARGETS as BLUP_TARGETS
 from icdl.icl.baselines.kernel import DEFAULT_LAMBDAS
 from icdl.icl.baselines.simple import GDBaseline
 from icdl.icl.evaluation.baseline_runs import (
@@ -69,14 +70,18 @@ from icdl.io import atomic_write_json, clean_json, portable_path
 
 __all__ = [
     "ALIGN_BASELINES",
+    "BAND_EDGES",
     "FORMAT",
     "AlignOptions",
+    "add_bands",
     "agreement_r2",
     "align_estimate",
     "align_run",
+    "closest_per_band",
     "correlation",
     "default_ks",
     "gd_name",
+    "k_bands",
     "mean_cosine",
     "register_baseline",
     "result_path",
@@ -106,7 +111,7 @@ def _tuned(name: str) -> Callable[[BaselineContext], Any]:
 
 ALIGN_BASELINES: dict[str, Callable[[BaselineContext], Any]] = {
     **{n: _simple(n) for n in ("zero", "averaging", "least-squares", "ridge", "knn")},
-    **{n: _tuned(n) for n in ("ridge_tuned", "kernel")},
+    **{n: _tuned(n) for n in ("ridge_tuned", "kernel", "radial", "blup")},
     "mlp_tuned": lambda ctx: tuned_mlp(ctx.cond, ctx.cfg, ctx.suite, ctx.eval_options),
 }
 """Baselines by name: ``factory(BaselineContext) -> predictor`` with the ICL model's signature
@@ -114,7 +119,7 @@ ALIGN_BASELINES: dict[str, Callable[[BaselineContext], Any]] = {
 not a default) through its training,
 [`predict_last`][icdl.icl.baselines.mlp_tuned.MLPTunedBaseline.predict_last])."""
 
-DEFAULT_BASELINES: tuple[str, ...] = ("averaging", "ridge", "ridge_tuned", "kernel")
+DEFAULT_BASELINES: tuple[str, ...] = ("averaging", "ridge", "ridge_tuned", "kernel", "radial", "blup")
 
 
 def register_baseline(name: str, factory: Callable[[BaselineContext], Any], *, replace: bool = False) -> None:
@@ -182,6 +187,48 @@ def default_ks(train_examples: int, max_k: int) -> tuple[int, ...]:
     """1, 2, 3, 5, then every 5th k, the training length and the longest k (those <= ``max_k``)."""
     ks = {1, 2, 3, 5, train_examples, max_k, *range(5, max_k + 1, 5)}
     return tuple(sorted(k for k in ks if 1 <= k <= max_k))
+
+
+#: the upper ends of the small-k bands (issue 27): a conclusion drawn from a mean over all ks is dominated
+#: by the ks <= 5, where most predictors are near 0 and agree with anything that is
+BAND_EDGES: tuple[int, ...] = (5, 15)
+
+
+def k_bands(train_examples: int, max_k: int) -> list[tuple[int, int]]:
+    """The k bands the alignment is concluded on: 1-5, 6-15, then 16 up to the training length E and
+    E+1 up to the longest k (edges at or beyond E are dropped; e.g. 1-5, 6-15, 16-30, 31-45 for E = 30,
+    K = 45, and 1-5, 6-10, 11-15 for E = 10, K = 15)."""
+    E = min(train_examples, max_k)
+    uppers = [e for e in BAND_EDGES if e < E] + [E] + ([max_k] if max_k > E else [])
+    out, lo = [], 1
+    for hi in uppers:
+        out.append((lo, hi))
+        lo = hi + 1
+    return out
+
+
+def closest_per_band(
+    per: dict[str, Any], bands: Sequence[tuple[int, int]], metric: str = "corr"
+) -> dict[str, dict[str, Any]]:
+    """Per band, the predictor whose band mean of ``metric`` (default the correlation with ICL's
+    predictions: scale-free) is highest among every predictor but ICL itself (baselines and each GD grid
+    point by its name), with the runner-up and the margin between them. A band where fewer than two
+    predictors have a finite mean names only what it has (no margin)."""
+    out: dict[str, dict[str, Any]] = {}
+    for lo, hi in bands:
+        key = f"{lo}-{hi}"
+        vals = [
+            (entry["bands"][key][metric], name)
+            for name, entry in per.items()
+            if entry["kind"] != "icl" and math.isfinite(entry["bands"][key][metric])
+        ]
+        vals.sort(key=lambda t: -t[0])
+        row: dict[str, Any] = {"metric": metric, "closest": vals[0][1] if vals else None}
+        row["value"] = vals[0][0] if vals else math.nan
+        if len(vals) > 1:
+            row.update(runner_up=vals[1][1], runner_up_value=vals[1][0], margin=vals[0][0] - vals[1][0])
+        out[key] = row
+    return out
 
 
 def gd_name(lr: float, steps: int, init: float) -> str:
@@ -395,17 +442,21 @@ def _check_ks(ks: Sequence[int], max_k: int, what: str) -> None:
         raise InputError(f"{what} {bad} exceed the test prompts' longest k = {max_k}")
 
 
-def _summaries(per: dict[str, Any], ks: list[int], ranges: list[tuple[int, int]]) -> None:
-    """Add each predictor's mean of every metric over the ks in each k range (non-finite values skipped)."""
+def _summaries(
+    per: dict[str, Any], ks: list[int], ranges: list[tuple[int, int]], field: str = "ranges"
+) -> None:
+    """Add each predictor's mean of every metric over the ks in each k range as ``entry[field]``
+    (non-finite values skipped)."""
     for entry in per.values():
         out: dict[str, dict[str, float]] = {}
         for lo, hi in ranges:
             idx = [i for i, k in enumerate(ks) if lo <= k <= hi]
             out[f"{lo}-{hi}"] = {}
             for metric in ("r2", "corr", "cos_y", "cos_x", "r2_truth"):
-                vals = [entry[metric][i] for i in idx if math.isfinite(entry[metric][i])]
+                # None: a NaN as read back from the JSON (clean_json writes null)
+                vals = [v for v in (entry[metric][i] for i in idx) if v is not None and math.isfinite(v)]
                 out[f"{lo}-{hi}"][metric] = sum(vals) / len(vals) if vals else math.nan
-        entry["ranges"] = out
+        entry[field] = out
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
@@ -534,8 +585,22 @@ def align_run(
         "seconds": time.perf_counter() - t0,
         "threads": torch.get_num_threads(),
     }
+    add_bands(result, st.train_examples, max_k)
     result = clean_json(result)
     atomic_write_json(result_path(run_dir), result)
+    return result
+
+
+def add_bands(result: dict[str, Any], train_examples: int, max_k: int) -> dict[str, Any]:
+    """Add the k bands to an alignment result (in place, and returned): ``bands``
+    ([`k_bands`][icdl.icl.analysis.align.k_bands]), each predictor's band means
+    (``predictors.<name>.bands``) and ``closest``
+    ([`closest_per_band`][icdl.icl.analysis.align.closest_per_band]). Only the per-k values are read, so
+    a result written before the bands existed gets the same numbers as a fresh run."""
+    bands = k_bands(train_examples, max_k)
+    _summaries(result["predictors"], list(result["ks"]), bands, "bands")
+    result["bands"] = [list(b) for b in bands]
+    result["closest"] = closest_per_band(result["predictors"], bands)
     return result
 
 
@@ -583,6 +648,9 @@ def align_estimate(cfg: Config, options: AlignOptions | None = None) -> Estimate
         flops += 3 * 2 * icl_params * P * 2 * (k + 1) + 6 * len(opts.baselines) * P * (k + 1) ** 3
         flops += grid * 6 * P * k * W
     flops += 2 * len(DEFAULT_LAMBDAS) * opts.tuned_prompts * (m.max_points**3 + m.max_points**2 * task.dim)
+    if "blup" in opts.baselines:  # its Monte Carlo moment: DEFAULT_TARGETS networks at every point
+        n = max_k + 1
+        flops += 2 * BLUP_TARGETS * (P + opts.tuned_prompts) * n * (W + n)
     # The GD graph kept for the backward passes: per step the weights and the Lemma 1 intermediates.
     steps_kept = max(opts.gd_steps, default=1)
     mem = 8.0 * opts.batch * steps_kept * (2 * W + 8 * max(ks) * task.width * task.depth)
