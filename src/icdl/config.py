@@ -201,6 +201,13 @@ class ModelConfig(StrictConfig):
     (a causal decoder can still tell order; a learned x/y token-type embedding marks the two kinds of
     token), so no position is ever untrained — one answer to the long-prompt question of
     docs/evaluation.md.
+
+    ``loops``: a looped transformer (Yang et al., ICLR 2024): the ``layers`` blocks are ONE weight-tied
+    unit applied ``loops`` times, the embedded prompt added to the residual stream before each pass
+    (input injection); the parameter count does not depend on ``loops``, and the same weights run at
+    any loop count at test time. Training averages the loss over the predictions of the last
+    ``loop_window`` passes (default: every pass), the earlier passes without gradients;
+    ``train.curriculum.loops`` ramps the loop count.
     """
 
     attention: Literal["softmax", "relu"] = "relu"
@@ -212,11 +219,17 @@ class ModelConfig(StrictConfig):
     max_points: int = Field(101, ge=1)
     positions: Literal["learned", "none"] = "learned"
     dropout: float = Field(0.0, ge=0, lt=1)
+    loops: int | None = Field(None, ge=1)
+    loop_window: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
         if self.d_model % self.heads:
             raise ValueError(f"model.heads ({self.heads}) must divide model.d_model ({self.d_model})")
+        if self.loop_window is not None and self.loops is None:
+            raise ValueError("model.loop_window needs model.loops (a looped model)")
+        if self.loop_window is not None and self.loops is not None and self.loop_window > self.loops:
+            raise ValueError(f"model.loop_window ({self.loop_window}) exceeds model.loops ({self.loops})")
         return self
 
 
@@ -247,10 +260,12 @@ class RampConfig(StrictConfig):
 
 class CurriculumConfig(StrictConfig):
     """Optional curriculum (Garg et al.): ``dims`` active input dimensions (the rest are zeroed) and
-    ``points`` points per prompt. ``null`` disables a ramp."""
+    ``points`` points per prompt; ``loops`` the passes of a looped model (Yang et al.; it must end at
+    ``model.loops``). ``null`` disables a ramp."""
 
     dims: RampConfig | None = None
     points: RampConfig | None = None
+    loops: RampConfig | None = None
 
 
 class TrainConfig(StrictConfig):
@@ -316,6 +331,16 @@ class Config(StrictConfig):
             )
         if cur.dims and cur.dims.end > self.task.dim:
             raise ValueError(f"curriculum dims end ({cur.dims.end}) exceeds task.dim ({self.task.dim})")
+        if cur.loops is not None:
+            if self.model.loops is None:
+                raise ValueError("train.curriculum.loops needs a looped model (model.loops)")
+            if cur.loops.end != self.model.loops:
+                raise ValueError(
+                    f"train.curriculum.loops ends at {cur.loops.end} but model.loops is {self.model.loops}; "
+                    "the ramp must end at the model's loop count"
+                )
+            if self.train.cuda_graph:
+                raise ValueError("train.cuda_graph needs a fixed loop count; drop train.curriculum.loops")
         return self
 
 

@@ -270,6 +270,12 @@ def _export_icl(model: ICLTransformer, dtype: torch.dtype) -> TransformerLensMod
             "TransformerLens' attention is softmax only; train with model.attention: softmax, or use "
             "icdl.export.to_hooked(model) for TransformerLens' hooks"
         )
+    if model.loops is not None:
+        raise InputError(
+            "TransformerLens cannot express a looped ICL model: its passes re-add the embedded prompt "
+            "(input injection), which TransformerLens' blocks have no place for; use "
+            "icdl.export.to_hooked(model) or the model's own run_with_cache / run_with_hooks"
+        )
     heads, d_model = cfg.heads, cfg.d_model
     d_head = d_model // heads
     bridge = _boot(

@@ -260,10 +260,13 @@ class ICLTransformer(nn.Module):
         config: ModelConfig | None = None,
     ) -> None:
         super().__init__()
+        loops: int | None = None
+        loop_window: int | None = None
         if config is not None:  # the config whole; its fields replace the keywords above
             layers, heads, d_model, d_mlp = config.layers, config.heads, config.d_model, config.d_mlp
             max_points, positions, dropout = config.max_points, config.positions, config.dropout
             attention, relu_norm = config.attention, config.relu_norm
+            loops, loop_window = config.loops, config.loop_window
         # model_construct: no validation here, so the checks below keep their own one-line errors.
         self.config = config or ModelConfig.model_construct(
             attention=attention, relu_norm=relu_norm, layers=layers, heads=heads, d_model=d_model,
@@ -286,6 +289,8 @@ class ICLTransformer(nn.Module):
         )
         self.ln_f = nn.LayerNorm(d_model)
         self.read_out = nn.Linear(d_model, d_y)
+        # A looped model (ModelConfig.loops): the blocks are one weight-tied unit, run `loops` passes.
+        self.loops, self.loop_window = loops, loop_window
         self._init_gpt2(layers)
 
     def _init_gpt2(self, layers: int) -> None:
@@ -314,7 +319,13 @@ class ICLTransformer(nn.Module):
         return torch.stack((x_tok, y_tok), dim=2).reshape(B, 2 * n, self.d_tok)
 
     def forward(
-        self, xs: Tensor, ys: Tensor, hooks: Callable[[int, str, Tensor], Tensor] | None = None
+        self,
+        xs: Tensor,
+        ys: Tensor,
+        hooks: Callable[[int, str, Tensor], Tensor] | None = None,
+        *,
+        loops: int | None = None,
+        window: int | None = None,
     ) -> Tensor:
         """Predict every point's label from its prefix.
 
@@ -323,7 +334,13 @@ class ICLTransformer(nn.Module):
             hooks: optional ``hooks(block, name, activation) -> activation`` called at every named point
                 ([`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES]); see
                 [`run_with_cache`][icdl.icl.models.ICLTransformer.run_with_cache] and
-                [`run_with_hooks`][icdl.icl.models.ICLTransformer.run_with_hooks].
+                [`run_with_hooks`][icdl.icl.models.ICLTransformer.run_with_hooks]. In a looped model the
+                block index is the unrolled one, ``pass * layers + block``.
+            loops: a looped model's number of passes (default ``self.loops``); refused for an ordinary
+                model.
+            window: return the predictions of the last ``window`` passes, stacked ``(window, B, n, d_y)``,
+                the passes before them run without gradients (training's loss window); None: the last
+                pass only.
 
         Returns:
             ``(B, n, d_y)``: row i uses only ``x_0, y_0, ..., x_{i-1}, y_{i-1}, x_i``.
@@ -348,19 +365,56 @@ class ICLTransformer(nn.Module):
             assert self.wtype is not None
             where = self.wtype.weight.repeat(n, 1)  # (T, d_model): x, y, x, y, ...
         h = self.drop(self.read_in(tok) + where)  # (B, T, d_model)
-        for b, block in enumerate(self.blocks):
+        if self.loops is None:
+            if loops is not None or window is not None:
+                raise InputError("loops / window are for a looped model (model.loops); this one is not")
+            return self._read(self._pass(h, hooks, 0))
+        return self._looped(h, hooks, self.loops if loops is None else loops, window)
+
+    def _pass(self, h: Tensor, hooks: Callable[[int, str, Tensor], Tensor] | None, first: int) -> Tensor:
+        """Every block once; hook block indices start at ``first``."""
+        for i, block in enumerate(self.blocks):
+            b = first + i
             h = block(h) if hooks is None else block(h, lambda name, t, b=b: hooks(b, name, t))
-        h = self.ln_f(h[:, 0::2])  # x-token states only: (B, n, d_model)
-        return self.read_out(h)
+        return h
+
+    def _read(self, h: Tensor) -> Tensor:
+        return self.read_out(self.ln_f(h[:, 0::2]))  # x-token states only: (B, n, d_y)
+
+    def _looped(
+        self, e: Tensor, hooks: Callable[[int, str, Tensor], Tensor] | None, loops: int, window: int | None
+    ) -> Tensor:
+        """Yang et al.'s looped transformer: ``h_0 = 0``, ``h_{t+1} = blocks(h_t + e)`` (input injection of
+        the embedded prompt ``e``), read out after the last pass (or each of the last ``window``)."""
+        if not isinstance(loops, int) or isinstance(loops, bool) or loops < 1:
+            raise InputError(f"loops must be an integer >= 1, got {loops!r}")
+        if window is not None and not 1 <= window <= loops:
+            raise InputError(f"window must be in 1..loops ({loops}), got {window!r}")
+        keep = 1 if window is None else window
+        h = torch.zeros_like(e)
+        outs = []
+        for t in range(loops):
+            # the passes before the window carry no gradient (truncated backpropagation, Yang et al.)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and (window is None or t >= loops - keep)):
+                h = self._pass(h + e, hooks, t * len(self.blocks))
+            if t >= loops - keep:
+                outs.append(self._read(h))
+        return outs[-1] if window is None else torch.stack(outs)
 
     def hook_names(self) -> list[str]:
         """Every hook point's name, in forward order: ``blocks.{i}.hook_resid_pre``,
         ``blocks.{i}.attn.hook_q``, ... ([`hook_name`][icdl.icl.models.hook_name] of each entry of
         [`HOOK_NAMES`][icdl.icl.models.HOOK_NAMES])."""
-        return [hook_name(b, name) for b in range(len(self.blocks)) for name in HOOK_NAMES]
+        return [hook_name(b, name) for b in range(self.depth) for name in HOOK_NAMES]
+
+    @property
+    def depth(self) -> int:
+        """Blocks a forward pass runs: ``layers``, times ``loops`` for a looped model (its hook names are
+        the unrolled ``blocks.{pass * layers + block}``)."""
+        return len(self.blocks) * (self.loops or 1)
 
     def _counts(self) -> dict[str, int]:
-        return {"blocks": len(self.blocks)}
+        return {"blocks": self.depth}
 
     @torch.no_grad()
     def run_with_cache(
@@ -417,7 +471,7 @@ class ICLTransformer(nn.Module):
         """
         if isinstance(fwd_hooks, Mapping):
             short = (*HOOK_NAMES, "attn.scores")  # the old name resolves (with a warning)
-            unknown = set(fwd_hooks) - {(b, n) for b in range(len(self.blocks)) for n in short}
+            unknown = set(fwd_hooks) - {(b, n) for b in range(self.depth) for n in short}
             if unknown:
                 raise InputError(f"unknown hook point(s) {sorted(unknown)}; see model.hook_names()")
             fwd_hooks = [(hook_name(b, n), _ignore_point(fn)) for (b, n), fn in fwd_hooks.items()]

@@ -48,7 +48,7 @@ from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from icdl.budget import CPU_FLOPS, GPU_FLOPS, Estimate
 from icdl.config import Config, TrainConfig, dump_config
@@ -165,6 +165,24 @@ def lr_at(cfg: _HasTrain, step: int) -> float:
     return low + (t.lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def loops_at(cfg: Config, step: int) -> int | None:
+    """A looped model's passes at 0-based ``step`` (``train.curriculum.loops``, else ``model.loops``);
+    None for an ordinary model."""
+    ramp = cfg.train.curriculum.loops
+    return ramp.value(step) if ramp is not None else cfg.model.loops
+
+
+def training_predictions(cfg: Config, fwd: Any, xs: Tensor, ys: Tensor, step: int) -> Tensor:
+    """The predictions the loss is taken over: ``(B, n, d_y)``, or for a looped model those of the last
+    ``model.loop_window`` passes (all of them by default, at most the step's loop count), stacked
+    ``(window, B, n, d_y)`` (Yang et al.'s loss averaged over the window)."""
+    loops = loops_at(cfg, step)
+    if loops is None:
+        return fwd(xs, ys)  # type: ignore[no-any-return]
+    window = min(cfg.model.loop_window or loops, loops)
+    return fwd(xs, ys, loops=loops, window=window)  # type: ignore[no-any-return]
+
+
 def step_shape(cfg: Config, step: int) -> tuple[int | None, int | None]:
     """``(points, active_dims)`` of the prompts of 0-based ``step`` (None: the task's own value).
 
@@ -213,12 +231,15 @@ def train_estimate(cfg: Config, *, start_step: int = 0, device: str | None = Non
     per_block = 4 * d**2 + 2 * d * m.d_mlp + 9 * d + m.d_mlp
     params = m.layers * per_block + (d_tok + 2 * m.max_points + 1) * d + 3 * d + 1
     B = t.batch_size
+    # A looped model runs its blocks `loops` times and keeps the graph of the last `loop_window` passes.
+    passes = m.loops or 1
+    kept = min(m.loop_window or passes, passes)
     scores = (2 * m.layers + 2) * B * m.heads * T * T if m.attention == "relu" else 0
-    acts = B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp) + scores
+    acts = (B * T * m.layers * (8 * m.d_model + 2 * m.d_mlp) + scores) * kept
     net = NetSpec(task.depth, task.width, task.dim, task.out_dim)
     task_floats = B * (net.num_params + (points + task.standardize_points) * (task.dim + 2 * task.width))
     steps = max(0, t.steps - start_step)
-    flops_step = 6 * params * B * T + 4 * B * T * T * m.d_model * m.layers * 3
+    flops_step = (2 * passes + 4 * kept) * params * B * T + 4 * B * T * T * m.d_model * m.layers * 3 * passes
     flops_step += 2 * B * (points + task.standardize_points) * net.num_params
     want = device or t.device
     cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
@@ -351,8 +372,9 @@ def _eager_step(
         start=dist.rank * local, count=local, device=device,
     )  # fmt: skip
     with autocast:
-        pred = fwd(batch.xs, batch.ys)
-    loss = F.mse_loss(pred.float(), batch.ys)
+        pred = training_predictions(cfg, fwd, batch.xs, batch.ys, step)
+    # a looped model's window of predictions: the mean of the passes' squared errors
+    loss = F.mse_loss(pred.float(), batch.ys.expand_as(pred))
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if t.grad_clip is not None:
@@ -417,13 +439,16 @@ def _train_loop(
                     f"non-finite loss at step {bad_at}; stopped (last good checkpoint: {good} in {run_dir})"
                 )
             if is_log:
-                record = {
+                record: dict[str, float] = {
                     "step": done,
                     "lr": lr_at(cfg, step),
                     "elapsed_s": time.perf_counter() - t0,
                     "points": shape[0] if shape[0] is not None else cfg.task.points,
                     "dims": shape[1] if shape[1] is not None else cfg.task.dim,
                 }
+                loops = loops_at(cfg, step)
+                if loops is not None:
+                    record["loops"] = loops
                 log.write(stats, iv, record, dist.world_size, t.batch_size)
                 iv.reset()
             if is_ckpt and dist.is_main:
