@@ -161,3 +161,21 @@ def test_looped_training_with_a_loop_curriculum_resumes_bit_identically(tmp_path
         assert torch.equal(p, q), name
     logged = (straight / "metrics.jsonl").read_text()
     assert '"loops": 1' in logged and '"loops": 3' in logged  # the ramp ran
+
+
+def test_evaluate_runs_the_same_weights_at_other_loop_counts(tmp_path: Path) -> None:
+    from icdl.icl.evaluation.evaluate import EvalOptions, evaluate_run
+
+    run = tmp_path / "looped"
+    over = ["model.loops=3", "train.steps=4", "train.checkpoint_every=4"]
+    train(load_config("tiny", over), run, quiet=True)
+    opts = EvalOptions(baselines=("averaging",), loops=(1, 3, 6), cost=False, resamples=10)
+    res = evaluate_run(run, prompts=16, options=opts, progress=False)
+    preds = res["conditions"]["train"]["predictors"]
+    assert preds["icl_loops3"]["r2"] == preds["icl"]["r2"]  # its own loop count: the same predictions
+    assert preds["icl_loops1"]["r2"] != preds["icl_loops6"]["r2"]
+    assert preds["icl_loops6"]["meta"]["kind"] == "loops" and res["request"]["options"]["loops"] == [1, 3, 6]
+    plain = tmp_path / "plain"
+    train(load_config("tiny", ["train.steps=2", "train.checkpoint_every=2"]), plain, quiet=True)
+    with pytest.raises(InputError, match="looped model"):
+        evaluate_run(plain, prompts=16, options=opts, progress=False)

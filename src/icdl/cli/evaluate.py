@@ -27,15 +27,17 @@ from icdl.cli._common import (
 from icdl.icl.suites import DEFAULT_PROMPTS, EVAL_SEED, suite_names
 
 
-def _ks(value: str | None) -> tuple[int, ...] | None:
+def _ks(value: str | None, option: str = "--mlp-ks") -> tuple[int, ...] | None:
+    """A comma-separated list of integers >= 1 (``--mlp-ks``, ``--loops``), or None."""
     if value is None:
         return None
     try:
         ks = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+        bad = f"{value!r} is not a comma-separated list of integers"
+        raise click.BadParameter(bad, param_hint=option) from None
     if not ks or min(ks) < 1:
-        raise click.BadParameter("k values must be integers >= 1")
+        raise click.BadParameter("values must be integers >= 1", param_hint=option)
     return ks
 
 
@@ -153,6 +155,13 @@ POOLINGS = ("pooled", "batch_mean")
     show_default=True,
     help="Test prompts the tuned MLP baseline (mlp_tuned) is fitted on (the first ones).",
 )
+@click.option(
+    "--loops",
+    default=None,
+    metavar="LIST",
+    help="A looped model (model.loops) at these test-time loop counts too, e.g. 1,2,4,8,16 "
+    "(predictors icl_loops{L}).",
+)
 @click.option("--no-cost", is_flag=True, help="Skip the FLOPs / wall-time comparison.")
 @click.option("--force", is_flag=True, help="Recompute even if a cached result exists (or is damaged).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results object as JSON on stdout.")
@@ -175,6 +184,7 @@ def evaluate(
     gd_steps: int,
     gd_prompts: int,
     mlp_tuned_prompts: int,
+    loops: str | None,
     no_cost: bool,
     force: bool,
     as_json: bool,
@@ -216,6 +226,7 @@ def evaluate(
         gd_prompts=gd_prompts,
         mlp_tuned_prompts=mlp_tuned_prompts,
         cost=not no_cost,
+        loops=_ks(loops, "--loops"),
     )
     cfg = read_run_config(run_dir)
     test_seed = seed

@@ -206,12 +206,15 @@ def evaluate_estimate(
     net = NetSpec(task.depth, task.width, dx, dy)
     mlp = NetSpec(task.depth, opts.mlp_width, dx, dy)
     n_ks = len(opts.mlp_ks) if opts.mlp_ks is not None else 5
-    preds = 1 + len(names) + (1 if "mlp" in names else 0)
+    loop_counts = list(opts.loops or ())
+    preds = 1 + len(names) + (1 if "mlp" in names else 0) + len(loop_counts)
     mem = 4 * P * n * (dx + dy) * 8 + 4 * opts.batch * T * m.layers * (
         8 * m.d_model + 2 * m.d_mlp + m.heads * T
     )
     mem += 24 * R * P + 8 * 6 * R * n * dy + 8 * P * n * max(n, dx * dx)
-    flops = 2 * icl_params * P * T + preds * 2 * R * P * n * dy
+    # a looped model's forward runs its blocks once per pass, at its own and at every --loops count
+    passes = (m.loops or 1) + sum(loop_counts)
+    flops = 2 * icl_params * P * T * passes + preds * 2 * R * P * n * dy
     flops += sum(2 * P * n * (n * dx * dx + dx**3) for b in names if b in ("least-squares", "ridge"))
     flops += 2 * P * n * n * dx if "knn" in names else 0
     # ridge_tuned / kernel: one T x T Cholesky per prompt and λ (all grid λ on the held-out prompts).
@@ -265,18 +268,24 @@ def _progress(total: int, enabled: bool | None) -> Any:
     return auto_tqdm()(total=total, unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
 
-def _icl_pred(model: Any, pb: PromptBatch, batch: int, device: str, step: int) -> Pred:
-    """The ICL model's predictions on all prompts, ``batch`` prompts per forward pass."""
+def _icl_pred(
+    model: Any, pb: PromptBatch, batch: int, device: str, step: int, loops: int | None = None
+) -> Pred:
+    """The ICL model's predictions on all prompts, ``batch`` prompts per forward pass; ``loops``: a
+    looped model run for that many passes (the predictor ``icl_loops{L}``)."""
     t0 = time.perf_counter()
+    kw = {} if loops is None else {"loops": loops}
     with torch.no_grad():
         icl = torch.cat(
             [
-                model(pb.xs[s : s + batch].to(device), pb.ys[s : s + batch].to(device)).cpu()
+                model(pb.xs[s : s + batch].to(device), pb.ys[s : s + batch].to(device), **kw).cpu()
                 for s in range(0, pb.xs.shape[0], batch)
             ]
         )
-    meta = {"prompts": int(pb.xs.shape[0]), "checkpoint_step": step}
-    return Pred("icl", "icl", icl, time.perf_counter() - t0, meta)
+    meta: dict[str, Any] = {"prompts": int(pb.xs.shape[0]), "checkpoint_step": step}
+    if loops is None:
+        return Pred("icl", "icl", icl, time.perf_counter() - t0, meta)
+    return Pred(f"icl_loops{loops}", "loops", icl, time.perf_counter() - t0, {**meta, "loops": loops})
 
 
 def _curves(
@@ -344,6 +353,9 @@ def _condition(
     ranges = k_ranges(st.train_examples, ys.shape[1] - 1)
     tick("icl")
     preds = [_icl_pred(model, pb, opts.batch, device, step)]
+    for loops in opts.loops or ():  # the same weights at other test-time loop counts
+        tick(f"icl, {loops} loops")
+        preds.append(_icl_pred(model, pb, opts.batch, device, step, loops))
     bar.update(1)
 
     def tick_b(what: str) -> None:
@@ -385,6 +397,8 @@ def evaluate_run(
     opts = options or EvalOptions()
     ck = checkpoint_info(run_dir)
     model, cfg = load_run(run_dir, device=device)
+    if opts.loops and cfg.model.loops is None:
+        raise InputError(f"--loops is for a looped model (model.loops); {run_dir} is not one")
     st = build_suite(suite, cfg, prompts=prompts, seed=seed)
     baselines = opts.baselines if opts.baselines is not None else SUITE_BASELINES[suite]
     request = _request(st, opts, baselines)

@@ -52,7 +52,9 @@ POOLINGS: tuple[str, ...] = ("pooled", "batch_mean")
 class EvalOptions:
     """Settings of an evaluation (all recorded in the results).
 
-    ``baselines=None`` uses the suite's default (`SUITE_BASELINES`). ``mlp_ks=None`` evaluates the
+    ``baselines=None`` uses the suite's default (`SUITE_BASELINES`). ``loops``: a looped model's
+    test-time loop counts, each evaluated as the predictor ``icl_loops{L}`` (kind ``loops``) next to
+    the model at its trained count. ``mlp_ks=None`` evaluates the
     MLP at k in {1, 5, 10, E, K} (E = training examples, K = longest test k); ``mlp_prompts`` /
     ``gd_prompts`` evaluate those baselines on the first prompts only (their bands are wider).
     """
@@ -77,6 +79,7 @@ class EvalOptions:
     mlp_tune_prompts: int = 128
     batch: int = 64
     cost: bool = True
+    loops: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         """Validate every field (the CLI's options are checked here, not repeated there)."""
@@ -104,9 +107,15 @@ class EvalOptions:
         if self.baselines is not None:
             parse_baselines(self.baselines)
 
+        def count(v: object) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+        if self.loops is not None and (not self.loops or not all(count(v) for v in self.loops)):
+            raise InputError(f"loops must be integers >= 1, got {self.loops!r}")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("baselines", "mlp_ks", "gd_grid"):
+        for key in ("baselines", "mlp_ks", "gd_grid", "loops"):
             d[key] = None if d[key] is None else list(d[key])
         return d
 
