@@ -548,6 +548,13 @@ def _rows_work(w: CostInputs, mlp_work: int) -> int:
     return 32 * w.steps * (w.examples + 1) * w.spec.num_params + 4 * w.states * w.sizes.T * w.sizes.D
 
 
+def _rows_coefficients(w: CostInputs) -> int:
+    """Stored coefficients and index entries of the rows block and readout: a few per slot coordinate the
+    heads read or write (measured 30k-60k, 59 to 97 per unit of ``U + d_x``, for N = 2..6, K = 64..512),
+    not the paper's dense per-head tables."""
+    return 120 * (w.spec.num_units + w.spec.in_dim) + 4096
+
+
 # T x D states at the peak of ``icdl construct --variant rows``: the command's prompt and the verifier's,
 # the state before and after the sublayer being checked, and the largest sublayer temporaries (the update's
 # scores and the projection's token chunks, under half a state). Measured 1.5 GB at N=8, K=256, n=1024,
@@ -566,6 +573,6 @@ VARIANT = Variant(
     # r' ⊙ z of a smooth layer is a product fitted on |z| <= R (z: u or V^T s, the "back" vectors).
     range_needs=RangeNeeds(("z", "back"), products=("derivative",)),
     sizes=rows_sizes,
-    costs=Costs(work=_rows_work, states=ROWS_STATES),
+    costs=Costs(work=_rows_work, states=ROWS_STATES, coefficients=_rows_coefficients),
     budget=declared,
 )
