@@ -100,8 +100,9 @@ def construction_estimate(
     ([`icdl.construct.check.stream`][icdl.construct.check.stream]), so it holds a few ``T x D`` states (the
     prompt, the state before and after the sublayer, the sublayer's own output buffer and temporaries: the
     variant's ``Costs.states``, else `STREAM_STATES`), the two weight trajectories, their stacked copy and
-    differences (`TRAJECTORIES` ``(L+1) x P`` in the model's dtype), the stored coefficients and cached gather plans of
-    the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).
+    differences (`TRAJECTORIES` ``(L+1) x P`` in the model's dtype), the stored coefficients and cached
+    gather plans of the unique sublayers (``Costs.coefficients``), the ReLU-sum fits, and the interpreter
+    with torch (300 MiB).
     Time: the compiled forward's FLOPs a few times over (the untraced forward, the checked forward, the
     per-sublayer comparisons) at about 2e9 FLOP/s, the L_f estimate's Hessian-vector products, a fixed
     `SUBLAYER_SECONDS` per checked sublayer, plus the fits. Term counts of smooth activations come from
