@@ -234,16 +234,19 @@ class _Counters:
     product_kinds: dict[str, float] = field(default_factory=dict)
 
 
-def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
+def _count(
+    model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor, *, stepping: bool = True
+) -> None:
     """Pre-activations of the EXAMPLES inside the relu' window (0, delta) (the query's r' never reaches the
-    gradient: its u is 0), pre-activations outside [-R, R] for fitted sums, and the loss units' margin
-    below the gate constant C."""
+    gradient: its u is 0) and beyond the relu' step's float limit, pre-activations outside [-R, R] for
+    fitted sums, and the loss units' margin below the gate constant C. ``stepping=False``: the readout's
+    reference (the final weights), whose sublayers compute r only, so r' is not counted there."""
     cfg = model.config
     assert cfg.delta is not None
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
     step_limit = relu_step_limit(cfg.delta, model.config.torch_dtype)
     for j, z in enumerate(ref.sur.pre):
-        if model.terms.r_prime[j].delta is not None:
+        if stepping and model.terms.r_prime[j].delta is not None:
             ze = z[:n]
             c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
             c.step_range += int((z.abs() >= step_limit).sum())
@@ -350,7 +353,8 @@ def verify(
     y_all = prompt.y_all
 
     def on_step(ref: Reference) -> None:
-        _count(model, ref, counters, prompt.n, y_all)
+        # the first `model.steps` references start GD steps; the last one is the readout's (r only)
+        _count(model, ref, counters, prompt.n, y_all, stepping=len(counters.budgets) < model.steps)
         _budget(model, ref, counters, prompt, tol)
         _declared_check(model, ref, counters, tol)
 
