@@ -54,6 +54,8 @@ def lipschitz_hvps(steps: int) -> int:
         return 0
     points = min(2 * (steps + 1) - 1, 8)
     return 21 + 6 * (points - 1)
+
+
 # Fixed cost of one sublayer, whatever its size: the untraced and the checked forward's module calls and
 # the comparison's Python work (measured 0.7 ms per sublayer for NetSpec(2, 2, 2, 1), n = 3, L = 200 and
 # 2,000: 3.8 s and 14.3 s). Without it a deep-but-tiny run (L = 10^6) would be estimated at seconds.
