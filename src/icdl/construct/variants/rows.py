@@ -550,9 +550,10 @@ def _rows_work(w: CostInputs, mlp_work: int) -> int:
 
 def _rows_coefficients(w: CostInputs) -> int:
     """Stored coefficients and index entries of the rows block and readout: a few per slot coordinate the
-    heads read or write (measured 30k-60k, 59 to 97 per unit of ``U + d_x``, for N = 2..6, K = 64..512),
-    not the paper's dense per-head tables."""
-    return 120 * (w.spec.num_units + w.spec.in_dim) + 4096
+    heads read or write, and a fixed part per layer (measured 27 per unit of ``U + d_x`` at K = 3,200 and
+    10,000: 172,868 and 540,068 for N = 2; 27k-55k for N = 2..6, K = 64..512), not the paper's dense
+    per-head tables."""
+    return 27 * (w.spec.num_units + w.spec.in_dim) + 4000 * w.spec.depth + 8000
 
 
 # T x D states at the peak of ``icdl construct --variant rows``: the command's prompt and the verifier's,
