@@ -40,6 +40,23 @@ def _arg(args: list[str], flag: str, long: str, default: str) -> str:
     return default
 
 
+def sizes(spec: Any, n: int, L: int, itemsize: int) -> dict[str, Any]:
+    """Tokens T, width D, one T x D state's bytes in the run's dtype, and the estimate in float64 (what
+    exactness to 1e-16 would need)."""
+    from icdl.construct.estimate import construction_estimate
+    from icdl.construct.variants.rows import rows_sizes
+
+    lay = rows_sizes(spec, n)
+    f64 = construction_estimate(spec, steps=L, examples=n, itemsize=8, variant="rows")
+    return {
+        "tokens": lay.T,
+        "embedding_dim": lay.D,
+        "state_bytes": lay.T * lay.D * itemsize,
+        "estimate_float64_bytes": f64.bytes,
+        "relu_window_pre_activations": n * spec.num_units,
+    }
+
+
 def run(construct_args: list[str]) -> dict[str, Any]:
     """One ``icdl construct --variant rows`` run in a fresh subprocess: report, peak, estimate, loads."""
     from icdl.construct.estimate import construction_estimate
@@ -74,6 +91,7 @@ def run(construct_args: list[str]) -> dict[str, Any]:
     params = report["parameters"]
     return {
         "command": shlex.join(cmd),
+        **sizes(spec, n, L, itemsize),
         "network_parameters": P,
         "transformer_parameters_dense": params["dense"],
         "transformer_parameters_stored": params["stored"],
@@ -86,6 +104,8 @@ def run(construct_args: list[str]) -> dict[str, Any]:
         "estimate_over_peak": est.bytes / peak,
         "estimate_seconds": est.seconds,
         "wall_seconds": wall,
+        # CPU seconds of the child (user + system): what the load of other jobs does not inflate much
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "verify_over_forward": report["seconds_verify"] / report["seconds_forward"],
         "load_average_1min_before": load_before,
         "load_average_1min_after": os.getloadavg()[0],
