@@ -128,8 +128,9 @@ def estimate_lipschitz(
 
     At most ``max_points`` evenly spread points are visited (all with ``max_points=None``;
     [`lipschitz_points`][icdl.construct.check.verify.lipschitz_points]), a point equal to one already
-    visited skipped: the first with up to ``iters`` steps from a random start, each later one with up to
-    ``max(1, iters // 4)`` steps warm-started from the previous vector; a point's iteration stops once
+    visited skipped: the first (and any after a non-finite Hessian-vector product) with up to ``iters``
+    steps from a random start, each later one with up to ``max(1, iters // 4)`` steps warm-started from the
+    previous vector; a point's iteration stops once
     ``||Hv||`` grows by less than ``rtol`` (relative) in a step (``rtol=0``: every step). The result is a
     lower bound on the largest |eigenvalue| at the points visited.
     """
@@ -142,15 +143,16 @@ def estimate_lipschitz(
     for i in visit:
         if any(points[i] is s or torch.equal(points[i], s) for s in seen):
             continue
-        first = not seen
         seen.append(points[i])
         w = points[i].detach().clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(empirical_risk(spec, loss, w, x, y), w, create_graph=True)
-        if v is None:
+        steps = max(1, iters // 4)  # warm-started
+        if v is None:  # the first point, or after a NaN Hessian: a fresh random start with every step
             v = torch.randn(w.shape, generator=g, dtype=w.dtype)
             v = v / v.norm()
+            steps = iters
         lam = 0.0
-        for _ in range(iters if first else max(1, iters // 4)):
+        for _ in range(steps):
             # H v as the gradient of <grad, v> (a scalar: no grad_outputs, whose shape check imports torch.fx)
             (hv,) = torch.autograd.grad(grad @ v, w, retain_graph=True)
             nrm = float(hv.norm())
