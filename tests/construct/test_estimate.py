@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task
-from icdl.construct.engine.sizes import Sizes, paper_sizes
+from icdl.construct.engine.sizes import CostInputs, Sizes, paper_sizes
 from icdl.construct.estimate import construction_estimate
 from icdl.construct.variants.registry import VARIANTS, get_variant, register, unregister
 from icdl.nets import NetSpec
@@ -98,3 +98,18 @@ def test_rows_memory_estimate_follows_the_measured_peak() -> None:
     grown = large[0] - small[0]
     assert grown > 200 * 2**20, grown  # the large run really needs more memory
     assert 1 / 3 <= (large[1] - small[1]) / grown <= 3, (large, small)
+
+
+@pytest.mark.parametrize(("N", "K", "dx"), [(2, 256, 256), (2, 512, 64), (3, 128, 128), (6, 64, 4)])
+def test_rows_coefficients_follow_the_compiled_tables(N: int, K: int, dx: int) -> None:
+    """``Costs.coefficients`` of rows against what the compiled block and readout store (every buffer:
+    coefficients and index tables): within 2x either way, not the paper's dense per-head count (which is
+    ~K times larger and was half the 10M-parameter estimate)."""
+    spec, n = NetSpec(N, K, dx, 1), 8
+    model = compile_gd_transformer(spec, steps=1, n=n, variant="rows")
+    stored = sum(t.numel() for t in model.buffers())
+    costs = get_variant("rows").costs
+    assert costs.coefficients is not None
+    lay = get_variant("rows").sizes(spec, n)
+    w = CostInputs(spec, lay, 1, n, 1e-3, 10.0, 0, 0)
+    assert stored / 2 <= costs.coefficients(w) <= 2 * stored, (costs.coefficients(w), stored)

@@ -20,7 +20,15 @@ from icdl.construct.variants.registry import VARIANTS
 from icdl.nets import NetSpec
 from icdl.theory import EXACT_LOSS_TERMS, EXACT_TERMS, Projection, readout_sublayers
 
-__all__ = ["LIPSCHITZ_HVPS", "STREAM_STATES", "SUBLAYER_SECONDS", "TRAJECTORIES", "construction_estimate"]
+__all__ = [
+    "HVP_FLOPS",
+    "LIPSCHITZ_HVPS",
+    "STREAM_STATES",
+    "SUBLAYER_SECONDS",
+    "TRAJECTORIES",
+    "construction_estimate",
+    "lipschitz_hvps",
+]
 
 # States of T x D the streaming check holds at once, with the sublayer's own output and temporaries
 # (measured peaks: docs/results/verify_scale.json), unless the variant states its own (``Costs.states``).
@@ -28,9 +36,26 @@ STREAM_STATES = 8
 # P-vectors per GD step held at the report: the transformer's and reference GD's weight trajectories, their
 # stacked copy and the difference's temporaries.
 TRAJECTORIES = 5
-# Hessian-vector products of the default L_f estimate: 20 at the first point, 5 at each of 7 more
-# (icdl.construct.check.verify.LIPSCHITZ_POINTS), plus one gradient per point.
+# Hessian-vector products of the default L_f estimate at most: 20 at the first point, 5 at each of 7 more
+# (icdl.construct.check.verify.LIPSCHITZ_POINTS), plus one gradient per point; fewer when there are fewer
+# points (`lipschitz_hvps`).
 LIPSCHITZ_HVPS = 20 + 7 * 5 + 8
+# FLOP/s of the L_f estimate's Hessian-vector products: batched matrix products (measured 0.4 s per product
+# for N=2, K=d_x=3200, n=64: 10 n P = 6.5e9 FLOPs), far above the compiled sublayers' CONSTRUCT_FLOPS.
+HVP_FLOPS = 1.6e10
+
+
+def lipschitz_hvps(steps: int) -> int:
+    """Hessian-vector products (and gradients) of the default L_f estimate for ``steps`` GD steps: at most
+    20 + 1 at the first point and 5 + 1 at each later one, over the ``2 (L + 1) - 1`` distinct trajectory
+    points (w0 starts both) or 8 of them (``icdl.construct.check.verify.LIPSCHITZ_POINTS``); 0 without
+    steps."""
+    if steps <= 0:
+        return 0
+    points = min(2 * (steps + 1) - 1, 8)
+    return 21 + 6 * (points - 1)
+
+
 # Fixed cost of one sublayer, whatever its size: the untraced and the checked forward's module calls and
 # the comparison's Python work (measured 0.7 ms per sublayer for NetSpec(2, 2, 2, 1), n = 3, L = 200 and
 # 2,000: 3.8 s and 14.3 s). Without it a deep-but-tiny run (L = 10^6) would be estimated at seconds.
@@ -77,8 +102,9 @@ def construction_estimate(
     ([`icdl.construct.check.stream`][icdl.construct.check.stream]), so it holds a few ``T x D`` states (the
     prompt, the state before and after the sublayer, the sublayer's own output buffer and temporaries: the
     variant's ``Costs.states``, else `STREAM_STATES`), the two weight trajectories, their stacked copy and
-    differences (`TRAJECTORIES` ``(L+1) x P`` float64), the stored coefficients and cached gather plans of
-    the unique sublayers, the ReLU-sum fits, and the interpreter with torch (300 MiB).
+    differences (`TRAJECTORIES` ``(L+1) x P`` in the model's dtype), the stored coefficients and cached
+    gather plans of the unique sublayers (``Costs.coefficients``), the ReLU-sum fits, and the interpreter
+    with torch (300 MiB).
     Time: the compiled forward's FLOPs a few times over (the untraced forward, the checked forward, the
     per-sublayer comparisons) at about 2e9 FLOP/s, the L_f estimate's Hessian-vector products, a fixed
     `SUBLAYER_SECONDS` per checked sublayer, plus the fits. Term counts of smooth activations come from
@@ -101,17 +127,21 @@ def construction_estimate(
     hidden, mlp_work = costs.mlp(w, hidden)
     # Coefficients of one block + readout: per head its query/key/value entries (<= fan-in + 3), per MLP
     # unit a few entries; the update sublayer writes P weights.
-    coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
+    if costs.coefficients is not None:
+        coeffs = costs.coefficients(w)
+    else:
+        coeffs = heads * (max(K, spec.in_dim) + 3) * 2 + 4 * hidden + 2 * spec.num_params
     held = (STREAM_STATES if costs.states is None else costs.states) * T * D * itemsize
-    trajectories = TRAJECTORIES * (steps + 1) * P * 8
+    trajectories = TRAJECTORIES * (steps + 1) * P * itemsize  # in the model's dtype
     work = costs.work(w, mlp_work)
-    # L_f: LIPSCHITZ_HVPS Hessian-vector products (and a gradient per point), ~10 n P FLOPs each
-    lipschitz = (LIPSCHITZ_HVPS if steps > 0 else 0) * 10 * examples * P
+    # L_f: `lipschitz_hvps` Hessian-vector products (and a gradient per point), ~10 n P FLOPs each
+    lipschitz = lipschitz_hvps(steps) * 10 * examples * P
     est = Estimate(
         "icdl construct",
         safe_float(held + trajectories + 3 * coeffs * itemsize + 300 * 2**20),
         1.0
-        + safe_float(work + lipschitz) * 1.2 / CONSTRUCT_FLOPS
+        + safe_float(work) * 1.2 / CONSTRUCT_FLOPS
+        + safe_float(lipschitz) * 1.2 / HVP_FLOPS
         + safe_float(states * T * D * itemsize) / 1e9
         + safe_float(states) * SUBLAYER_SECONDS,
         f"{states} sublayers checked as they run on {T} tokens x D={D} "

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
-from icdl.construct.bounds.prediction import prediction_bound, prediction_lipschitz
-from icdl.nets import NetSpec, forward
+from icdl.construct.bounds.prediction import activation_bounds, prediction_bound, prediction_lipschitz
+from icdl.nets import NetSpec, forward, unflatten
 
 SPECS = [
     NetSpec(2, 4, 3, 1),
@@ -89,3 +89,32 @@ def test_a_zero_or_infinite_radius() -> None:
     _, _, xq, w, _ = sample_task(spec, 4, seed=0)
     assert prediction_bound(spec, w, xq, 0.0) == 0.0
     assert prediction_bound(spec, w, xq, float("inf")) == float("inf")
+
+
+def _p(spec: NetSpec, w: torch.Tensor, xq: torch.Tensor, j: int) -> torch.Tensor:
+    """``p(j)`` of the exact network at the query (eq. 3.3)."""
+    p = xq
+    for k, V in enumerate(unflatten(spec, w)[:j], start=1):
+        p = spec.layer_act(k).fn(V @ p)
+    return p
+
+
+@pytest.mark.parametrize("spec", SPECS[:3], ids=lambda s: f"{s.activation}-N{s.depth}")
+def test_activation_bounds_hold_against_an_adversary_on_the_ball(spec: NetSpec) -> None:
+    """``||p(j)(v)|| <= activation_bounds[j]`` where projected gradient ascent on ``||p(j)(v)||`` over the
+    ball ``||v - w|| <= ρ`` pushes hardest (random points would hardly leave ``||p^w(j)||``)."""
+    _, _, xq, w, _ = sample_task(spec, 4, seed=1)
+    rho = 0.5
+    bounds = activation_bounds(spec, w, xq, rho)
+    assert bounds[0] == pytest.approx(float(xq.norm()))
+    for j in range(1, spec.depth + 1):
+        v = w.detach().clone()
+        for _ in range(60):  # projected gradient ascent of ||p(j)(v)|| over the ball
+            v.requires_grad_(True)
+            (g,) = torch.autograd.grad(_p(spec, v, xq, j).norm(), v)
+            with torch.no_grad():
+                v = v + 0.1 * rho * g / g.norm().clamp_min(1e-30)
+                d = v - w
+                v = w + d * min(1.0, rho / float(d.norm()))
+        got = float(_p(spec, v.detach(), xq, j).norm())
+        assert float(_p(spec, w, xq, j).norm()) < got <= bounds[j] * (1 + 1e-12)

@@ -228,3 +228,24 @@ def test_prediction_error_at_own_weights_uses_the_transformers_weights() -> None
     assert float((f_own - f_gd).abs().max()) > 1e-3  # own and GD weights predict measurably differently
     assert rep.max_abs_err_prediction_own_w == pytest.approx(float((pred - f_own).abs().max()), rel=1e-9)
     assert rep.max_abs_err_prediction == pytest.approx(float((pred - f_gd).abs().max()), rel=1e-9)
+
+
+@pytest.mark.parametrize("variant", ["paper", "rows"])
+def test_relu_window_counts_the_step_start_weights_only(variant: str) -> None:
+    """The relu' window (0, δ) is counted at the weights each GD step starts from, not at the readout's
+    final weights: the readout computes r only (F_1..F_N and the readout MLP), so a final pre-activation
+    in the window, or beyond the step's float limit, changes nothing the transformer computes."""
+    spec = NetSpec(2, 6, 3, 1)
+    n, lr, delta = 16, 0.5, 0.3
+    x, y, xq, w0, _ = sample_task(spec, n, seed=2)
+
+    def hits(w: torch.Tensor) -> int:
+        pre = lemma1_terms(spec, "squared", w, x, y).pre
+        return sum(int(((z > 0) & (z < delta)).sum()) for z in pre)
+
+    model = compile_gd_transformer(spec, steps=1, n=n, lr=lr, delta=delta, variant=variant)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    # GD's final weights (the transformer's own differ inside the window, but also have hits there)
+    w1 = reference_gd(spec, "squared", w0, x, y, lr=lr, steps=1)[1]
+    assert hits(w0) > 0 and hits(w1) > 0  # both points have pre-activations in the window
+    assert rep.delta_window_count == hits(w0)

@@ -8,8 +8,13 @@ the derivative in ``V_j`` is ``∂f/∂V_j = D_N V_N D_{N-1} ... V_{j+1} D_j ⊗
 
 ``L_k`` the Lipschitz constant of ``r_k`` (``icdl.nets.ACTIVATIONS``; 1 for a linear output). Over the ball
 ``||w - w_GD||_2 <= ρ`` every ``||V_k||_2`` is at most ``||V_k^GD||_2 + ρ`` (the spectral norm of a change is
-at most its Frobenius norm, at most ρ), and ``||p(j)||_2 <= |r_j(0)| sqrt(n_j) + L_j (||V_j^GD||_2 + ρ)
-||p(j-1)||_2`` with ``p(0) = x_q``. With these in the line above,
+at most its Frobenius norm, at most ρ), and ``||p(j)||_2 <= ||p^GD(j)||_2 + d_j``, the activations of the
+exact network at ``w_GD`` and a bound ``d_j`` on how far they move over the ball:
+``d_0 = 0``, ``d_j = L_j ((||V_j^GD||_2 + ρ) d_{j-1} + ρ ||p^GD(j-1)||_2)`` (``|r(a) - r(b)| <= L |a - b|``
+coordinatewise, and ``V p - V^GD p^GD = V (p - p^GD) + (V - V^GD) p^GD``). Since ``d_0 = 0``, ``||V_1||_2`` is
+never needed (an SVD of a K x d_x matrix: the cost at TinT's scale), and the bound is never above the
+recursion ``||p(j)||_2 <= |r_j(0)| sqrt(n_j) + L_j (||V_j^GD||_2 + ρ) ||p(j-1)||_2`` it replaces. With these
+in the line above,
 
     G(ρ) = sqrt(sum_j ||∂f_i/∂V_j||_F^2)
 
@@ -31,7 +36,36 @@ from torch import Tensor
 
 from icdl.nets import NetSpec, unflatten
 
-__all__ = ["prediction_bound", "prediction_lipschitz"]
+__all__ = ["activation_bounds", "prediction_bound", "prediction_lipschitz"]
+
+
+def _spectral_norm(V: Tensor) -> float:
+    """``||V||_2``: the largest singular value (a vector's norm when V has one row or one column)."""
+    if min(V.shape) == 1:
+        return float(V.norm())
+    return float(torch.linalg.matrix_norm(V, ord=2))
+
+
+def activation_bounds(
+    spec: NetSpec, w: Tensor, x_query: Tensor, radius: float, norms: list[float] | None = None
+) -> list[float]:
+    """Bounds on ``||p(j)(v, x_query)||_2``, j = 0..N, for every ``v`` with ``||v - w||_2 <= radius``:
+    ``||p^w(j)||_2 + d_j`` (the module docstring; ``d_0 = 0``, and ``||V_1||_2`` is never computed).
+    ``norms[j - 1]``: ``||V_j||_2`` at w if already known (j >= 2)."""
+    Vs = unflatten(spec, w.double())
+    acts = [spec.layer_act(j) for j in range(1, spec.depth + 1)]
+    p = x_query.double()
+    out = [float(p.norm())]
+    dev = 0.0  # d_j: how far p(j) moves over the ball
+    for j, a in enumerate(acts):
+        near = float(p.norm())
+        p = a.fn(Vs[j] @ p)
+        moved = 0.0
+        if dev > 0:  # never for j = 1: no SVD of V_1
+            moved = ((norms[j] if norms is not None else _spectral_norm(Vs[j])) + radius) * dev
+        dev = a.lipschitz * (moved + radius * near)
+        out.append(float(p.norm()) + dev)
+    return out
 
 
 def prediction_lipschitz(spec: NetSpec, w: Tensor, x_query: Tensor, radius: float) -> float:
@@ -40,13 +74,11 @@ def prediction_lipschitz(spec: NetSpec, w: Tensor, x_query: Tensor, radius: floa
     if not math.isfinite(radius):
         return math.inf
     Vs = unflatten(spec, w.double())
-    norms = [float(torch.linalg.matrix_norm(V, ord=2)) + radius for V in Vs]
-    acts = [spec.layer_act(j) for j in range(1, spec.depth + 1)]
-    lips = [a.lipschitz for a in acts]
-    p_norm = [float(x_query.double().norm())]
-    for j, a in enumerate(acts):  # ||p(j)|| <= ||r_j(0)|| + L_j ||V_j|| ||p(j-1)||
-        at0 = abs(float(a.fn(torch.zeros((), dtype=torch.float64))))
-        p_norm.append(at0 * math.sqrt(spec.shapes[j][0]) + lips[j] * norms[j] * p_norm[j])
+    # ||V_k||_2 for k = 2..N (layer 1's gradient has no V_1 in its product, and d_0 = 0)
+    sigmas = [math.nan] + [_spectral_norm(V) for V in Vs[1:]]
+    norms = [s + radius for s in sigmas]
+    lips = [spec.layer_act(j).lipschitz for j in range(1, spec.depth + 1)]
+    p_norm = activation_bounds(spec, w, x_query, radius, sigmas)
     total = 0.0
     for j in range(spec.depth):  # layer j+1 (1-based): the weights V_{j+1}
         g = math.prod(lips[j:]) * math.prod(norms[j + 1 :]) * p_norm[j]

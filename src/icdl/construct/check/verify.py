@@ -55,6 +55,8 @@ from icdl.nets import (
 )
 
 __all__ = [
+    "LIPSCHITZ_POINTS",
+    "LIPSCHITZ_RTOL",
     "Checked",
     "Comparison",
     "Divergence",
@@ -75,11 +77,16 @@ __all__ = [
 ]
 
 
-# The L_f estimate's default cost: power iteration at this many points spread over both trajectories, the
-# first with the full ``iters`` steps, each later one warm-started from the previous point's vector with
-# ``iters // 4`` (the trajectories move little per step, so the top eigenvector does too). Every iterate's
-# ||Hv|| (|v| = 1) is a lower bound on the largest |eigenvalue|, so warm starts only converge faster.
+# The L_f estimate's default cost: power iteration at up to this many points spread over both trajectories,
+# the first with up to ``iters`` steps, each later one warm-started from the previous point's vector with up
+# to ``iters // 4`` (the trajectories move little per step, so the top eigenvector does too). Every iterate's
+# ||Hv|| (|v| = 1) is a lower bound on the largest |eigenvalue| and never decreases (H symmetric:
+# ||Hv||^2 = <v, H^2 v> <= ||H^2 v||), so warm starts only converge faster, and a point's iteration stops
+# once ||Hv|| grows by less than LIPSCHITZ_RTOL (relative) in one step. A point equal to one already visited
+# (w0 starts both trajectories) is not visited again. At 10M parameters one Hessian-vector product costs
+# about a tenth of the compiled forward.
 LIPSCHITZ_POINTS = 8
+LIPSCHITZ_RTOL = 1e-4
 
 
 def lipschitz_points(count: int, max_points: int | None = LIPSCHITZ_POINTS) -> list[int]:
@@ -94,13 +101,15 @@ def lipschitz_method(iters: int, count: int, max_points: int | None = LIPSCHITZ_
     """How [`estimate_lipschitz`][icdl.construct.check.verify.estimate_lipschitz] estimated L_f, for the
     report."""
     used = len(lipschitz_points(count, max_points))
-    if used == count:
-        how = f"{iters}-step power iteration at {count} trajectory points"
-    else:
-        how = (
-            f"power iteration at {used} of {count} trajectory points (evenly spread; {iters} steps at the "
-            f"first, {max(1, iters // 4)} warm-started at each other)"
-        )
+    where = (
+        f"{count} trajectory points"
+        if used == count
+        else f"{used} of {count} trajectory points (evenly spread)"
+    )
+    how = (
+        f"power iteration at {where}: up to {iters} steps at the first, up to {max(1, iters // 4)} "
+        f"warm-started at each other, until ||Hv|| grows by < {LIPSCHITZ_RTOL:g}"
+    )
     return f"max |Hessian eigenvalue| by {how} (local)"
 
 
@@ -112,38 +121,49 @@ def estimate_lipschitz(
     iters: int = 20,
     *,
     max_points: int | None = LIPSCHITZ_POINTS,
+    rtol: float = LIPSCHITZ_RTOL,
 ) -> float:
     """Local estimate of the Lipschitz constant of ``∇L_n``: max over ``points`` of the largest |eigenvalue|
     of the Hessian of ``L_n`` (power iteration on autograd Hessian-vector products).
 
-    With at most ``max_points`` points (or ``max_points=None``) every point gets ``iters`` steps from its
-    own random start. Otherwise ``max_points`` evenly spread points are visited
-    ([`lipschitz_points`][icdl.construct.check.verify.lipschitz_points]): the first with ``iters`` steps, each
-    later one with ``max(1, iters // 4)`` steps warm-started from the previous vector. Either way the result
-    is a lower bound on the largest |eigenvalue| at the points visited.
+    At most ``max_points`` evenly spread points are visited (all with ``max_points=None``;
+    [`lipschitz_points`][icdl.construct.check.verify.lipschitz_points]), a point equal to one already
+    visited skipped: the first (and any after a non-finite Hessian-vector product) with up to ``iters``
+    steps from a random start, each later one with up to ``max(1, iters // 4)`` steps warm-started from the
+    previous vector; a point's iteration stops once
+    ``||Hv||`` grows by less than ``rtol`` (relative) in a step (``rtol=0``: every step). The result is a
+    lower bound on the largest |eigenvalue| at the points visited.
     """
     spec, loss = model.spec, model.config.loss
     best = 0.0
     g = torch.Generator().manual_seed(0)
     visit = lipschitz_points(len(points), max_points)
-    warm = len(visit) < len(points)
+    seen: list[Tensor] = []
     v: Tensor | None = None
-    for k, i in enumerate(visit):
+    for i in visit:
+        if any(points[i] is s or torch.equal(points[i], s) for s in seen):
+            continue
+        seen.append(points[i])
         w = points[i].detach().clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(empirical_risk(spec, loss, w, x, y), w, create_graph=True)
-        if v is None or not warm:
+        steps = max(1, iters // 4)  # warm-started
+        if v is None:  # the first point, or after a NaN Hessian: a fresh random start with every step
             v = torch.randn(w.shape, generator=g, dtype=w.dtype)
             v = v / v.norm()
+            steps = iters
         lam = 0.0
-        for _ in range(iters if k == 0 or not warm else max(1, iters // 4)):
+        for _ in range(steps):
             # H v as the gradient of <grad, v> (a scalar: no grad_outputs, whose shape check imports torch.fx)
             (hv,) = torch.autograd.grad(grad @ v, w, retain_graph=True)
             nrm = float(hv.norm())
             if nrm == 0.0 or not math.isfinite(nrm):
                 v = None  # a fresh start at the next point
                 break
-            lam = nrm
             v = hv / nrm
+            grown = nrm - lam
+            lam = nrm
+            if grown <= rtol * nrm:
+                break
         best = max(best, lam)
     return best
 
@@ -216,16 +236,19 @@ class _Counters:
     product_kinds: dict[str, float] = field(default_factory=dict)
 
 
-def _count(model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor) -> None:
+def _count(
+    model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor, *, stepping: bool = True
+) -> None:
     """Pre-activations of the EXAMPLES inside the relu' window (0, delta) (the query's r' never reaches the
-    gradient: its u is 0), pre-activations outside [-R, R] for fitted sums, and the loss units' margin
-    below the gate constant C."""
+    gradient: its u is 0) and beyond the relu' step's float limit, pre-activations outside [-R, R] for
+    fitted sums, and the loss units' margin below the gate constant C. ``stepping=False``: the readout's
+    reference (the final weights), whose sublayers compute r only, so r' is not counted there."""
     cfg = model.config
     assert cfg.delta is not None
     fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
     step_limit = relu_step_limit(cfg.delta, model.config.torch_dtype)
     for j, z in enumerate(ref.sur.pre):
-        if model.terms.r_prime[j].delta is not None:
+        if stepping and model.terms.r_prime[j].delta is not None:
             ze = z[:n]
             c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
             c.step_range += int((z.abs() >= step_limit).sum())
@@ -332,7 +355,8 @@ def verify(
     y_all = prompt.y_all
 
     def on_step(ref: Reference) -> None:
-        _count(model, ref, counters, prompt.n, y_all)
+        # the first `model.steps` references start GD steps; the last one is the readout's (r only)
+        _count(model, ref, counters, prompt.n, y_all, stepping=len(counters.budgets) < model.steps)
         _budget(model, ref, counters, prompt, tol)
         _declared_check(model, ref, counters, tol)
 

@@ -82,6 +82,9 @@ class Costs:
     mlp: Callable[[CostInputs, int], tuple[int, int]] = dense_mlp
     work: Callable[[CostInputs, int], int] = dense_work
     states: float | None = None
+    # stored coefficients of one block and the readout (None: the estimate's dense count, per head its
+    # query/key/value entries and per MLP unit a few)
+    coefficients: Callable[[CostInputs], int] | None = None
 
 
 # The paper's costs (Theorem 1's dense MLPs and attention): the default of ``Variant.costs``.

@@ -548,6 +548,14 @@ def _rows_work(w: CostInputs, mlp_work: int) -> int:
     return 32 * w.steps * (w.examples + 1) * w.spec.num_params + 4 * w.states * w.sizes.T * w.sizes.D
 
 
+def _rows_coefficients(w: CostInputs) -> int:
+    """Stored coefficients and index entries of the rows block and readout: a few per slot coordinate the
+    heads read or write, and a fixed part per layer (measured 27 per unit of ``U + d_x`` at K = 3,200 and
+    10,000: 172,868 and 540,068 for N = 2; 27k-55k for N = 2..6, K = 64..512), not the paper's dense
+    per-head tables."""
+    return 27 * (w.spec.num_units + w.spec.in_dim) + 4000 * w.spec.depth + 8000
+
+
 # T x D states at the peak of ``icdl construct --variant rows``: the command's prompt and the verifier's,
 # the state before and after the sublayer being checked, and the largest sublayer temporaries (the update's
 # scores and the projection's token chunks, under half a state). Measured 1.5 GB at N=8, K=256, n=1024,
@@ -566,6 +574,6 @@ VARIANT = Variant(
     # r' ⊙ z of a smooth layer is a product fitted on |z| <= R (z: u or V^T s, the "back" vectors).
     range_needs=RangeNeeds(("z", "back"), products=("derivative",)),
     sizes=rows_sizes,
-    costs=Costs(work=_rows_work, states=ROWS_STATES),
+    costs=Costs(work=_rows_work, states=ROWS_STATES, coefficients=_rows_coefficients),
     budget=declared,
 )
