@@ -597,28 +597,32 @@ def softmax_sizes(spec: NetSpec, examples: int) -> Sizes:
     return Sizes(embedding_dim(spec) + spec.num_params, examples + 1, 4 * spec.depth + 3)
 
 
+# Measured costs of the softmax construction (benchmarks/bench_estimate_time.py, quiet machine, one thread,
+# docs/results/construct_time_model.json): its sublayers run far below CONSTRUCT_FLOPS, so the estimate
+# counts seconds fitted to the wall clock of five runs (N 3 / 6, n 64 / 256, L 10 / 30; each within 7%)
+# rather than FLOPs: building the product units' tables per unit, running them per unit, token and step,
+# and a fixed cost per checked sublayer (its many heads and the streaming check's comparison).
+SOFTMAX_UNIT_BUILD_SECONDS = 3.3e-5
+SOFTMAX_UNIT_RUN_SECONDS = 4.5e-8
+SOFTMAX_SUBLAYER_SECONDS = 0.036
+# construction_estimate charges work * 1.2 / CONSTRUCT_FLOPS seconds: seconds -> its FLOP count
+_SECONDS_AS_FLOPS = CONSTRUCT_FLOPS / 1.2
+
+
 def _softmax_mlp(w: CostInputs, hidden: int) -> tuple[int, int]:
     """Every token-local product is a ReLU-sum MLP of ``4 ceil(R / (2 sqrt(eps)))`` units; each unit reads
-    a few slots (sparse tables)."""
+    a few slots (sparse tables). Its cost: `SOFTMAX_UNIT_BUILD_SECONDS` per unit to build, and
+    `SOFTMAX_UNIT_RUN_SECONDS` per unit, token and step to run (as FLOPs at CONSTRUCT_FLOPS)."""
     units = 4 * math.ceil(min(w.radius / (2 * math.sqrt(w.eps)), 1e15))
     hidden += 2 * (w.spec.num_params + 2 * w.spec.num_units) * units
-    mlp_work = 2 * 8 * hidden * w.sizes.T * w.steps
-    # Building the unit tables is Python work per unit: about 2e-5 s each (measured: 33 s for the
-    # 1.6M units of icdl construct --variant softmax -N 3 -K 16 --activation sigmoid --eps 1e-4).
-    mlp_work += int(CONSTRUCT_FLOPS * 2e-5 * hidden)
-    return hidden, mlp_work
-
-
-# Softmax sublayers run further below dense-matmul peak than the paper's ReLU ones (the exp, max and
-# normalisation over every T x T score, the sparse product units' gathers): the dense FLOP count at
-# CONSTRUCT_FLOPS fell short of the measured wall clock by up to SOFTMAX_SLOWDOWN
-# (docs/results/construct_time_model.json, benchmarks/bench_estimate_time.py).
-SOFTMAX_SLOWDOWN = 2.0
+    seconds = SOFTMAX_UNIT_BUILD_SECONDS * hidden + SOFTMAX_UNIT_RUN_SECONDS * hidden * w.sizes.T * w.steps
+    return hidden, int(_SECONDS_AS_FLOPS * seconds)
 
 
 def _softmax_work(w: CostInputs, mlp_work: int) -> int:
-    """The dense FLOP count (every head against every token, the MLPs) times `SOFTMAX_SLOWDOWN`."""
-    return int(SOFTMAX_SLOWDOWN * dense_work(w, mlp_work))
+    """The dense attention FLOPs, the MLPs' (`_softmax_mlp`) and `SOFTMAX_SUBLAYER_SECONDS` per checked
+    sublayer."""
+    return int(dense_work(w, mlp_work) + _SECONDS_AS_FLOPS * SOFTMAX_SUBLAYER_SECONDS * w.states)
 
 
 VARIANT = Variant(
