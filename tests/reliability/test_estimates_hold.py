@@ -172,7 +172,7 @@ def test_score_sample_estimate_counts_the_mmd_distances(samples: int) -> None:
 # --tune-prompts 100000 was not refused (> 5 GiB measured): tuning the score baselines held per-prompt
 # tensors that no estimate counted. Each family's peak is one candidate's (the predictions kept are
 # (prompts, n, d)), so its largest candidate alone is run through `tune`. Measured (MiB, whole family):
-# mixture_fit 236 / 518 at 256 / 512 prompts (estimate 184 / 368; 69 / 143 at 128 / 256 in a quiet
+# mixture_fit 236 / 518 at 256 / 512 prompts (estimate 158 / 315; 60-69 / 143 at 128 / 256 in a quiet
 # CI run), kde 26 / 54 (33 / 66), gd_prior
 # 140 / 389 (166 / 331).
 TUNE_CHILD = _child("""

@@ -90,8 +90,8 @@ def tuning_bytes(cfg: ScoreConfig, names: Sequence[str], *, prompts: int, gd_wid
     * ``mixture_fit``: each EM pass of
       [`MixtureFitScore.fit_prefixes`][icdl.diffusion.density.MixtureFitScore.fit_prefixes] holds
       ``(prompts, n, n, m)`` float64 responsibilities, squared distances and their softmax for every prefix
-      at once, ``m`` up to ``components + 1``; with the allocator's slack over 30 passes measured 10-16x one
-      such tensor (139-212 MiB at 256 prompts, 41 points, m = 4, by the load), so 14x is counted.
+      at once, ``m`` up to ``components + 1``; with the allocator's slack over 30 passes measured 9-16x one
+      such tensor (60-97 MiB at 128 prompts, 143-212 at 256, 41 points, m = 4, by load), so 12x counted.
     * ``kde``: the ``(prompts, n, n, d)`` float64 differences to every context point, measured 4x (26 MiB at
       256 prompts), 5x counted.
     * ``gd_prior``: plain GD's weight trajectory at 100 steps, 20 bytes per step, prompt and weight (as in
@@ -101,7 +101,7 @@ def tuning_bytes(cfg: ScoreConfig, names: Sequence[str], *, prompts: int, gd_wid
     n, d = task.points, task.dim
     parts = [0.0]
     if "mixture_fit" in names:
-        parts.append(14 * 8 * prompts * n * n * (task.components + 1))
+        parts.append(12 * 8 * prompts * n * n * (task.components + 1))
     if "kde" in names:
         parts.append(5 * 8 * prompts * n * n * d)
     if "gd_prior" in names:
