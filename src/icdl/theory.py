@@ -37,10 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from icdl._arith import check_int
-from icdl._arith import safe_div as _div
-from icdl._arith import safe_float as _float
-from icdl._arith import safe_pow as _pow
+from icdl._arith import check_int, safe_div, safe_float, safe_pow
 from icdl.errors import InputError
 from icdl.nets import NetSpec, get_loss
 from icdl.sublayer import SublayerInfo, SublayerKind
@@ -379,12 +376,12 @@ def paper_construction_flops(*, examples: int, steps: int, depth: int, width: in
     (App. A.3), with the O-constant set to 1."""
     if not (eps > 0):
         raise InputError(f"eps must be > 0, got {eps}")
-    return _div(_float(examples * steps * depth**3 * width**5), _pow(eps, 2))
+    return safe_div(safe_float(examples * steps * depth**3 * width**5), safe_pow(eps, 2))
 
 
 def paper_direct_flops(*, examples: int, steps: int, depth: int, width: int) -> float:
     """The paper's cost of L direct GD steps, ``n L N K^2`` (App. A.3), O-constant 1."""
-    return _float(examples * steps * depth * width**2)
+    return safe_float(examples * steps * depth * width**2)
 
 
 def direct_gd_flops(spec: NetSpec, *, examples: int, steps: int) -> int:

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from icdl._arith import check_int as _check_int
-from icdl._arith import geo_sum as _geo
-from icdl._arith import safe_pow as _pow
-from icdl._arith import safe_prod as _prod
+from icdl._arith import check_int, geo_sum, safe_pow, safe_prod
 from icdl.errors import InputError
 from icdl.nets import ACTIVATIONS, NetSpec, get_loss
 
@@ -133,7 +130,7 @@ def lemma2_layer_factors(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -
     K, N = spec.width, spec.depth
     q = math.sqrt(K) * lipschitz_r * bound_v
     rk = math.sqrt(K)
-    return tuple([_geo(q, j) * rk for j in range(1, N)] + [_geo(q, N) * math.sqrt(spec.out_dim)])
+    return tuple([geo_sum(q, j) * rk for j in range(1, N)] + [geo_sum(q, N) * math.sqrt(spec.out_dim)])
 
 
 def lemma2_E_r(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -> float:
@@ -141,19 +138,19 @@ def lemma2_E_r(spec: NetSpec, *, lipschitz_r: float, bound_v: float) -> float:
     (3.12). The geometric sums grow with j, so the maximum is at ``j = N - 1`` or ``j = N`` (O(1))."""
     K, N = spec.width, spec.depth
     q = math.sqrt(K) * lipschitz_r * bound_v
-    return max(_geo(q, N - 1) * math.sqrt(K), _geo(q, N) * math.sqrt(spec.out_dim))
+    return max(geo_sum(q, N - 1) * math.sqrt(K), geo_sum(q, N) * math.sqrt(spec.out_dim))
 
 
 def lemma3_error(
     *, eps_r_prime: float, eps_r: float, lipschitz_r_prime: float, bound_v: float, E_r: float
 ) -> float:
     """Lemma 3, eq. (3.14): ``|r̄'_i(j-1)[k] - r'_i(j-1)[k]| <= eps_r' + L_r' B_v E_r eps_r``."""
-    return eps_r_prime + _prod(lipschitz_r_prime, bound_v, E_r, eps_r)
+    return eps_r_prime + safe_prod(lipschitz_r_prime, bound_v, E_r, eps_r)
 
 
 def lemma4_error(*, eps_l: float, eps_r: float, lipschitz_l: float, E_r: float) -> float:
     """Lemma 4, eq. (3.16): ``|g_i[k] - u(p_i(N), y_i)[k]| <= eps_l + L_l E_r eps_r``."""
-    return eps_l + _prod(lipschitz_l, E_r, eps_r)
+    return eps_l + safe_prod(lipschitz_l, E_r, eps_r)
 
 
 def loss_derivative_bound(loss: str, *, bound_t: float, bound_y: float) -> float:
@@ -186,7 +183,11 @@ class Lemma6Constants:
 
     def error(self, *, eps_r: float, eps_r_prime: float, eps_l: float) -> float:
         """The Lemma 6 bound on ``|s̄ - s|`` for given sum-of-ReLU errors."""
-        return _prod(self.E_s_r, eps_r) + _prod(self.E_s_r_prime, eps_r_prime) + _prod(self.E_s_l, eps_l)
+        return (
+            safe_prod(self.E_s_r, eps_r)
+            + safe_prod(self.E_s_r_prime, eps_r_prime)
+            + safe_prod(self.E_s_l, eps_l)
+        )
 
 
 def _pmax(dims: Sequence[int]) -> float:
@@ -222,16 +223,17 @@ def lemma6_constants(
     ends = (0, N - 1)
 
     def xm(m: int) -> float:
-        return _pow(x, m)
+        return safe_pow(x, m)
 
-    B_s = max(_prod(xm(m), B_r_prime, B_l) for m in ends)
-    inner_r = _prod(B_l, lipschitz_r_prime, bound_v, E_r) + _prod(B_r_prime, lipschitz_l, E_r)
+    B_s = max(safe_prod(xm(m), B_r_prime, B_l) for m in ends)
+    inner_r = safe_prod(B_l, lipschitz_r_prime, bound_v, E_r) + safe_prod(B_r_prime, lipschitz_l, E_r)
     E_s_r = max(
-        _prod(lipschitz_r_prime, E_r, P, B_s, _pow(bound_v, 2), _geo(x, m)) + _prod(xm(m), inner_r)
+        safe_prod(lipschitz_r_prime, E_r, P, B_s, safe_pow(bound_v, 2), geo_sum(x, m))
+        + safe_prod(xm(m), inner_r)
         for m in ends
     )
-    E_s_rp = max(_prod(P, B_s, bound_v, _geo(x, m)) + _prod(xm(m), B_l) for m in ends)
-    E_s_l = max(_prod(xm(m), B_r_prime) for m in ends)
+    E_s_rp = max(safe_prod(P, B_s, bound_v, geo_sum(x, m)) + safe_prod(xm(m), B_l) for m in ends)
+    E_s_l = max(safe_prod(xm(m), B_r_prime) for m in ends)
     return Lemma6Constants(P, B_s, E_s_r, E_s_rp, E_s_l)
 
 
@@ -260,7 +262,9 @@ class Theorem1Constants:
     def grad_error(self, *, eps_r: float, eps_r_prime: float, eps_l: float) -> float:
         """``(N/2) P [(E_s^r eps_r + E_s^{r'} eps_r' + E_s^l eps_l) sqrt(P) B_r + B_s E_r eps_r]``, the bound
         on ``||∇̄L_n - ∇L_n||_2`` from (C.7), written with the C's."""
-        return (_prod(self.C_r, eps_r) + _prod(self.C_r_prime, eps_r_prime) + _prod(self.C_l, eps_l)) / 2
+        return (
+            safe_prod(self.C_r, eps_r) + safe_prod(self.C_r_prime, eps_r_prime) + safe_prod(self.C_l, eps_l)
+        ) / 2
 
 
 def theorem1_constants(
@@ -268,11 +272,11 @@ def theorem1_constants(
 ) -> Theorem1Constants:
     """``C_l``, ``C_r``, ``C_r'`` of Theorem 1's proof from Lemma 6's constants, ``B_r`` and ``E_r``."""
     N, P = spec.depth, lemma6.P
-    c = _prod(N, _pow(P, 1.5), B_r)
+    c = safe_prod(N, safe_pow(P, 1.5), B_r)
     return Theorem1Constants(
-        C_l=_prod(c, lemma6.E_s_l),
-        C_r=_prod(c, lemma6.E_s_r) + N * P * lemma6.B_s * E_r,
-        C_r_prime=_prod(c, lemma6.E_s_r_prime),
+        C_l=safe_prod(c, lemma6.E_s_l),
+        C_r=safe_prod(c, lemma6.E_s_r) + N * P * lemma6.B_s * E_r,
+        C_r_prime=safe_prod(c, lemma6.E_s_r_prime),
     )
 
 
@@ -286,7 +290,7 @@ def _check_cor(eps: float, lipschitz_f: float, steps: int) -> None:
         raise InputError(f"eps must be >= 0, got {eps}")
     if not (lipschitz_f > 0):
         raise InputError(f"the gradient's Lipschitz constant L_f must be > 0, got {lipschitz_f}")
-    _check_int("steps", steps, 0)
+    check_int("steps", steps, 0)
 
 
 def corollary11_bound(*, eps: float, lr: float, lipschitz_f: float, steps: int) -> float:
@@ -297,13 +301,13 @@ def corollary11_bound(*, eps: float, lr: float, lipschitz_f: float, steps: int) 
     constant "of L_n(w)"; it must be that of ``∇L_n``, §10.9), so ``e_l <= (1 + eta L_f) e_{l-1} + eta eps``.
     """
     _check_cor(eps, lipschitz_f, steps)
-    return _prod(_pow(1 + lr * lipschitz_f, steps) - 1, eps) / lipschitz_f
+    return safe_prod(safe_pow(1 + lr * lipschitz_f, steps) - 1, eps) / lipschitz_f
 
 
 def corollary11_loose(*, eps: float, lr: float, lipschitz_f: float, steps: int) -> float:
     """``L_f^{-1} (1 + eta L_f)^l eps``: the corrected bound without the ``- 1`` (always looser)."""
     _check_cor(eps, lipschitz_f, steps)
-    return _prod(_pow(1 + lr * lipschitz_f, steps), eps) / lipschitz_f
+    return safe_prod(safe_pow(1 + lr * lipschitz_f, steps), eps) / lipschitz_f
 
 
 def corollary11_as_printed(*, eps: float, examples: int, lipschitz_f: float, steps: int) -> float:
@@ -311,5 +315,5 @@ def corollary11_as_printed(*, eps: float, examples: int, lipschitz_f: float, ste
     examples — almost certainly a typo for ``(1 + eta L_f)^l`` (docs/paper.md, erratum E9): the argument
     gives no growth with n. Kept for comparison; it is the larger one whenever ``eta < n``."""
     _check_cor(eps, lipschitz_f, steps)
-    _check_int("examples", examples, 1)
-    return _prod(_pow(1 + examples * lipschitz_f, steps), eps) / lipschitz_f
+    check_int("examples", examples, 1)
+    return safe_prod(safe_pow(1 + examples * lipschitz_f, steps), eps) / lipschitz_f
