@@ -90,6 +90,13 @@ def _correlation(cov: Tensor, va: Tensor, vb: Tensor) -> tuple[Tensor, Tensor]:
     return norm, rho
 
 
+def _hermite_nodes(points: int, like: Tensor) -> tuple[Tensor, Tensor]:
+    """Probabilists' Gauss–Hermite nodes and weights normalised to N(0, 1) (they sum to 1), as ``like``."""
+    z_np, w_np = np.polynomial.hermite_e.hermegauss(points)
+    z = torch.tensor(z_np, dtype=like.dtype, device=like.device)
+    return z, torch.tensor(w_np / math.sqrt(2 * math.pi), dtype=like.dtype, device=like.device)
+
+
 def relu_pair(cov: Tensor, va: Tensor, vb: Tensor) -> Tensor:
     """``E[relu(u) relu(v)]`` for ``(u, v) ~ N(0, [[va_i, cov_ij], [cov_ij, vb_j]])``, ``cov (..., Ta, Tb)``.
 
@@ -113,9 +120,7 @@ def hermite_pair(cov: Tensor, va: Tensor, vb: Tensor, fn: Any, points: int = _QU
     and ``points`` probabilists' Hermite nodes per dimension (exact for polynomials of degree
     ``< 2 points``; smooth activations such as sigmoid and tanh converge fast).
     """
-    z_np, w_np = np.polynomial.hermite_e.hermegauss(points)
-    z = torch.tensor(z_np, dtype=cov.dtype, device=cov.device)
-    w = torch.tensor(w_np / math.sqrt(2 * math.pi), dtype=cov.dtype, device=cov.device)
+    z, w = _hermite_nodes(points, cov)
     _, rho = _correlation(cov, va, vb)
     sa, sb = va.clamp(min=0).sqrt(), vb.clamp(min=0).sqrt()
     one_minus = 1 - rho**2
@@ -157,9 +162,7 @@ def _pair_step(cov: Tensor, va: Tensor, vb: Tensor, activation: str) -> tuple[Te
     if activation == "relu":
         return relu_pair(cov, va, vb), va.clamp(min=0) / 2, vb.clamp(min=0) / 2
     fn = get_activation(activation).fn
-    z_np, w_np = np.polynomial.hermite_e.hermegauss(_QUAD_POINTS)
-    z = torch.tensor(z_np, dtype=cov.dtype, device=cov.device)
-    w = torch.tensor(w_np / math.sqrt(2 * math.pi), dtype=cov.dtype, device=cov.device)
+    z, w = _hermite_nodes(_QUAD_POINTS, cov)
 
     def second_moment(v: Tensor) -> Tensor:  # E[fn(u)²], u ~ N(0, v): the one-dimensional quadrature
         return (fn(v.clamp(min=0).sqrt()[..., :, None] * z) ** 2 * w).sum(-1)
