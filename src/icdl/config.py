@@ -232,6 +232,11 @@ class ModelConfig(StrictConfig):
             raise ValueError(f"model.loop_window ({self.loop_window}) exceeds model.loops ({self.loops})")
         return self
 
+    def window(self, loops: int) -> int:
+        """The passes a looped model's loss averages over when it runs ``loops`` of them: the last
+        ``loop_window`` (all by default), at most ``loops``."""
+        return min(self.loop_window or loops, loops)
+
 
 # --------------------------------------------------------------------------------------------------
 # Training

@@ -203,7 +203,7 @@ class StaticStep:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
             m = self.cfg.model
             # a looped model: the window of its fixed loop count (cuda_graph refuses a loop curriculum)
-            pred = self.fwd(xs, ys) if m.loops is None else self.fwd(xs, ys, window=m.loop_window or m.loops)
+            pred = self.fwd(xs, ys) if m.loops is None else self.fwd(xs, ys, window=m.window(m.loops))
         mask = self.points_mask.view(1, -1, 1)  # (1, N, 1)
         count = mask.sum() * ys.shape[0] * ys.shape[-1] * (pred.numel() // ys.numel())
         loss = (((pred.float() - ys) ** 2) * mask).sum() / count

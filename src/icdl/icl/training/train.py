@@ -179,8 +179,7 @@ def training_predictions(cfg: Config, fwd: Any, xs: Tensor, ys: Tensor, step: in
     loops = loops_at(cfg, step)
     if loops is None:
         return fwd(xs, ys)  # type: ignore[no-any-return]
-    window = min(cfg.model.loop_window or loops, loops)
-    return fwd(xs, ys, loops=loops, window=window)  # type: ignore[no-any-return]
+    return fwd(xs, ys, loops=loops, window=cfg.model.window(loops))  # type: ignore[no-any-return]
 
 
 def step_shape(cfg: Config, step: int) -> tuple[int | None, int | None]:
