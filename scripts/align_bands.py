@@ -18,10 +18,15 @@ from icdl.io import atomic_write_json, clean_json
 
 def main(paths: list[str]) -> None:
     if not paths:
-        sys.exit("usage: python scripts/align_bands.py ALIGN_JSON [...]")
+        print("usage: python scripts/align_bands.py ALIGN_JSON [...]", file=sys.stderr)
+        sys.exit(2)
     for p in paths:
-        res = json.loads(Path(p).read_text(encoding="utf-8"))
-        add_bands(res, res["run"]["train_examples"], max(res["ks"]))
+        try:
+            res = json.loads(Path(p).read_text(encoding="utf-8"))
+            add_bands(res, res["run"]["train_examples"], max(res["ks"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # one line, not a traceback
+            print(f"error: {p}: not a readable icdl align result ({type(exc).__name__}: {exc})", file=sys.stderr)
+            sys.exit(2)
         atomic_write_json(p, clean_json(res))
         closest = ", ".join(f"k {b}: {r['closest']}" for b, r in res["closest"].items())
         print(f"{p}: {closest}")
