@@ -25,7 +25,8 @@ def main(paths: list[str]) -> None:
             res = json.loads(Path(p).read_text(encoding="utf-8"))
             add_bands(res, res["run"]["train_examples"], max(res["ks"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # one line, not a traceback
-            print(f"error: {p}: not a readable icdl align result ({type(exc).__name__}: {exc})", file=sys.stderr)
+            why = f"{type(exc).__name__}: {exc}"
+            print(f"error: {p}: not a readable icdl align result ({why})", file=sys.stderr)
             sys.exit(2)
         atomic_write_json(p, clean_json(res))
         closest = ", ".join(f"k {b}: {r['closest']}" for b, r in res["closest"].items())
