@@ -7,6 +7,7 @@ TransformerLens' native architecture, which shares no code with icdl's sparse su
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -41,6 +42,14 @@ def _prompts(model: CompiledModel, seeds: range, assert_nondegenerate):  # type:
         yield x, y, xq, w0
 
 
+def _sublayer(model: CompiledModel, name: str) -> Any:
+    """The sublayer a compiled hook point belongs to (None for ``hook_prompt``)."""
+    if name == "hook_prompt":
+        return None
+    layers = model.readout_layers if name.startswith("readout.") else model.block_layers
+    return {m.info.name: m for m in layers}[name.split(".")[-2]]
+
+
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max())
 
@@ -67,6 +76,10 @@ def test_compiled_softmax_model_float64_every_residual_stream(
         assert _err(logits, out) <= 1e-10
         assert _err(tl.predictions(logits), model.read_prediction(out)) <= 1e-10
         for name in model.hook_names():
+            if name.endswith("hook_write") and _sublayer(model, name).rewritten_coords().numel():
+                with pytest.raises(InputError, match="rewrites coordinates"):
+                    tl.hook_name(name)
+                continue
             assert _err(tl_cache[tl.hook_name(name)], cache[name]) <= 1e-10, name
         W = model.layout.indices("W")
         assert _err(out[:, -1, W], H[:, -1, W]) > 1e-3  # GD moved w

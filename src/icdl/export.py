@@ -64,6 +64,7 @@ from icdl.construct.compile import CompiledModel
 from icdl.construct.engine.layers import ReLUMLP, SoftmaxAttention
 from icdl.construct.engine.sublayers import Sublayer
 from icdl.errors import InputError
+from icdl import hooks
 from icdl.hooks import PROMPT, resolve_name
 from icdl.icl.models import ICLTransformer, hook_name
 
@@ -185,12 +186,27 @@ class TransformerLensModel:
         with torch.no_grad():
             return self.predictions(self.bridge(self.residual_input(*prompt), start_at_layer=0))
 
+    def _write_name(self, name: str, block: int) -> str:
+        """``blocks.{block}.hook_attn_out`` or ``hook_mlp_out``: what the block adds, which is the sublayer's
+        ``hook_write`` unless the sublayer rewrites coordinates (there ``hook_write`` holds the new value)."""
+        readout = name.startswith("readout.")
+        m = {m.info.name: m for m in (self.source.readout_layers if readout else self.source.block_layers)}[
+            name.split(".")[-2]
+        ]
+        if m.rewritten_coords().numel():
+            raise InputError(
+                f"{name!r} has no TransformerLens counterpart: the sublayer rewrites coordinates, where "
+                "hook_write holds the new value and the bridge's block output the difference"
+            )
+        return f"blocks.{block}.{'hook_attn_out' if isinstance(m, SoftmaxAttention) else 'hook_mlp_out'}"
+
     def hook_name(self, name: str) -> str:
         """The TransformerLens hook name of an icdl hook point.
 
         Compiled model: ``hook_prompt`` -> ``blocks.0.hook_resid_pre``, ``steps.{l}.{sublayer}.hook_out`` and
         ``readout.{sublayer}.hook_out`` (negative ``l`` counts from the end) -> ``blocks.{i}.hook_resid_post``
-        of the block that computes that sublayer. ICL model: the names are TransformerLens' already
+        of the block that computes that sublayer; ``.hook_write`` -> ``blocks.{i}.hook_attn_out`` or
+        ``hook_mlp_out`` (refused for a sublayer that rewrites coordinates). ICL model: the names are TransformerLens' already
         (``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_z``; a negative ``i`` is resolved), except
         ``blocks.{i}.hook_ln1``/``hook_ln2`` -> ``blocks.{i}.ln1.hook_out``/``ln2.hook_out``. The bridge has
         no ``attn.hook_result``, and its ``attn.hook_attn_scores`` (TransformerLens 4.3, native architecture)
@@ -200,10 +216,13 @@ class TransformerLensModel:
             full = resolve_name(name, {"steps": self.source.steps})
             if full == PROMPT:
                 return "blocks.0.hook_resid_pre"
-            stem = full.removesuffix(".hook_out")
+            stem = full.removesuffix(".hook_out").removesuffix(".hook_write")
             if full == stem or stem not in self.block_names:
                 raise InputError(f"no hook point {name!r}; see the source model's hook_names()")
-            return f"blocks.{self.block_names.index(stem)}.hook_resid_post"
+            i = self.block_names.index(stem)
+            if full.endswith(".hook_out"):
+                return f"blocks.{i}.hook_resid_post"
+            return self._write_name(full, i)
         full = resolve_name(name, {"blocks": len(self.block_names)})
         if full.endswith((".attn.hook_result", ".attn.hook_attn_scores")):
             raise InputError(
@@ -490,13 +509,13 @@ def to_hooked(model: nn.Module) -> Any:
             point = self.hook_dict
             if isinstance(model, CompiledModel):
                 (H,) = prompt
-                model.check_prompt(H)
-                H = point["hook_prompt"](H)
-                parts = [(f"steps.{l}", model.block_layers) for l in range(model.steps)]
-                for where, layers in [*parts, ("readout", model.readout_layers)]:
-                    for m in layers:
-                        H = point[f"{where}.{m.info.name}.hook_out"](m(H))
-                return H
+                return hooks.compiled_points(
+                    model,
+                    H,
+                    lambda name, t: point[name](t),
+                    point.__contains__,
+                    grad=torch.is_grad_enabled(),
+                )
             assert isinstance(model, ICLTransformer)
             xs, ys = prompt
             return model(xs, ys, hooks=lambda b, name, t: point[hook_name(b, name)](t))

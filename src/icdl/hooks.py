@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
 from torch import Tensor
 
 from icdl.errors import InputError
@@ -287,20 +288,37 @@ class ActivationCache(Mapping[str, Tensor]):
 PROMPT = "hook_prompt"
 """The compiled model's input stream ``H`` (before step 0)."""
 
+OUT, WRITE, RESULT = "hook_out", "hook_write", "hook_result"
+"""The hook points of one compiled sublayer, in the order they fire: ``hook_result`` (what each head adds,
+``(B, T, heads, D)``; only with ``model.use_attn_result``, as in TransformerLens), ``hook_write`` (what the
+sublayer writes, ``(B, T, D)``) and ``hook_out`` (the stream after it)."""
+
+
+def _parts(model: Any, readout: bool) -> list[tuple[str, Sequence[Any]]]:
+    parts: list[tuple[str, Sequence[Any]]] = [(f"steps.{l}", model.block_layers) for l in range(model.steps)]
+    return parts + ([("readout", model.readout_layers)] if readout else [])
+
+
+def _has_results(model: Any, m: Any) -> bool:
+    return bool(getattr(model, "use_attn_result", False)) and hasattr(m, "head_results")
+
 
 def compiled_hook_names(model: Any, readout: bool = True) -> list[str]:
-    """``hook_prompt``, ``steps.{l}.{sublayer}.hook_out`` for every step and sublayer, then (with
-    ``readout``) ``readout.{sublayer}.hook_out``, in forward order."""
-    block = [m.info.name for m in model.block_layers]
-    names = [PROMPT] + [f"steps.{step}.{n}.hook_out" for step in range(model.steps) for n in block]
-    if readout:
-        names += [f"readout.{m.info.name}.hook_out" for m in model.readout_layers]
+    """``hook_prompt``, then for every step and sublayer ``steps.{l}.{sublayer}.hook_result`` (head
+    sublayers, with ``model.use_attn_result``), ``.hook_write`` and ``.hook_out``; then (with ``readout``)
+    the same for ``readout.{sublayer}``; in forward order."""
+    names = [PROMPT]
+    for where, layers in _parts(model, readout):
+        for m in layers:
+            base = f"{where}.{m.info.name}"
+            names += [f"{base}.{RESULT}"] if _has_results(model, m) else []
+            names += [f"{base}.{WRITE}", f"{base}.{OUT}"]
     return names
 
 
 def _point_name(point: Any) -> str:
     where = "readout" if point.step is None else f"steps.{point.step}"
-    return f"{where}.{point.name}.hook_out"
+    return f"{where}.{point.name}.{OUT}"
 
 
 def compiled_legacy_key(key: tuple[Any, ...], steps: int) -> str:
@@ -318,20 +336,88 @@ def compiled_legacy_key(key: tuple[Any, ...], steps: int) -> str:
     return f"steps.{step}.{name}.hook_out"
 
 
+def written_value(m: Any, H_in: Tensor, out: Tensor) -> Tensor:
+    """What sublayer ``m`` writes (its ``hook_write``): ``out - H_in`` where it adds to the stream, and the
+    new value ``out`` on the coordinates it rewrites (``m.rewritten_coords()``), so that the stream after it
+    is ``H_in`` with those coordinates cleared, plus this. Patching it from another prompt then puts that
+    prompt's values where the sublayer overwrites, instead of adding a difference of differences."""
+    delta = out - H_in
+    rw = m.rewritten_coords().to(out.device)
+    if rw.numel() == 0:
+        return delta
+    mask = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
+    mask[rw] = True
+    return torch.where(mask, out, delta)
+
+
+def _edited(fn: Callable[[Tensor], Tensor], t: Tensor) -> Tensor | None:
+    """``fn(t) - t`` when ``fn`` changed ``t`` (returned another value or edited it in place), else None."""
+    before = t.clone()
+    after = fn(t)
+    return None if torch.equal(after, before) else after - before
+
+
+def compiled_points(
+    model: Any,
+    H: Tensor,
+    on_point: Callable[[str, Tensor], Tensor],
+    wanted: Callable[[str], bool],
+    *,
+    readout: bool = True,
+    grad: bool | None = None,
+) -> Tensor:
+    """``model.run(H)`` with ``on_point(name, activation)`` called at every hook point ``wanted`` picks
+    ([`compiled_hook_names`][icdl.hooks.compiled_hook_names]); what it returns is what the run goes on with.
+
+    An edit of ``hook_result`` (head m's added vector) or ``hook_write`` changes the stream after the
+    sublayer by exactly the edit (``out + edit``); an unchanged one leaves the compiled output bit for bit,
+    so the kernels' exact cancellations survive a cache or a no-op hook.
+    """
+    state = [on_point(PROMPT, H) if wanted(PROMPT) else H]
+
+    def trace(point: Any, out: Tensor) -> Tensor:
+        m = (model.readout_layers if point.step is None else model.block_layers)[point.index]
+        base = _point_name(point).removesuffix(OUT)
+        H_in = state[0]
+        if wanted(base + RESULT) and _has_results(model, m):
+            edit = _edited(lambda R: on_point(base + RESULT, R), m.head_results(H_in))
+            out = out if edit is None else out + edit.sum(dim=2)
+        if wanted(base + WRITE):
+            edit = _edited(lambda W: on_point(base + WRITE, W), written_value(m, H_in, out))
+            out = out if edit is None else out + edit
+        if wanted(base + OUT):
+            out = on_point(base + OUT, out)
+        state[0] = out
+        return out
+
+    return model.run(state[0], trace=trace, readout=readout, grad=grad)
+
+
+def _result_flag(model: Any, names_filter: NamesFilter) -> None:
+    wanted = [names_filter] if isinstance(names_filter, str) else names_filter
+    if isinstance(wanted, Sequence) and not getattr(model, "use_attn_result", False):
+        if any(str(n).endswith("." + RESULT) for n in wanted):
+            raise InputError(
+                "per-head hook_result points are off: set model.use_attn_result = True first "
+                "(as TransformerLens' cfg.use_attn_result)"
+            )
+
+
 def compiled_run_with_cache(
     model: Any, H: Tensor, names_filter: NamesFilter = None, *, readout: bool = True, grad: bool | None = None
 ) -> tuple[Tensor, ActivationCache]:
-    """``(model.run(H), cache)`` with the residual stream ``(B, T, D)`` at every chosen hook point."""
+    """``(model.run(H), cache)`` with the activation at every chosen hook point (``hook_out``: the residual
+    stream ``(B, T, D)``)."""
     counts = {"steps": model.steps}
+    _result_flag(model, names_filter)
     match = names_matcher(names_filter, compiled_hook_names(model, readout), counts)
-    store: dict[str, Tensor] = {PROMPT: H.detach().clone()} if match(PROMPT) else {}
+    store: dict[str, Tensor] = {}
 
-    def trace(point: Any, Hs: Tensor) -> None:
-        name = _point_name(point)
-        if match(name):
-            store[name] = Hs.detach().clone()
+    def keep(name: str, t: Tensor) -> Tensor:
+        store[name] = t.detach().clone()
+        return t
 
-    out = model.run(H, trace=trace, readout=readout, grad=grad)
+    out = compiled_points(model, H, keep, match, readout=readout, grad=grad)
     slots = {s.label: list(s.indices) for s in model.layout.slots}
     return out, ActivationCache(
         store,
@@ -347,6 +433,11 @@ def compiled_run_with_hooks(
 ) -> Tensor:
     """``model.run(H)`` with every ``fn`` of ``fwd_hooks`` applied where its filter matches; the stream
     a hook returns is what the next sublayer reads."""
-    apply = hook_dispatcher(fwd_hooks, compiled_hook_names(model, readout), {"steps": model.steps})
-    trace = lambda point, Hs: apply(_point_name(point), Hs)  # noqa: E731
-    return model.run(apply(PROMPT, H), trace=trace, readout=readout, grad=grad)
+    names, counts = compiled_hook_names(model, readout), {"steps": model.steps}
+    for f, _ in fwd_hooks:
+        _result_flag(model, f)
+    apply = hook_dispatcher(fwd_hooks, names, counts)
+    matchers = [names_matcher(f, names, counts) for f, _ in fwd_hooks]
+    return compiled_points(
+        model, H, apply, lambda name: any(mt(name) for mt in matchers), readout=readout, grad=grad
+    )

@@ -92,7 +92,10 @@ def test_compiled_names_and_filters(compiled: Any) -> None:
     names = model.hook_names()
     block = sublayer_names(model)
     assert names[0] == "hook_prompt"
-    assert names[1 : 1 + len(block)] == [f"steps.0.{n}.hook_out" for n in block]
+    assert names[1 : 1 + 2 * len(block)] == [
+        f"steps.0.{n}.{point}" for n in block for point in ("hook_write", "hook_out")
+    ]
+    assert not any(n.endswith("hook_result") for n in names)  # off unless use_attn_result
     assert names[-1] == f"readout.{model.readout_layers[-1].info.name}.hook_out"
     out, cache = model.run_with_cache(H, names_filter=["hook_prompt", "steps.-1.update.hook_out"])
     assert cache.names() == ["hook_prompt", "steps.3.update.hook_out"]

@@ -40,9 +40,10 @@ def test_compiled_cache_names_and_shapes(compiled):
     assert names[: spec.depth] == [f"forward_{j}" for j in range(1, spec.depth + 1)]
     assert names[-2:] == ["update", "project"]
     steps_keys = [k for k in cache if k.startswith("steps.")]
-    assert steps_keys == [f"steps.{s}.{n}.hook_out" for s in range(model.steps) for n in names]
+    points = ("hook_write", "hook_out")
+    assert steps_keys == [f"steps.{s}.{n}.{p}" for s in range(model.steps) for n in names for p in points]
     readout = [k for k in cache if k.startswith("readout.")]
-    assert readout == [f"readout.{m.info.name}.hook_out" for m in model.readout_layers]
+    assert readout == [f"readout.{m.info.name}.{p}" for m in model.readout_layers for p in points]
     assert cache.names() == ["hook_prompt", *steps_keys, *readout] == model.hook_names()
     assert torch.equal(cache[readout[-1]], out)  # the last readout sublayer's stream is the output
     assert torch.equal(cache["readout", model.readout_layers[-1].info.name], out)  # the old key form

@@ -139,6 +139,9 @@ class CompiledModel(nn.Module):
         self.block = nn.ModuleList(block)
         self.readout = nn.ModuleList(readout)
         self.terms = terms
+        # TransformerLens' cfg.use_attn_result: per-head ``hook_result`` points ((B, T, heads, D) each) are
+        # computed only when asked for, since a sublayer may have thousands of heads.
+        self.use_attn_result = False
         # Typed views of the two module lists (nn.ModuleList items are typed as nn.Module).
         self.block_layers: tuple[Sublayer, ...] = tuple(block)
         self.readout_layers: tuple[Sublayer, ...] = tuple(readout)
@@ -282,7 +285,9 @@ class CompiledModel(nn.Module):
 
     # -- hooks (TransformerLens conventions, icdl.hooks) --------------------------------------------------
     def hook_names(self, readout: bool = True) -> list[str]:
-        """``hook_prompt``, ``steps.{l}.{sublayer}.hook_out`` (0-based l), ``readout.{sublayer}.hook_out``."""
+        """``hook_prompt``, then per sublayer of step l (0-based) ``steps.{l}.{sublayer}.hook_write`` (what it
+        writes) and ``.hook_out`` (the stream after it), ``.hook_result`` first for head sublayers when
+        ``use_attn_result`` is set; the same under ``readout.{sublayer}`` ([`icdl.hooks`][icdl.hooks])."""
         return hooks.compiled_hook_names(self, readout)
 
     def run_with_cache(

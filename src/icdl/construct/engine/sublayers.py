@@ -296,6 +296,18 @@ class Sublayer(nn.Module):
         have them."""
         raise TypeError(f"{type(self).__name__} has no attention heads")
 
+    def rewritten_coords(self) -> Tensor:
+        """The coordinates this sublayer *rewrites*: it reads them and writes them (sorted, unique).
+
+        Everywhere else it adds to the stream, ``out = H + f(H)`` with ``f`` independent of what it adds
+        to; here the new value replaces the old one (``project`` clears scratch, ``backward_mask`` turns
+        ``S`` into ``r' ⊙ S``), so what it "adds" there is a function of the value it overwrites. The
+        ``hook_write`` point ([`icdl.hooks`][icdl.hooks]) holds the new value on these coordinates.
+        """
+        return torch.tensor(
+            sorted(set(self._read_coords().tolist()) & set(self._write_coords().tolist())), dtype=torch.long
+        )
+
     def dense_parameters(self) -> int:
         """Parameters of the paper's dense form of this sublayer."""
         raise NotImplementedError
@@ -556,6 +568,21 @@ class HeadSublayer(Sublayer):
         """Attention weights of head ``head`` as this sublayer applies them: ``(B, T_query, T_key)`` such that
         the head adds ``pattern @ (H V_m^T)`` to the stream."""
         raise NotImplementedError
+
+    def head_results(self, H: Tensor) -> Tensor:
+        """What each head adds to the stream ``H (B, T, D)``: ``(B, T, M, D)`` with ``[:, :, m]`` equal to
+        ``pattern_m @ (H V_m^T)`` (TransformerLens' ``hook_result`` layout: batch, position, head, d_model).
+
+        Computed head by head from the dense ``V_m`` and
+        [`pattern`][icdl.construct.engine.sublayers.HeadSublayer.pattern], independently of the compiled forward pass; the sum over heads is ``forward(H) - H`` up to
+        rounding (the compiled kernels sum the heads of one coordinate in their own order, which keeps the
+        construction's exact cancellations; a dense per-head sum can lose them by ~1e-7 relative).
+        """
+        heads = []
+        for m in range(self.num_heads):
+            V = self.dense_head(m)[2].to(H.dtype)
+            heads.append(self.pattern(H, m).to(H.dtype) @ (H @ V.T))
+        return torch.stack(heads, dim=2)
 
     def dense_entries(self) -> int:
         return self.num_heads * (2 * self.head_dim * self.dim + self.dim * self.dim)
