@@ -60,11 +60,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from icdl import hooks
 from icdl.construct.compile import CompiledModel
 from icdl.construct.engine.layers import ReLUMLP, SoftmaxAttention
 from icdl.construct.engine.sublayers import Sublayer
 from icdl.errors import InputError
-from icdl import hooks
 from icdl.hooks import PROMPT, resolve_name
 from icdl.icl.models import ICLTransformer, hook_name
 
@@ -206,8 +206,9 @@ class TransformerLensModel:
         Compiled model: ``hook_prompt`` -> ``blocks.0.hook_resid_pre``, ``steps.{l}.{sublayer}.hook_out`` and
         ``readout.{sublayer}.hook_out`` (negative ``l`` counts from the end) -> ``blocks.{i}.hook_resid_post``
         of the block that computes that sublayer; ``.hook_write`` -> ``blocks.{i}.hook_attn_out`` or
-        ``hook_mlp_out`` (refused for a sublayer that rewrites coordinates). ICL model: the names are TransformerLens' already
-        (``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_z``; a negative ``i`` is resolved), except
+        ``hook_mlp_out`` (refused for a sublayer that rewrites coordinates). ICL model: the names are
+        TransformerLens' already (``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_z``; a negative
+        ``i`` is resolved), except
         ``blocks.{i}.hook_ln1``/``hook_ln2`` -> ``blocks.{i}.ln1.hook_out``/``ln2.hook_out``. The bridge has
         no ``attn.hook_result``, and its ``attn.hook_attn_scores`` (TransformerLens 4.3, native architecture)
         holds the pattern, not the scores: both are refused here.

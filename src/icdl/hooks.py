@@ -395,12 +395,12 @@ def compiled_points(
 
 def _result_flag(model: Any, names_filter: NamesFilter) -> None:
     wanted = [names_filter] if isinstance(names_filter, str) else names_filter
-    if isinstance(wanted, Sequence) and not getattr(model, "use_attn_result", False):
-        if any(str(n).endswith("." + RESULT) for n in wanted):
-            raise InputError(
-                "per-head hook_result points are off: set model.use_attn_result = True first "
-                "(as TransformerLens' cfg.use_attn_result)"
-            )
+    off = isinstance(wanted, Sequence) and not getattr(model, "use_attn_result", False)
+    if off and any(str(n).endswith("." + RESULT) for n in wanted):  # type: ignore[union-attr]
+        raise InputError(
+            "per-head hook_result points are off: set model.use_attn_result = True first "
+            "(as TransformerLens' cfg.use_attn_result)"
+        )
 
 
 def compiled_run_with_cache(

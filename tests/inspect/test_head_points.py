@@ -121,7 +121,7 @@ def test_patching_a_rewrite_puts_the_other_prompts_values_there() -> None:
         def patch(act: Tensor, hook: HookPoint) -> Tensor:
             return cc[hook.name]
 
-        def read(act: Tensor, hook: HookPoint) -> None:
+        def read(act: Tensor, hook: HookPoint, seen: dict[str, Tensor] = seen) -> None:
             seen["out"] = act.clone()
 
         model.run_with_hooks(H, [(point + ".hook_write", patch), (point + ".hook_out", read)])

@@ -573,10 +573,10 @@ class HeadSublayer(Sublayer):
         """What each head adds to the stream ``H (B, T, D)``: ``(B, T, M, D)`` with ``[:, :, m]`` equal to
         ``pattern_m @ (H V_m^T)`` (TransformerLens' ``hook_result`` layout: batch, position, head, d_model).
 
-        Computed head by head from the dense ``V_m`` and
-        [`pattern`][icdl.construct.engine.sublayers.HeadSublayer.pattern], independently of the compiled forward pass; the sum over heads is ``forward(H) - H`` up to
-        rounding (the compiled kernels sum the heads of one coordinate in their own order, which keeps the
-        construction's exact cancellations; a dense per-head sum can lose them by ~1e-7 relative).
+        Computed head by head from the dense ``V_m`` and ``pattern`` (independently of the compiled
+        forward pass); the sum over heads is ``forward(H) - H`` up to rounding: the compiled kernels sum
+        the heads of one coordinate in their own order, which keeps the construction's exact
+        cancellations, and a dense per-head sum can lose them by ~1e-7 relative.
         """
         heads = []
         for m in range(self.num_heads):
