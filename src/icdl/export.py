@@ -189,10 +189,11 @@ class TransformerLensModel:
     def _write_name(self, name: str, block: int) -> str:
         """``blocks.{block}.hook_attn_out`` or ``hook_mlp_out``: what the block adds, which is the sublayer's
         ``hook_write`` unless the sublayer rewrites coordinates (there ``hook_write`` holds the new value)."""
-        readout = name.startswith("readout.")
-        m = {m.info.name: m for m in (self.source.readout_layers if readout else self.source.block_layers)}[
-            name.split(".")[-2]
-        ]
+        src = self.source
+        assert isinstance(src, CompiledModel)
+        m = {
+            m.info.name: m for m in (src.readout_layers if name.startswith("readout.") else src.block_layers)
+        }[name.split(".")[-2]]
         if m.rewritten_coords().numel():
             raise InputError(
                 f"{name!r} has no TransformerLens counterpart: the sublayer rewrites coordinates, where "

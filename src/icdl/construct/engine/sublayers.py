@@ -296,6 +296,14 @@ class Sublayer(nn.Module):
         have them."""
         raise TypeError(f"{type(self).__name__} has no attention heads")
 
+    def read_coordinates(self) -> list[int]:
+        """The residual coordinates this sublayer reads (a non-zero coefficient), sorted."""
+        return sorted(set(self._read_coords().tolist()))
+
+    def write_coordinates(self) -> list[int]:
+        """The residual coordinates this sublayer writes (a non-zero coefficient), sorted."""
+        return sorted(set(self._write_coords().tolist()))
+
     def rewritten_coords(self) -> Tensor:
         """The coordinates this sublayer *rewrites*: it reads them and writes them (sorted, unique).
 
@@ -304,9 +312,8 @@ class Sublayer(nn.Module):
         ``S`` into ``r' ⊙ S``), so what it "adds" there is a function of the value it overwrites. The
         ``hook_write`` point ([`icdl.hooks`][icdl.hooks]) holds the new value on these coordinates.
         """
-        return torch.tensor(
-            sorted(set(self._read_coords().tolist()) & set(self._write_coords().tolist())), dtype=torch.long
-        )
+        both = set(self.read_coordinates()) & set(self.write_coordinates())
+        return torch.tensor(sorted(both), dtype=torch.long)
 
     def dense_parameters(self) -> int:
         """Parameters of the paper's dense form of this sublayer."""
