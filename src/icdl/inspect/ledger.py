@@ -62,7 +62,8 @@ _PROMPT_QUANTITY = {"X": "x", "Y": "y", "W": "w", "ONE": "one", "T": "t"}
 
 
 def node_names(model: CompiledModel, readout: bool = True) -> list[str]:
-    """The graph's nodes in forward order: ``hook_prompt``, ``steps.{l}.{sublayer}``, ``readout.{sublayer}``."""
+    """The graph's nodes in forward order: ``hook_prompt``, ``steps.{l}.{sublayer}``, then
+    ``readout.{sublayer}``."""
     nodes = [PROMPT] + [f"steps.{l}.{m.info.name}" for l in range(model.steps) for m in model.block_layers]
     return nodes + ([f"readout.{m.info.name}" for m in model.readout_layers] if readout else [])
 
