@@ -34,7 +34,16 @@ from icdl.nets import NetSpec
 if TYPE_CHECKING:
     from icdl.construct.compile import CompiledModel
 
-__all__ = ["FORMAT", "MEANINGS", "circuit_nodes", "label_circuit", "ledger", "node_names"]
+__all__ = [
+    "FORMAT",
+    "MEANINGS",
+    "circuit_nodes",
+    "graph_edges",
+    "label_circuit",
+    "label_circuit_of",
+    "ledger",
+    "node_names",
+]
 
 FORMAT = "icdl-ledger/1"
 
@@ -89,7 +98,7 @@ def _entry(e: Expect, step: int | None, writer: str) -> dict[str, Any]:
     }
 
 
-def _edges(model: CompiledModel) -> list[dict[str, Any]]:
+def graph_edges(model: CompiledModel) -> list[dict[str, Any]]:
     """``A -> B`` for every node B and each node A that last wrote a coordinate B reads, with the slots
     (``W[V_j]`` blocks for the weights) and coordinates it carries, in forward order of B."""
     labels = model.layout.slot_labels()
@@ -130,7 +139,7 @@ def label_circuit(model: CompiledModel, step: int = 0) -> list[list[str]]:
     the prompt's ``Y`` slot (the prompt itself only through an edge that carries ``Y``), B is in that step
     and on a path into its ``update`` sublayer. Flipping the labels changes exactly what flows along them
     (Lemma 4: labels enter only through the loss derivative)."""
-    return label_circuit_of(_edges(model), step)
+    return label_circuit_of(graph_edges(model), step)
 
 
 def label_circuit_of(edges: Sequence[dict[str, Any]], step: int = 0) -> list[list[str]]:
@@ -222,7 +231,7 @@ def ledger(model: CompiledModel) -> dict[str, Any]:
         for m in layers
         for h in range(getattr(m, "num_heads", 0))
     ]
-    edges = _edges(model)
+    edges = graph_edges(model)
     circuits = {}
     if model.steps:
         for node in node_names(model)[1 : 1 + len(model.block_layers)]:
