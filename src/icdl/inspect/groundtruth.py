@@ -160,9 +160,9 @@ def write(
     progress: Callable[[Iterator[int], int], Iterator[int]] | None = None,
 ) -> Path:
     """Draw ``count`` models with ``seed`` from ``prior`` (default
-    [`Prior`][icdl.inspect.groundtruth.Prior]()) into ``out`` (module docstring); returns ``out/index.json``. A directory holding another prior or seed
-    is refused; one holding the same goes on where it stopped. ``progress(iterable, total)`` wraps the loop
-    (e.g. tqdm)."""
+    [`Prior`][icdl.inspect.groundtruth.Prior]()) into ``out`` (module docstring); returns
+    ``out/index.json``. A directory holding another prior or seed is refused; one holding the same goes on
+    where it stopped. ``progress(iterable, total)`` wraps the loop (e.g. tqdm)."""
     if count < 1:
         raise InputError(f"count must be >= 1, got {count}")
     prior = prior or Prior()
