@@ -42,6 +42,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "report": ("icdl.cli.report", "report", "Render plots and a markdown report for a run."),
     "check": ("icdl.cli.check", "check", "Verify a run directory or saved construction (file hashes)."),
+    "groundtruth": (
+        "icdl.cli.groundtruth",
+        "groundtruth",
+        "Draw labelled compiled models (ledger + prompts) for circuit discovery.",
+    ),
     "score": ("icdl.cli.score", "score", "In-context score estimation for diffusion models (docs/score.md)."),
 }
 

@@ -52,7 +52,7 @@ class Prior:
     A variant that builds only ReLU networks (``no-ewml``) draws ``relu`` whatever ``activations`` says.
     """
 
-    variants: tuple[str, ...] = ("paper", "compact", "no-ewml", "softmax", "rows")
+    variants: tuple[str, ...] = ("paper", "compact", "no-ewml", "rows", "softmax")
     depth: tuple[int, int] = (2, 4)
     width: tuple[int, int] = (1, 3)
     in_dim: tuple[int, int] = (1, 3)
