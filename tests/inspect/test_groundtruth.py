@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from icdl.construct.compile import with_steps
 from icdl.errors import InputError
 from icdl.inspect.groundtruth import Prior, draw, load, write
 from icdl.inspect.ledger import ledger
@@ -31,9 +32,12 @@ def test_write_load_and_labels(tmp_path: Path) -> None:
         assert torch.equal(H[..., Y], -Hc[..., Y]) and H[..., Y].abs().max() > 1e-6  # labels flipped
         others = [c for c in range(H.shape[-1]) if c not in Y]
         assert torch.equal(H[..., others], Hc[..., others])
-        # GD moves the weights on every prompt (non-degenerate)
-        w0, w1 = g.model.read_weights(H), g.model.read_weights(g.model.run(H, readout=False))
+        # GD moves the weights on every prompt (non-degenerate), and flipping the labels changes that step
+        w0 = g.model.read_weights(H)
+        w1 = g.model.read_weights(with_steps(g.model, 1).run(H, readout=False))
+        w1x = g.model.read_weights(with_steps(g.model, 1).run(Hc, readout=False))
         assert bool(((w1 - w0).abs().amax(dim=-1) > 1e-9).all())
+        assert bool(((w1 - w1x).abs().amax(dim=-1) > 1e-9).all())
 
 
 def test_draws_are_deterministic(tmp_path: Path) -> None:

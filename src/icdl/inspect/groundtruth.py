@@ -38,7 +38,7 @@ from icdl.construct.variants.registry import get_variant
 from icdl.errors import InputError
 from icdl.inspect.ledger import ledger
 from icdl.io import atomic_dir, atomic_write_json, read_json
-from icdl.nets import NetSpec
+from icdl.nets import NetSpec, gradient
 
 __all__ = ["FORMAT", "GroundTruth", "Prior", "draw", "load", "write"]
 
@@ -113,11 +113,20 @@ def _card(prior: Prior, rng: random.Random) -> dict[str, Any]:
 
 
 def _prompts(spec: NetSpec, card: dict[str, Any], count: int) -> dict[str, Tensor]:
+    """``count`` non-degenerate prompts on which flipping the labels changes the first GD step (a ReLU
+    network can be blind to it: where its output unit is off, ``u`` never reaches the gradient)."""
     rows: dict[str, list[Tensor]] = {k: [] for k in ("x", "y", "x_query", "w0")}
-    for k in range(count):
-        t = sample_task_info(spec, card["n"], seed=card["seed"] + k, lr=card["lr"], steps=card["steps"])
+    for j in range(MAX_CARDS * count):
+        if len(rows["x"]) == count:
+            break
+        t = sample_task_info(spec, card["n"], seed=card["seed"] + j, lr=card["lr"], steps=card["steps"])
+        flipped = gradient(spec, "squared", t.w0, t.x, t.y) - gradient(spec, "squared", t.w0, t.x, -t.y)
+        if float(flipped.abs().max()) <= 1e-9:
+            continue
         for key, v in zip(rows, (t.x, t.y, t.x_query, t.w0), strict=True):
             rows[key].append(v)
+    if len(rows["x"]) < count:
+        raise InputError(f"no {count} prompts whose label flip moves the first GD step")
     return {k: torch.stack(v) for k, v in rows.items()}
 
 
@@ -128,8 +137,9 @@ width-1 ReLU network is often dead on every input) is replaced by the next draw.
 
 def draw(prior: Prior, seed: int, index: int) -> tuple[dict[str, Any], CompiledModel, dict[str, Tensor]]:
     """Model ``index`` of the set drawn with ``seed``: ``(card, model, prompts)``; the same arguments give
-    the same model and prompts. Prompts are non-degenerate (labels not all equal; GD moves ``w0``): a card
-    none of whose draws is, is replaced by the next (``card["redraws"]`` counts them)."""
+    the same model and prompts. Prompts are non-degenerate (labels not all equal; GD moves ``w0``; flipping
+    the labels changes the first step): a card without enough of them is replaced by the next
+    (``card["redraws"]`` counts them)."""
     rng = random.Random(f"{seed}:{index}")
     for redraws in range(MAX_CARDS):
         card = {**_card(prior, rng), "redraws": redraws}
