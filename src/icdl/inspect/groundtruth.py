@@ -79,7 +79,8 @@ class Prior:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Prior:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**fields)
 
 
 @dataclass

@@ -81,6 +81,10 @@ def _swap(cache: Any) -> Callable[[Tensor, HookPoint], Tensor]:
     return lambda act, hook: cache[hook.name]
 
 
+def _adder(d: Tensor) -> Callable[[Tensor, HookPoint], Tensor]:
+    return lambda act, hook: act + d
+
+
 def resid_patching(
     model: CompiledModel, clean: Tensor, corrupt: Tensor, *, step: int = 0
 ) -> dict[str, float]:
@@ -122,10 +126,7 @@ def edge_patching(
         keep[layers[b].rewritten_coords()] = 0
         before = order[order.index(b) - 1]
         entry = PROMPT if before == PROMPT else f"{before}.hook_out"
-        hooks: Hooks = [
-            (entry, lambda act, hook, d=delta: act + d),
-            (f"{b}.hook_out", lambda act, hook, d=delta * keep: act - d),
-        ]
+        hooks: Hooks = [(entry, _adder(delta)), (f"{b}.hook_out", _adder(-delta * keep))]
         out[(a, b)] = r.effect(hooks)
     return out
 
