@@ -68,6 +68,8 @@ def test_compiled_softmax_model_float64_every_residual_stream(
     model = _compiled(activation, delta=delta)
     tl = to_transformer_lens(model)
     assert len(tl.block_names) == model.num_sublayers + model.readout_sublayers
+    assert tl.ledger is not None and tl.ledger["variant"] == "softmax"  # the ground truth travels along
+    assert all(tl.hook_name(p) for p in tl.ledger["points"])  # every ledger point has a bridge name
     for x, y, xq, w0 in _prompts(model, range(3), assert_nondegenerate):
         H = model.build_prompt(x, y, xq, w0)
         out, cache = model.run_with_cache(H)

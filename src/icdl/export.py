@@ -67,6 +67,7 @@ from icdl.construct.engine.sublayers import Sublayer
 from icdl.errors import InputError
 from icdl.hooks import PROMPT, resolve_name
 from icdl.icl.models import ICLTransformer, hook_name
+from icdl.inspect.ledger import ledger
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -102,6 +103,13 @@ class TransformerLensModel:
         self.bridge = bridge.eval()  # no dropout is exported; TL's logit_lens and patching want eval mode
         self.source = source
         self.block_names = tuple(block_names)
+
+    @property
+    def ledger(self) -> dict[str, Any] | None:
+        """A compiled source's ground-truth ledger ([`icdl.inspect.ledger`][icdl.inspect.ledger]; its hook
+        names map to the bridge's with [`hook_name`][icdl.export.TransformerLensModel.hook_name]); None for
+        an ICL model."""
+        return ledger(self.source) if isinstance(self.source, CompiledModel) else None
 
     def forward(self, resid: Tensor, **kwargs: Any) -> Tensor:
         """The bridge's logits on the residual stream ``resid`` (from
@@ -506,6 +514,8 @@ def to_hooked(model: nn.Module) -> Any:
                 self.add_module(child, mod)
             self.setup()
             self.point_names = list(names)
+            # the ground truth travels with a compiled model (icdl.inspect.ledger)
+            self.ledger = ledger(model) if isinstance(model, CompiledModel) else None
 
         def forward(self, *prompt: Tensor) -> Tensor:
             point = self.hook_dict

@@ -152,6 +152,7 @@ def test_to_hooked_has_the_same_points(variant: str) -> None:
     model.use_attn_result = True
     _, ours = model.run_with_cache(H)
     hooked = to_hooked(model)
+    assert hooked.ledger["label_circuit"] and hooked.ledger["variant"] == variant  # the labels travel along
     with torch.no_grad():
         out, theirs = hooked.run_with_cache(H)
     assert torch.equal(out, model.run(H))

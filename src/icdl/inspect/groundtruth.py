@@ -77,11 +77,6 @@ class Prior:
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Prior:
-        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-        return cls(**fields)
-
 
 @dataclass
 class GroundTruth:
