@@ -32,7 +32,7 @@ from icdl.construct.bounds.budget import (
     sums_only,
 )
 from icdl.construct.engine.terms import Terms
-from icdl.nets import NetSpec, get_loss, lemma1_terms, unflatten
+from icdl.nets import NetSpec, OutputKind, get_loss, lemma1_terms, unflatten
 
 LR, TOL = 0.2, 1e-9
 
@@ -175,7 +175,7 @@ def _dead_unit(spec: NetSpec, w: Tensor, layer: int, unit: int) -> Tensor:
 
 @pytest.mark.parametrize("output", ["same", "linear"])
 @pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid", "softplus"])
-def test_step_budget_is_the_entrywise_propagation(activation: str, output: str) -> None:
+def test_step_budget_is_the_entrywise_propagation(activation: str, output: OutputKind) -> None:
     """Every declaration, at the task's weights, 3x them and with a unit whose pre-activation is exactly 0 in
     layers 1 and 2, with and without relu' window hits."""
     spec = NetSpec(3, 3, 2, 1, activation=activation, output=output)
