@@ -9,7 +9,10 @@ import sys
 
 import torch
 
-from icdl.construct.check.stream import SlotError, slot_error
+from icdl.construct import compile_gd_transformer, sample_task
+from icdl.construct.check.stream import Prompt, SlotError, recursion, slot_error
+from icdl.construct.engine.terms import Terms
+from icdl.nets import NetSpec
 
 
 def _t(*v: float) -> torch.Tensor:
@@ -41,3 +44,44 @@ def test_a_finite_slot_against_an_infinite_reference_is_a_finite_error() -> None
     an infinite reference is divided by 1, not by inf)."""
     big = sys.float_info.max
     assert slot_error("s", _t(1.0, 2.0), _t(math.inf, 2.0)) == SlotError("s", big, big, "finite")
+
+
+def _relu_sum(terms: Terms, *args: float) -> float:
+    """``sum_m c_m relu(a_m · args + b_m)`` in Python floats (Definition 4)."""
+    out = 0.0
+    for a, b, c in zip(terms.a, terms.b, terms.c, strict=True):
+        out += c * max(0.0, sum(ai * t for ai, t in zip(a, args, strict=True)) + b)
+    return out
+
+
+def _close(got: torch.Tensor, want: list[list[float]]) -> None:
+    torch.testing.assert_close(got, torch.tensor(want, dtype=got.dtype), rtol=1e-12, atol=1e-15)
+
+
+def test_the_surrogate_recursion_uses_the_models_fitted_sums() -> None:
+    """``recursion(surrogate=True)`` is Lemma 1 with the model's conditioned ReLU sums for r, r' and u: each
+    layer's p and r' and the loss derivative u equal the sums evaluated entry by entry on the surrogate's own
+    pre-activations, and differ from the exact recursion's (fitted sums, not the functions)."""
+    spec = NetSpec(3, 3, 2, 1, activation="tanh")
+    model = compile_gd_transformer(spec, lr=0.2, steps=1, n=4, loss="logistic", eps=0.05, radius=3.0)
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=100, loss="logistic")
+    prompt = Prompt.of(model, x, y, xq, w0)
+    sur = recursion(model, w0, prompt.x_all, prompt.y_all, prompt.mask, surrogate=True)
+    exact = recursion(model, w0, prompt.x_all, prompt.y_all, prompt.mask, surrogate=False)
+    sums = model.terms
+    for j in range(spec.depth):
+        z = sur.pre[j].tolist()
+        p = [[_relu_sum(sums.r[j], v) for v in row] for row in z]
+        rp = [[_relu_sum(sums.r_prime[j], v) for v in row] for row in z]
+        _close(sur.p[j + 1], p)
+        _close(sur.r_prime[j], rp)
+        assert not torch.equal(sur.p[j + 1], exact.p[j + 1]) and not torch.equal(
+            sur.r_prime[j], exact.r_prime[j]
+        )
+    out, labels = sur.p[-1].tolist(), prompt.y_all.tolist()
+    u = [
+        [t * _relu_sum(sums.u, o, yy) for o, yy in zip(ro, ry, strict=True)]
+        for ro, ry, t in zip(out, labels, prompt.mask.tolist(), strict=True)
+    ]
+    _close(sur.u, u)
+    assert not torch.equal(sur.u, exact.u)
