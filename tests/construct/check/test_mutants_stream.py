@@ -85,3 +85,16 @@ def test_the_surrogate_recursion_uses_the_models_fitted_sums() -> None:
     ]
     _close(sur.u, u)
     assert not torch.equal(sur.u, exact.u)
+
+
+def test_a_prompt_is_taken_in_the_models_dtype() -> None:
+    """``Prompt.of`` converts float64 inputs to a float32 model's dtype (the values rounded, not changed
+    otherwise); its tokens are the examples then the query, labelled 0 and masked out."""
+    spec = NetSpec(3, 3, 2, 1)
+    model = compile_gd_transformer(spec, lr=0.2, steps=1, n=4, dtype="float32")
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=100)
+    prompt = Prompt.of(model, x, y, xq, w0)
+    for got, src in zip((prompt.x, prompt.y, prompt.x_query, prompt.w0), (x, y, xq, w0), strict=True):
+        assert got.dtype == torch.float32 and torch.equal(got, src.float())
+    assert prompt.n == 4 and torch.equal(prompt.x_all, torch.cat([x, xq[None]]).float())
+    assert prompt.y_all.tolist() == [*y.float().tolist(), [0.0]] and prompt.mask.tolist() == [1.0] * 4 + [0.0]
