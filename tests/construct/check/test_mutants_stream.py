@@ -4,13 +4,15 @@ the definition ``max |got - want| / max(1, |want|)`` with non-finite values name
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task
-from icdl.construct.check.stream import Prompt, SlotError, recursion, slot_error
+from icdl.construct.check.stream import Prompt, SlotError, _spans, recursion, slot_error
+from icdl.construct.engine.layout import Slot
 from icdl.construct.engine.terms import Terms
 from icdl.nets import NetSpec
 
@@ -98,3 +100,17 @@ def test_a_prompt_is_taken_in_the_models_dtype() -> None:
         assert got.dtype == torch.float32 and torch.equal(got, src.float())
     assert prompt.n == 4 and torch.equal(prompt.x_all, torch.cat([x, xq[None]]).float())
     assert prompt.y_all.tolist() == [*y.float().tolist(), [0.0]] and prompt.mask.tolist() == [1.0] * 4 + [0.0]
+
+
+def test_the_scratch_spans_cover_exactly_the_scratch_columns() -> None:
+    """``_spans``: the slots' columns as the fewest contiguous ranges, in column order: touching slots merge,
+    a gap between two is not covered (the scratch maximum must not read a non-scratch column)."""
+    slots = [Slot("a", None, 7, 1), Slot("b", None, 0, 2), Slot("c", 1, 2, 3), Slot("d", None, 5, 1)]
+    assert _spans(slots) == [slice(0, 6), slice(7, 8)]
+    assert _spans([Slot("a", None, 4, 2), Slot("b", None, 0, 1)]) == [slice(0, 1), slice(4, 6)]
+    assert _spans([]) == []
+    layout = compile_gd_transformer(NetSpec(3, 3, 2, 1), lr=0.2, steps=1, n=4).layout
+    spans = _spans(layout.scratch_slots())
+    covered = [c for sp in spans for c in range(sp.start, sp.stop)]
+    assert covered == sorted(c for s in layout.scratch_slots() for c in s.indices)
+    assert all(a.stop < b.start for a, b in itertools.pairwise(spans))
