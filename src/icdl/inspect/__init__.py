@@ -5,8 +5,14 @@ One hook API for both model kinds, TransformerLens' conventions ([`icdl.hooks`][
 fwd_hooks=[...])``;
 
 * trained ICL transformer: names ``blocks.{i}.hook_resid_post``, ``blocks.{i}.attn.hook_pattern``, ...;
-* compiled GD transformer: ``hook_prompt``, ``steps.{l}.{sublayer}.hook_out``, ``readout.{sublayer}.hook_out``
+* compiled GD transformer: ``hook_prompt``, ``steps.{l}.{sublayer}.hook_write`` / ``.hook_out`` (and
+  per-head ``.hook_result`` with ``model.use_attn_result``), ``readout.{sublayer}.hook_out``
   ([`run_with_cache`][icdl.inspect.compiled.run_with_cache] is an alias of its method).
+
+Ground truth: [`icdl.inspect.ledger`][icdl.inspect.ledger] (what every hook point, slot and head of a compiled
+model holds; the graph and the circuits), [`icdl.inspect.groundtruth`][icdl.inspect.groundtruth] (sets of
+labelled models drawn from a prior) and [`icdl.inspect.patching`][icdl.inspect.patching] (activation patching
+scored against the ledger).
 
 Plot helpers (matplotlib, return the ``Figure``): [`plot_residual`][icdl.inspect.plots.plot_residual] (token x
 slot heatmap with slot labels), [`plot_head_pattern`][icdl.inspect.plots.plot_head_pattern] (one head's score
