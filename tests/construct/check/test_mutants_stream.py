@@ -114,3 +114,21 @@ def test_the_scratch_spans_cover_exactly_the_scratch_columns() -> None:
     covered = [c for sp in spans for c in range(sp.start, sp.stop)]
     assert covered == sorted(c for s in layout.scratch_slots() for c in s.indices)
     assert all(a.stop < b.start for a, b in itertools.pairwise(spans))
+
+
+def test_a_negative_or_nan_tolerance_fails_the_first_sublayer_on_its_first_worst_slot() -> None:
+    """No error is ``<= -1`` or ``<= NaN``: every slot, named or kept, fails the first sublayer, and the
+    divergence names the slot with the largest error, the first in layout order among equals."""
+    from icdl.construct import verify
+
+    spec = NetSpec(3, 3, 2, 1)
+    model = compile_gd_transformer(spec, lr=0.2, steps=1, n=4)
+    x, y, xq, w0, _ = sample_task(spec, 4, seed=100)
+    baseline = verify(model, x, y, xq, w0)
+    assert baseline.first_divergence is None
+    for tol in (-1.0, math.nan):
+        rep = verify(model, x, y, xq, w0, tol=tol)
+        div = rep.first_divergence
+        assert div is not None and (div.step, div.index) == (0, 0) and rep.verdict == "FAIL"
+        if div.error == 0.0:  # all errors 0: the first slot of the layout
+            assert div.slot == model.layout.slots[0].label
