@@ -378,9 +378,17 @@ def _round_up(v: float) -> float:
     if v <= 0 or not math.isfinite(v):
         return v
     e = math.floor(math.log10(v)) - 2
-    up = math.ceil(v / 10.0**e) * 10.0**e
-    clean = round(up, -e) if e < 0 else up  # 13.1, not 13.100000000000001
-    return clean if clean >= v else up
+    k = math.ceil(v / 10.0**e)
+    # v / 10**e and k * 10**e both round: the first candidate can land one step below v (13.000000000000002
+    # -> 13.0), which would make an a-priori range smaller than its bound; go up a step until it is not
+    while True:
+        up = k * 10.0**e
+        clean = round(up, -e) if e < 0 else up  # 13.1, not 13.100000000000001
+        if clean >= v:
+            return clean
+        if up >= v:
+            return up
+        k += 1
 
 
 @dataclass(frozen=True)
