@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -242,6 +242,17 @@ class NetSpec:
         """``sum_{j>=1} n_j = (N-1) K + d_y``: the size of p, r', s (docs/paper.md, token layout),
         in closed form (O(1) in N)."""
         return (self.depth - 1) * self.width + self.out_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        """The six fields, JSON-ready (reports, ledgers)."""
+        return {
+            "depth": self.depth,
+            "width": self.width,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "activation": self.activation,
+            "output": self.output,
+        }
 
     # -- activations ------------------------------------------------------------------------------
     @property

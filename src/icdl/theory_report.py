@@ -288,15 +288,7 @@ def compute(
         grad_eps=grad_eps,
         corrected_bounds=corrected_bounds,
     )
-    network = {
-        "depth": spec.depth,
-        "width": spec.width,
-        "in_dim": spec.in_dim,
-        "out_dim": spec.out_dim,
-        "activation": spec.activation,
-        "output": spec.output,
-        "loss": loss,
-    }
+    network = {**spec.to_dict(), "loss": loss}
     run = {"steps": steps, "examples": examples, "tokens": examples + 1, "lr": lr, "eps": eps}
     return {
         "network": network,

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from icdl.construct.build.contract import Expect
 from icdl.construct.variants.registry import get_variant
 from icdl.hooks import PROMPT
-from icdl.nets import NetSpec
 
 if TYPE_CHECKING:
     from icdl.construct.compile import CompiledModel
@@ -184,17 +183,6 @@ def _head(m: Any, h: int, point: str, entries: Sequence[str], labels: Sequence[s
     }
 
 
-def _spec_dict(spec: NetSpec) -> dict[str, Any]:
-    return {
-        "depth": spec.depth,
-        "width": spec.width,
-        "in_dim": spec.in_dim,
-        "out_dim": spec.out_dim,
-        "activation": spec.activation,
-        "output": spec.output,
-    }
-
-
 def ledger(model: CompiledModel) -> dict[str, Any]:
     """The model's ground-truth ledger (module docstring), JSON-ready."""
     layout, variant = model.layout, get_variant(model.config.variant)
@@ -243,7 +231,7 @@ def ledger(model: CompiledModel) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "variant": model.config.variant,
-        "spec": _spec_dict(model.spec),
+        "spec": model.spec.to_dict(),
         "steps": model.steps,
         "n": model.n,
         "lr": model.config.lr,
