@@ -231,3 +231,22 @@ def test_the_lipschitz_estimate_visits_a_repeated_point_once(monkeypatch) -> Non
     calls.clear()
     twice = estimate_lipschitz(model, [w0, w1, w0.clone(), w1], x, y, iters=8, rtol=0.0)
     assert twice == once and len(calls) == n_once == (1 + 8) + (1 + 2)
+
+
+def test_the_budget_covers_the_gd_steps_not_the_readout() -> None:
+    """The a-priori budget is taken at the L step-start weights only: the readout's reference (the final
+    weights) computes no gradient. On this prompt (tanh, small w0) the budget grows along the trajectory, so
+    one taken at the final weights would be the largest and would show (held-out plant, issue 35)."""
+    model = compile_gd_transformer(SPEC, steps=STEPS, n=N, eps=1e-2, lr=LR)
+    x, y, xq, w0, _ = sample_task(SPEC, N, seed=3, w0_scale=0.1)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=5)
+    w_tf, _ = _own_trajectory(model, model.build_prompt(x, y, xq, w0))
+    dec = get_variant(model.config.variant).budget(model)
+    assert model.config.delta is not None
+    totals = [
+        step_budget(SPEC, "squared", dec, w, x, y, lr=LR, tol=rep.tol, delta=model.config.delta).total
+        for w in w_tf
+    ]
+    assert totals[-1] > max(totals[:STEPS])  # the final weights' budget would be the largest: not degenerate
+    assert rep.grad_budget == pytest.approx(max(totals[:STEPS]), rel=1e-12)
+    assert len(rep.steps) == STEPS
