@@ -21,7 +21,7 @@ from icdl.construct.check.verify import (
     relu_step_limit,
 )
 from icdl.construct.variants import get_variant
-from icdl.nets import NetSpec, empirical_risk, forward, gradient, reference_gd
+from icdl.nets import NetSpec, empirical_risk, forward, gradient, lemma1_terms, reference_gd
 
 SPEC = NetSpec(2, 3, 2, 1, activation="tanh")
 N, STEPS, LR = 6, 3, 0.3
@@ -250,3 +250,26 @@ def test_the_budget_covers_the_gd_steps_not_the_readout() -> None:
     assert totals[-1] > max(totals[:STEPS])  # the final weights' budget would be the largest: not degenerate
     assert rep.grad_budget == pytest.approx(max(totals[:STEPS]), rel=1e-12)
     assert len(rep.steps) == STEPS
+
+
+def test_the_declared_sum_check_is_its_independent_value(case) -> None:  # type: ignore[no-untyped-def]
+    """``worst_sum``'s error: over every reference the check evaluates (each step's start weights and the
+    final ones), every layer and both fitted sums (r, r'), the largest ``|sum(z) - true(z)| - tol max(|true|,
+    1)`` on the surrogate's pre-activations inside the sum's range, computed here from Lemma 1's recursion
+    with the model's own sums."""
+    model, (x, y, xq, w0), rep = case
+    w_tf, _ = _own_trajectory(model, model.build_prompt(x, y, xq, w0))
+    x_all = torch.cat([x, xq[None]])
+    y_all = torch.cat([y, torch.zeros(1, 1, dtype=y.dtype)])
+    worst = -math.inf
+    for w in w_tf:
+        g = lemma1_terms(SPEC, "squared", w, x_all, y_all, r=list(model.terms.r))
+        for j, z in enumerate(g.pre):
+            act = SPEC.layer_act(j + 1)
+            for terms, true in ((model.terms.r[j], act.fn), (model.terms.r_prime[j], act.deriv)):
+                inside = z[z.abs() <= terms.radius]
+                exact = true(inside)
+                worst = max(
+                    worst, float(((terms(inside) - exact).abs() - rep.tol * exact.abs().clamp_min(1.0)).max())
+                )
+    assert rep.worst_sum is not None and rep.worst_sum[2] == pytest.approx(worst, rel=1e-9)
