@@ -273,3 +273,16 @@ def test_the_declared_sum_check_is_its_independent_value(case) -> None:  # type:
                     worst, float(((terms(inside) - exact).abs() - rep.tol * exact.abs().clamp_min(1.0)).max())
                 )
     assert rep.worst_sum is not None and rep.worst_sum[2] == pytest.approx(worst, rel=1e-9)
+
+
+def test_every_measured_product_kind_is_reported_even_below_tolerance() -> None:
+    """``product_error_ratios`` has every kind of approximate product the variant measured, also when its
+    measured error is below the tolerance (a negative margin), not only the kinds that exceed it."""
+    spec = NetSpec(2, 2, 1, 1)
+    model = compile_gd_transformer(spec, steps=1, n=3, variant="softmax", eps=1e-2, radius=4.0)
+    x, y, xq, w0, _ = sample_task(spec, 3, seed=0)
+    kinds = {"forward v*p", "transpose v*s", "gradient p*s"}
+    tight = verify(model, x, y, xq, w0, lipschitz_iters=3).extra["product_error_ratios"]
+    loose = verify(model, x, y, xq, w0, tol=1.0, lipschitz_iters=3).extra["product_error_ratios"]
+    assert set(tight) == set(loose) == kinds
+    assert all(v > 0 for v in tight.values()) and all(v < 0 for v in loose.values())
