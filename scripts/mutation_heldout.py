@@ -59,8 +59,22 @@ def main() -> None:
             sys.exit(f"plant {i} ({desc}): its site is not in {f} exactly once")
         (d / f).write_text(text.replace(old, new))
         env = {**os.environ, "PYTHONPATH": str(d / "src"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "2", "-m", "not slow", "-p", "no:cacheprovider"]
-        r = subprocess.run([*cmd, "tests/construct", "tests/cli"], cwd=d, env=env, capture_output=True, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-n",
+            "2",
+            "-m",
+            "not slow",
+            "-p",
+            "no:cacheprovider",
+        ]
+        r = subprocess.run(
+            [*cmd, "tests/construct", "tests/cli"], cwd=d, env=env, capture_output=True, text=True
+        )
         first = [line for line in r.stdout.splitlines() if line.startswith("FAILED")][:1]
         results.append({"plant": i, "file": f, "change": desc, "killed_by_construct_cli": r.returncode != 0,
                         "first_failure": first})  # fmt: skip
