@@ -80,9 +80,8 @@ def test_ablating_the_heads_that_write_a_weight_freezes_it(variant: str) -> None
     update = _layers(model)["update"]
     _, clean = model.run_with_cache(H)
     before, after = clean["steps.0.update.hook_write"], clean["steps.0.update.hook_out"]
-    dst = update.v_dst[update.v_coef != 0]
-    c = int(dst[0])  # the first coordinate an update head writes
-    heads = sorted({int(h) for h in range(update.num_heads) if c in update.v_dst[h][update.v_coef[h] != 0]})
+    c = int(update.v_dst[update.v_coef != 0][0])  # the first coordinate an update head writes
+    heads = [h for h in range(update.num_heads) if c in update.head_write_coordinates(h)]
     assert heads and (before[..., c].abs().max() > 1e-6)  # the update moves it
 
     def ablate(R: Tensor, hook: HookPoint) -> None:

@@ -166,20 +166,14 @@ def circuit_nodes(edges: Sequence[Sequence[str]]) -> set[str]:
 
 def _head(m: Any, h: int, point: str, entries: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
     """One head's record: the coordinates (and slots) its value writes, what it reads, its hook point."""
-    nz = m.v_coef[h] != 0
-    dst = sorted(set(m.v_dst[h][nz].tolist()))
-    reads = (
-        set(m.q_idx[h][m.q_coef[h] != 0].tolist())
-        | set(m.k_idx[h][m.k_coef[h] != 0].tolist())
-        | set(m.v_src[h][nz].tolist())
-    )
+    dst, reads = m.head_write_coordinates(h), m.head_read_coordinates(h)
     return {
         "sublayer": m.info.name,
         "head": h,
         "point": point,
         "writes": [entries[c] for c in dst],
         "write_slots": sorted({labels[c] for c in dst}, key=list(labels).index),
-        "reads": [entries[c] for c in sorted(reads)],
+        "reads": [entries[c] for c in reads],
     }
 
 

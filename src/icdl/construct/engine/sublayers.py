@@ -576,6 +576,22 @@ class HeadSublayer(Sublayer):
         the head adds ``pattern @ (H V_m^T)`` to the stream."""
         raise NotImplementedError
 
+    def head_read_coordinates(self, head: int) -> list[int]:
+        """The coordinates head ``head`` reads (Q, K and V entries with a non-zero coefficient), sorted."""
+        h = head
+        reads = torch.cat(
+            [
+                self.q_idx[h][self.q_coef[h] != 0],
+                self.k_idx[h][self.k_coef[h] != 0],
+                self.v_src[h][self.v_coef[h] != 0],
+            ]
+        )
+        return sorted(set(reads.tolist()))
+
+    def head_write_coordinates(self, head: int) -> list[int]:
+        """The coordinates head ``head``'s value writes (a non-zero coefficient), sorted."""
+        return sorted(set(self.v_dst[head][self.v_coef[head] != 0].tolist()))
+
     def head_results(self, H: Tensor) -> Tensor:
         """What each head adds to the stream ``H (B, T, D)``: ``(B, T, M, D)`` with ``[:, :, m]`` equal to
         ``pattern_m @ (H V_m^T)`` (TransformerLens' ``hook_result`` layout: batch, position, head, d_model).
