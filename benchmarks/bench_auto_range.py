@@ -64,7 +64,7 @@ def run(args: list[str]) -> dict[str, object]:
         timeout=3600,
     )
     wall = time.perf_counter() - t0
-    if out.returncode not in (0, 4, 5):  # 4 DEGENERATE, 5 FAIL: a report all the same
+    if out.returncode not in (0, 4, 5, 6):  # 4 DEGENERATE, 5 FAIL, 6 INCONCLUSIVE: a report all the same
         return {
             "error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"rc {out.returncode}",
             "wall": wall,

@@ -29,6 +29,9 @@ from icdl.io import atomic_write_json
 
 ROWS_DEFAULT = "construct --variant rows -N 6 -K 64 --in-dim 16 --out-dim 1 -n 256 -L 50 --json"
 TRAIN_100 = "train cpu-small --set train.steps=100 --quiet"
+#: exit codes of a finished command: 0 (PASS, or a training), 4 DEGENERATE, 5 FAIL, 6 INCONCLUSIVE (a verdict
+#: is a result all the same; the rows default command is INCONCLUSIVE at L = 50, README "Exit codes")
+VERDICT_EXITS = (0, 4, 5, 6)
 COMMANDS = {"rows-default": ROWS_DEFAULT.split(" "), "train-cpu-small-100": TRAIN_100.split(" ")}
 
 
@@ -47,8 +50,10 @@ def run_once(name: str, threads: int | None, scratch: Path) -> float:
     if threads is not None:
         argv += ["--threads", str(threads)]
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env_without_thread_settings(), check=True, capture_output=True)
+    proc = subprocess.run(argv, env=env_without_thread_settings(), capture_output=True, text=True)
     seconds = time.perf_counter() - t0
+    if proc.returncode not in VERDICT_EXITS:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
     if name.startswith("train"):
         shutil.rmtree(out, ignore_errors=True)
     return seconds

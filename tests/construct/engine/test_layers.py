@@ -170,7 +170,7 @@ def test_relu_attention_shared_leading_pairs_give_the_same_bits() -> None:
         layer = ReLUAttention(t.tensors(), 8, accumulate=acc)  # type: ignore[arg-type]
         assert layer._prefixes(torch.zeros(1, 1, 8, dtype=torch.float64)) is not None
         plain = ReLUAttention(t.tensors(), 8, accumulate=acc)  # type: ignore[arg-type]
-        plain._prefixes = lambda H: None  # type: ignore[method-assign]
+        plain._prefixes = lambda H, plans=None: None  # type: ignore[method-assign]
         g = torch.Generator().manual_seed(1)
         H = torch.rand(2, 5, 8, generator=g, dtype=torch.float64) + 0.5
         H[..., 5] = 1.0

@@ -36,7 +36,6 @@ from icdl.construct.engine.kernels import (
     gather,
     ordered_dot,
     ordered_sum,
-    same_tokens,
     scatter,
     stacked_fits,
 )
@@ -122,6 +121,23 @@ class ReLUAttention(HeadSublayer):
 
     def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
+        plans: dict[Any, Any] = self.cached_plan(H, dict)
+        return self._write(H, self._written(H, plans), out, plans)
+
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """What the sublayer adds, as flat positions of ``H.reshape(-1)`` and values
+        ([`Sublayer.delta`][icdl.construct.engine.sublayers.Sublayer.delta]): the U written coordinates of
+        every token, where they are few (`HeadSublayer.DELTA_ELEMS`; ``CompiledModel.run`` then adds them
+        in the state itself), else None (a copy of the state with the written coordinates added)."""
+        self._check(H)
+        plans: dict[Any, Any] = self.cached_plan(H, dict)
+        if not self._small_write(H, plans):
+            return None
+        return self._written_delta(H, *self._written(H, plans), plans)
+
+    def _written(self, H: Tensor, plans: dict[Any, Any]) -> tuple[Tensor, Tensor]:
+        """The U written coordinates ``udst`` and what is added there, ``(U, B, Tq)`` (Tq = 1: the same on
+        every token)."""
         T = H.shape[1]
         q_first = k_first = False
         if self.fast_paths and T > 1:
@@ -129,21 +145,21 @@ class ReLUAttention(HeadSublayer):
             # the slots the queries read, every output row is the same — compute one; when every token holds
             # the same values in the slots keys and values read, the T equal terms of the key sum are
             # computed once (T x term / T = term).
-            q_first = same_tokens(H, self._q_slots)
-            k_first = same_tokens(H, self._kv_slots)
+            q_first = self._same_tokens(H, "q", self._q_slots, plans)
+            k_first = self._same_tokens(H, "kv", self._kv_slots, plans)
         Tk = 1 if k_first else T
         if q_first == k_first:
-            q, k, v = self._gather_rows(H, ("q", "k", "v"), q_first)
+            q, k, v = self._gather_rows(H, ("q", "k", "v"), q_first, plans)
         else:
-            (q,) = self._gather_rows(H, ("q",), q_first)
-            k, v = self._gather_rows(H, ("k", "v"), k_first)
-        udst, entry, sel = self._destinations(H)
-        acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H)), Tk)  # (U, B, Tq)
+            (q,) = self._gather_rows(H, ("q",), q_first, plans)
+            k, v = self._gather_rows(H, ("k", "v"), k_first, plans)
+        udst, entry, sel = self._destinations(H, plans)
+        acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H, plans)), Tk)
         # Only the U written coordinates change (every other one gets h + 0 = h); a query-broadcast result
         # (Tq = 1) is added to every token.
-        return self._add_written(H, udst, acc, out)
+        return udst, acc
 
-    def _prefixes(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+    def _prefixes(self, H: Tensor, plans: dict[Any, Any] | None = None) -> tuple[Tensor, Tensor] | None:
         """Heads whose Q/K reads agree in all but the last pair (the relu' step's ``X`` and ``X + b``):
         ``(first, inv)`` with ``first`` one head per distinct leading part and ``inv`` each head's, or None
         when all differ (cached; follows in-place table edits)."""
@@ -159,7 +175,7 @@ class ReLUAttention(HeadSublayer):
             first.scatter_reduce_(0, inv, torch.arange(self.num_heads), reduce="amin")
             return first.to(H.device), inv.to(H.device)
 
-        plans: dict[str, Any] = self.cached_plan(H, dict)
+        plans = self.cached_plan(H, dict) if plans is None else plans
         if "prefix" not in plans:
             plans["prefix"] = build()
         return plans["prefix"]
@@ -198,7 +214,8 @@ class ReLUAttention(HeadSublayer):
                 hs = slice(a, min(a + per, M))
                 S = self._all_scores(q, k, prefixes) if per >= M else self._scores(q[hs], k[hs])
                 A = self._weights(S)  # (m, B, Tk, Tq)
-                parts.append((A[:, None] * v[hs].full()[..., None]).sum(3))  # (m, E, B, Tq)
+                vh = v if per >= M else v[hs]
+                parts.append((A[:, None] * vh.full((hs.stop - a, E, B, Tk, 1))).sum(3))  # (m, E, B, Tq)
             Z = parts[0] if len(parts) == 1 else torch.cat(parts)
             # entries of one coordinate added in index order, as a scatter into all D coordinates would
             return scatter(U, entry, Z.reshape(M * E, B * Tq)).view(U, B, Tq)
@@ -254,12 +271,25 @@ class EWML(HeadSublayer):
 
     def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
         self._check(H)
+        plans: dict[Any, Any] = self.cached_plan(H, dict)
+        return self._write(H, self._written(H, plans), out, plans)
+
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """What the sublayer adds, as flat positions and values, or None (as `ReLUAttention.delta`)."""
+        self._check(H)
+        plans: dict[Any, Any] = self.cached_plan(H, dict)
+        if not self._small_write(H, plans):
+            return None
+        return self._written_delta(H, *self._written(H, plans), plans)
+
+    def _written(self, H: Tensor, plans: dict[Any, Any]) -> tuple[Tensor, Tensor]:
+        """The written coordinates ``udst`` and what is added there, ``(U, B, T)``."""
         B, T, _ = H.shape
         # Queries read from each prompt's first token when every token holds the same values there (the
         # paper's backward layers read V_{j+1} from the token's own copy of w): the same products.
-        q_first = T > 1 and same_tokens(H, self._query_slots(H))
-        (q,) = self._gather_rows(H, ("q",), q_first)
-        k, v = self._gather_rows(H, ("k", "v"))
+        q_first = T > 1 and self._same_tokens(H, "q", self._query_slots(H, plans), plans)
+        (q,) = self._gather_rows(H, ("q",), q_first, plans)
+        k, v = self._gather_rows(H, ("k", "v"), False, plans)
         # pair by pair in stored order, as the attention scores
         M, w, _, Tk = k.shape
         if stacked_fits(k.base, M * w * B * Tk):  # the same additions, in fewer kernels
@@ -269,9 +299,9 @@ class EWML(HeadSublayer):
         contrib = (score.view(-1, 1, B * T) * v.full().view(score.shape[0], -1, B * T)).reshape(-1, B * T)
         # value entries of one coordinate added in index order into zeros (as a scatter into all D
         # coordinates would), then added to h; the other coordinates are copied
-        udst, entry, _ = self._destinations(H)
+        udst, entry, _ = self._destinations(H, plans)
         acc = scatter(udst.numel(), entry, contrib).view(-1, B, T)
-        return self._add_written(H, udst, acc, out)
+        return udst, acc
 
     def pattern(self, H: Tensor, head: int) -> Tensor:
         """The diagonal matrix of scores ``<Q_m h_i, K_m h_i>`` (Definition 6: each token with itself)."""
@@ -291,6 +321,7 @@ class _MLPPlan:
     write_coef: Tensor
     write_pos: Tensor
     write_inv: Tensor
+    read_flat: Tensor  # read_idx flattened (one view fewer per call)
 
     @staticmethod
     def build(
@@ -323,24 +354,24 @@ class _MLPPlan:
         write_idx = torch.cat(wi).reshape(-1)
         # the distinct written positions, and each write's index among them (order kept)
         pos, inv = torch.unique(write_idx, return_inverse=True)
+        read_idx = torch.cat(ri, 1).contiguous()
         return _MLPPlan(
-            torch.cat(ri, 1).contiguous(),
+            read_idx,
             torch.cat(rc, 1).contiguous(),
             write_idx,
             torch.cat(wc).contiguous(),
             pos,
             inv,
+            read_idx.view(-1),
         )
 
     def values(self, H: Tensor) -> Tensor:
         """``W_2 relu(W_1 h)`` entries, flat, aligned with ``write_idx``: reads multiplied by their
         coefficients and added in stored order, as in the chunked path."""
         r = self.read_idx.shape[0]
-        g = H.reshape(-1).index_select(0, self.read_idx.view(-1)).view(r, -1) * self.read_coef
-        pre = g[0]
-        for c in range(1, r):
-            pre = pre + g[c]
-        return (torch.relu(pre)[:, None] * self.write_coef).view(-1)
+        g = H.reshape(-1).index_select(0, self.read_flat).view(r, -1).mul_(self.read_coef)
+        pre = ordered_sum(g, 0) if r > 1 else g[0]  # g[0] + g[1] + ..., left to right
+        return (torch.relu(pre).view(-1, 1) * self.write_coef).view(-1)
 
 
 class ReLUMLP(Sublayer):

@@ -47,7 +47,16 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from icdl.construct.engine.kernels import Rows, ordered_dot, ordered_sum, slot_rows, stacked_fits
+from icdl.construct.engine.kernels import (
+    Rows,
+    flat_index_fits,
+    ordered_dot,
+    ordered_sum,
+    same_tokens,
+    slot_index,
+    slot_rows,
+    stacked_fits,
+)
 from icdl.sublayer import SublayerInfo, SublayerKind
 
 __all__ = [
@@ -65,6 +74,9 @@ Read = tuple[int, float]
 Write = tuple[int, int, float]
 
 DEFAULT_CHUNK_ELEMS = 1 << 22  # 4M entries of a score tensor: 32 MB in float64
+#: a same-tokens check of more entries than this first compares each prompt's second token with its first
+#: (`HeadSublayer._same_tokens`)
+SAME_PRECHECK_ELEMS = 1 << 15
 
 
 # --------------------------------------------------------------------------------------------------
@@ -416,7 +428,18 @@ class HeadSublayer(Sublayer):
         ``coef * h``; ``first_token``: of each prompt's first token only); returns ``(rows, B*T)`` blocks, one
         per table."""
         idx, coef, sizes = self._stacked(H, names)
-        return list(slot_rows(H, idx, first_token).mul_(coef).split(sizes))
+        fits = flat_index_fits(H.shape, idx.numel(), first_token)
+        flat = self._slot_index(H, ("stacked", *names), idx, first_token) if fits else None
+        return list(slot_rows(H, idx, first_token, flat).mul_(coef).split(sizes))
+
+    def _slot_index(self, H: Tensor, key: tuple[Any, ...], idx: Tensor, first_token: bool = False) -> Tensor:
+        """`slot_index` of the slots ``idx`` for prompts shaped like ``H``, cached under ``key`` (the
+        plan's cache: rebuilt for another shape or an edited table)."""
+        plans: dict[tuple[Any, ...], Any] = self.cached_plan(H, dict)
+        full_key = ("flat", first_token, *key)
+        if full_key not in plans:
+            plans[full_key] = slot_index(H.shape, idx, first_token)
+        return plans[full_key]
 
     def _unique_reads(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[Tensor]]:
         """The distinct ``(slot, coef)`` pairs of the tables ``names`` (``uidx (n,)``, ``ucoef (n, 1)``) and,
@@ -441,28 +464,70 @@ class HeadSublayer(Sublayer):
             plans[key] = build()
         return plans[key]
 
-    def _gather_rows(self, H: Tensor, names: tuple[str, ...], first_token: bool = False) -> list[Rows]:
-        """`_gather_stacked` as [`Rows`][icdl.construct.engine.sublayers._Rows]: each distinct ``coef *
-        h[slot]`` product computed once (the same products, so the same bits)."""
-        uidx, ucoef, invs = self._unique_reads(H, names)
+    def _gather_rows(
+        self,
+        H: Tensor,
+        names: tuple[str, ...],
+        first_token: bool = False,
+        plans: dict[Any, Any] | None = None,
+    ) -> list[Rows]:
+        """`_gather_stacked` as [`Rows`][icdl.construct.engine.kernels.Rows]: each distinct ``coef *
+        h[slot]`` product computed once (the same products, so the same bits), in one flat
+        ``index_select`` and one multiplication (``plans``: this prompt shape's plan dict, when the caller
+        holds it already)."""
+        plans = self.cached_plan(H, dict) if plans is None else plans
+        key = ("rows", first_token, *names)
+        if key not in plans:
+            uidx, ucoef, invs = self._unique_reads(H, names)
+            fits = flat_index_fits(H.shape, uidx.numel(), first_token)
+            flat = slot_index(H.shape, uidx, first_token) if fits else None
+            plans[key] = (uidx, flat, ucoef.reshape(-1, 1), [(i, i.reshape(-1)) for i in invs])
+        uidx, flat, ucoef, invs = plans[key]
         B = H.shape[0]
-        base = slot_rows(H, uidx, first_token).mul_(ucoef).view(uidx.numel(), B, -1)
-        return [Rows(base, inv) for inv in invs]
+        rows = slot_rows(H, uidx, first_token, flat).mul_(ucoef)
+        base = rows.view(ucoef.shape[0], B, -1)
+        return [Rows(base, inv, rows, inv_flat) for inv, inv_flat in invs]
 
-    def _query_slots(self, H: Tensor) -> Tensor:
+    def _same_tokens(self, H: Tensor, name: str, slots: Tensor, plans: dict[Any, Any]) -> bool:
+        """[`same_tokens`][icdl.construct.engine.kernels.same_tokens] of ``slots`` (named ``name`` in the
+        plan), as one comparison of two flat gathers: the slots of every token against its prompt's first
+        token's, repeated (built once per prompt shape)."""
+        if H.requires_grad and torch.is_grad_enabled():
+            return False
+        if not flat_index_fits(H.shape, slots.numel()):
+            return same_tokens(H, slots)
+        key = ("same", name)
+        if key not in plans:
+            B, T, _ = H.shape
+            first = slot_index(H.shape, slots, True)
+            # large checks compare each prompt's second token first: one that fails (data slots) fails
+            # there, cheaply; small ones are cheaper as one comparison (per-call overhead)
+            big = T > 1 and first.numel() * T > SAME_PRECHECK_ELEMS
+            second = first + H.shape[-1] if big else None
+            every_first = first.view(-1, B, 1).expand(-1, B, T).reshape(-1)
+            plans[key] = (slot_index(H.shape, slots), every_first, first, second)
+        every, every_first, first, second = plans[key]
+        flat = H.reshape(-1)
+        if second is not None and not torch.equal(flat.index_select(0, second), flat.index_select(0, first)):
+            return False
+        return torch.equal(flat.index_select(0, every), flat.index_select(0, every_first))
+
+    def _query_slots(self, H: Tensor, plans: dict[Any, Any] | None = None) -> Tensor:
         """The distinct slots the queries read with a non-zero coefficient (cached; follows in-place table
         edits)."""
-        plans: dict[str, Any] = self.cached_plan(H, dict)
+        plans = self.cached_plan(H, dict) if plans is None else plans
         if "q_slots" not in plans:
             plans["q_slots"] = torch.unique(self.q_idx[self.q_coef != 0]).to(H.device)
         return plans["q_slots"]
 
-    def _destinations(self, H: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _destinations(
+        self, H: Tensor, plans: dict[Any, Any] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """The distinct written coordinates ``udst`` (U,), each value entry's index among them (M*E,) and,
         for ``accumulate="heads"`` only (the "tokens" path scatters by index), the dense 0/1 selection matrix
         (U, M*E) (cached; follows in-place table edits). Dense: an update sublayer writing P weights would
         hold P x 2P float64 for nothing (5.3 GiB for the paper layout at N=6, K=64)."""
-        plans: dict[str, Any] = self.cached_plan(H, dict)
+        plans = self.cached_plan(H, dict) if plans is None else plans
         heads = getattr(self, "accumulate", "tokens") == "heads"
         if "dst" not in plans or (heads and plans["dst"][2] is None):
             dst = self.v_dst.reshape(-1)
@@ -475,13 +540,35 @@ class HeadSublayer(Sublayer):
             plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
         return plans["dst"]
 
-    def _add_written(self, H: Tensor, udst: Tensor, acc: Tensor, out: Tensor | None = None) -> Tensor:
+    #: a sublayer writing at most this many (coordinate, token) entries is run as additions at flat positions
+    #: (`delta`; in the state itself under ``CompiledModel.run``); above it, as a copy of the state with one
+    #: add per block of consecutive written slots, which needs no index of every written entry
+    DELTA_ELEMS: ClassVar[int] = 1 << 14
+
+    def _small_write(self, H: Tensor, plans: dict[Any, Any]) -> bool:
+        """Whether the written (coordinate, token) entries are at most `DELTA_ELEMS`."""
+        B, T, _ = H.shape
+        return self._destinations(H, plans)[0].numel() * B * T <= self.DELTA_ELEMS
+
+    def _write(
+        self, H: Tensor, written: tuple[Tensor, Tensor], out: Tensor | None, plans: dict[Any, Any]
+    ) -> Tensor:
+        """``H`` (copied, into ``out`` when given) with ``written = (udst, acc)`` added: the flat additions
+        of `_written_delta` where they are few, else `_add_written`."""
+        udst, acc = written
+        if self._small_write(H, plans):
+            return self._added(H, out, self._written_delta(H, udst, acc, plans))
+        return self._add_written(H, udst, acc, out, plans)
+
+    def _add_written(
+        self, H: Tensor, udst: Tensor, acc: Tensor, out: Tensor | None, plans: dict[Any, Any]
+    ) -> Tensor:
         """``H`` with ``acc (U, B, T')`` added to the coordinates ``udst`` (T' = 1: to every token); every
         other coordinate is copied (``h + 0 = h``), so only the U written ones are computed."""
         B, T, _ = H.shape
         new = self._copy(H, out)
         src = acc.permute(1, 2, 0)  # (B, T', U), broadcast over the tokens when T' = 1
-        runs = self._runs(H, udst)
+        runs = self._runs(udst, plans)
         if runs is None:
             return new.index_add_(2, udst, src.expand(B, T, -1))
         # written coordinates in a few blocks of consecutive slots (the layout's named slots): one
@@ -492,10 +579,9 @@ class HeadSublayer(Sublayer):
 
     MAX_RUNS: ClassVar[int] = 16
 
-    def _runs(self, H: Tensor, udst: Tensor) -> list[tuple[int, int, int]] | None:
+    def _runs(self, udst: Tensor, plans: dict[Any, Any]) -> list[tuple[int, int, int]] | None:
         """``udst`` (sorted, distinct) as blocks ``(first slot, end slot, position in udst)`` of consecutive
         slots, or None when there are more than ``MAX_RUNS`` (cached with the plan)."""
-        plans: dict[str, Any] = self.cached_plan(H, dict)
         if "runs" not in plans:
             u = udst.tolist()
             starts = [i for i in range(len(u)) if i == 0 or u[i] != u[i - 1] + 1]
@@ -503,6 +589,20 @@ class HeadSublayer(Sublayer):
             runs = [(u[a], u[b - 1] + 1, a) for a, b in zip(starts, ends, strict=True)]
             plans["runs"] = runs if len(runs) <= self.MAX_RUNS else None
         return plans["runs"]
+
+    def _written_delta(
+        self, H: Tensor, udst: Tensor, acc: Tensor, plans: dict[Any, Any] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``acc (U, B, T')`` as [`delta`][icdl.construct.engine.sublayers.Sublayer.delta]'s additions: the
+        flat positions of the coordinates ``udst`` on every token (built once per prompt shape) and the
+        values added there (T' = 1: the same on every token). Each position gets one addition, ``h + acc``;
+        every other coordinate keeps ``h`` (``h + 0 = h``), so only the U written ones are computed."""
+        plans = self.cached_plan(H, dict) if plans is None else plans
+        if "written" not in plans:
+            plans["written"] = slot_index(H.shape, udst)  # (coordinate, batch, token), as acc is laid out
+        B, T, _ = H.shape
+        values = acc if acc.shape[-1] == T else acc.expand(-1, B, T)
+        return plans["written"], values.reshape(-1)
 
     @property
     def num_heads(self) -> int:
@@ -543,7 +643,7 @@ class HeadSublayer(Sublayer):
         """
         M, w, B, Tk = k.shape
         if stacked_fits(k.base, M * w * B * Tk * q.shape[-1]):  # the same additions, in fewer kernels
-            return ordered_sum(k.full()[..., None] * q.full()[:, :, :, None, :], 1)
+            return ordered_sum(k.full((M, w, B, Tk, 1)) * q.full((M, w, B, 1, q.shape[-1])), 1)
         return ordered_dot(lambda r: k.col(r)[..., None], lambda r: q.col(r)[:, :, None, :], q.shape[1])
 
     DENSE: ClassVar[tuple[str, ...]] = ("Q", "K", "V")
