@@ -140,19 +140,20 @@ class ReLUAttention(HeadSublayer):
         every token)."""
         T = H.shape[1]
         q_first = k_first = False
+        Hf = H.reshape(-1)
         if self.fast_paths and T > 1:
             # Exact shortcuts (same function, fewer operations): when every token holds the same values in
             # the slots the queries read, every output row is the same — compute one; when every token holds
             # the same values in the slots keys and values read, the T equal terms of the key sum are
             # computed once (T x term / T = term).
-            q_first = self._same_tokens(H, "q", self._q_slots, plans)
-            k_first = self._same_tokens(H, "kv", self._kv_slots, plans)
+            q_first = self._same_tokens(H, "q", self._q_slots, plans, Hf)
+            k_first = self._same_tokens(H, "kv", self._kv_slots, plans, Hf)
         Tk = 1 if k_first else T
         if q_first == k_first:
-            q, k, v = self._gather_rows(H, ("q", "k", "v"), q_first, plans)
+            q, k, v = self._gather_rows(H, ("q", "k", "v"), q_first, plans, Hf)
         else:
-            (q,) = self._gather_rows(H, ("q",), q_first, plans)
-            k, v = self._gather_rows(H, ("k", "v"), k_first, plans)
+            (q,) = self._gather_rows(H, ("q",), q_first, plans, Hf)
+            k, v = self._gather_rows(H, ("k", "v"), k_first, plans, Hf)
         udst, entry, sel = self._destinations(H, plans)
         acc = self._normalise(self._attend(q, k, v, (udst, entry, sel), self._prefixes(H, plans)), Tk)
         # Only the U written coordinates change (every other one gets h + 0 = h); a query-broadcast result
@@ -287,9 +288,10 @@ class EWML(HeadSublayer):
         B, T, _ = H.shape
         # Queries read from each prompt's first token when every token holds the same values there (the
         # paper's backward layers read V_{j+1} from the token's own copy of w): the same products.
-        q_first = T > 1 and self._same_tokens(H, "q", self._query_slots(H, plans), plans)
-        (q,) = self._gather_rows(H, ("q",), q_first, plans)
-        k, v = self._gather_rows(H, ("k", "v"), False, plans)
+        Hf = H.reshape(-1)
+        q_first = T > 1 and self._same_tokens(H, "q", self._query_slots(H, plans), plans, Hf)
+        (q,) = self._gather_rows(H, ("q",), q_first, plans, Hf)
+        k, v = self._gather_rows(H, ("k", "v"), False, plans, Hf)
         # pair by pair in stored order, as the attention scores
         M, w, _, Tk = k.shape
         if stacked_fits(k.base, M * w * B * Tk):  # the same additions, in fewer kernels

@@ -470,6 +470,7 @@ class HeadSublayer(Sublayer):
         names: tuple[str, ...],
         first_token: bool = False,
         plans: dict[Any, Any] | None = None,
+        Hf: Tensor | None = None,
     ) -> list[Rows]:
         """`_gather_stacked` as [`Rows`][icdl.construct.engine.kernels.Rows]: each distinct ``coef *
         h[slot]`` product computed once (the same products, so the same bits), in one flat
@@ -484,11 +485,16 @@ class HeadSublayer(Sublayer):
             plans[key] = (uidx, flat, ucoef.reshape(-1, 1), [(i, i.reshape(-1)) for i in invs])
         uidx, flat, ucoef, invs = plans[key]
         B = H.shape[0]
-        rows = slot_rows(H, uidx, first_token, flat).mul_(ucoef)
+        if flat is not None and Hf is not None:  # the caller's flat view of H
+            rows = Hf.index_select(0, flat).view(ucoef.shape[0], -1).mul_(ucoef)
+        else:
+            rows = slot_rows(H, uidx, first_token, flat).mul_(ucoef)
         base = rows.view(ucoef.shape[0], B, -1)
         return [Rows(base, inv, rows, inv_flat) for inv, inv_flat in invs]
 
-    def _same_tokens(self, H: Tensor, name: str, slots: Tensor, plans: dict[Any, Any]) -> bool:
+    def _same_tokens(
+        self, H: Tensor, name: str, slots: Tensor, plans: dict[Any, Any], flat: Tensor | None = None
+    ) -> bool:
         """[`same_tokens`][icdl.construct.engine.kernels.same_tokens] of ``slots`` (named ``name`` in the
         plan), as one comparison of two flat gathers: the slots of every token against its prompt's first
         token's, repeated (built once per prompt shape)."""
@@ -507,7 +513,7 @@ class HeadSublayer(Sublayer):
             every_first = first.view(-1, B, 1).expand(-1, B, T).reshape(-1)
             plans[key] = (slot_index(H.shape, slots), every_first, first, second)
         every, every_first, first, second = plans[key]
-        flat = H.reshape(-1)
+        flat = H.reshape(-1) if flat is None else flat  # the caller's view, when it has one
         if second is not None and not torch.equal(flat.index_select(0, second), flat.index_select(0, first)):
             return False
         return torch.equal(flat.index_select(0, every), flat.index_select(0, every_first))
