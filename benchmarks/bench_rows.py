@@ -175,6 +175,9 @@ def run_point(
         "seconds_lean_gd": t_gd,
         "ratio": t_fw / t_gd,
         "flops": flops,
+        # the lean loop's multiply-adds (2 per MAC): forward, backward and the gradient, 6 n P per step
+        "flops_lean_gd": 6 * n * spec.num_params * L,
+        "flop_ratio": flops / (6 * n * spec.num_params * L),
         "gflops_per_s": flops / t_fw / 1e9,
         "matmul_gflops_per_s": matmul_rate(),
         "max_abs_err_weights": float((W - ref[-1]).abs().max()),
@@ -216,6 +219,7 @@ COLS = [
     ("seconds_forward", "{:.3f}"),
     ("seconds_lean_gd", "{:.4f}"),
     ("ratio", "{:.1f}"),
+    ("flop_ratio", "{:.1f}"),
     ("flops", "{:.2e}"),
     ("gflops_per_s", "{:.2f}"),
     ("max_abs_err_weights", "{:.1e}"),
