@@ -119,22 +119,6 @@ class ReLUAttention(HeadSublayer):
 
     WRITES_INTO: ClassVar[bool] = True
 
-    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
-        self._check(H)
-        plans: dict[Any, Any] = self.cached_plan(H, dict)
-        return self._write(H, self._written(H, plans), out, plans)
-
-    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
-        """What the sublayer adds, as flat positions of ``H.reshape(-1)`` and values
-        ([`Sublayer.delta`][icdl.construct.engine.sublayers.Sublayer.delta]): the U written coordinates of
-        every token, where they are few (`HeadSublayer.DELTA_ELEMS`; ``CompiledModel.run`` then adds them
-        in the state itself), else None (a copy of the state with the written coordinates added)."""
-        self._check(H)
-        plans: dict[Any, Any] = self.cached_plan(H, dict)
-        if not self._small_write(H, plans):
-            return None
-        return self._written_delta(H, *self._written(H, plans), plans)
-
     def _written(self, H: Tensor, plans: dict[Any, Any]) -> tuple[Tensor, Tensor]:
         """The U written coordinates ``udst`` and what is added there, ``(U, B, Tq)`` (Tq = 1: the same on
         every token)."""
@@ -269,19 +253,6 @@ class EWML(HeadSublayer):
     KIND: ClassVar[SublayerKind] = "ewml"
 
     WRITES_INTO: ClassVar[bool] = True
-
-    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
-        self._check(H)
-        plans: dict[Any, Any] = self.cached_plan(H, dict)
-        return self._write(H, self._written(H, plans), out, plans)
-
-    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
-        """What the sublayer adds, as flat positions and values, or None (as `ReLUAttention.delta`)."""
-        self._check(H)
-        plans: dict[Any, Any] = self.cached_plan(H, dict)
-        if not self._small_write(H, plans):
-            return None
-        return self._written_delta(H, *self._written(H, plans), plans)
 
     def _written(self, H: Tensor, plans: dict[Any, Any]) -> tuple[Tensor, Tensor]:
         """The written coordinates ``udst`` and what is added there, ``(U, B, T)``."""

@@ -546,6 +546,28 @@ class HeadSublayer(Sublayer):
             plans["dst"] = (udst.to(H.device), inv.to(H.device), select)
         return plans["dst"]
 
+    def forward(self, H: Tensor, out: Tensor | None = None) -> Tensor:
+        """``H`` plus what the heads write (`_written`), copied into ``out`` when given."""
+        self._check(H)
+        plans: dict[Any, Any] = self.cached_plan(H, dict)
+        return self._write(H, self._written(H, plans), out, plans)
+
+    def delta(self, H: Tensor) -> tuple[Tensor, Tensor] | None:
+        """What the sublayer adds, as flat positions of ``H.reshape(-1)`` and values
+        ([`Sublayer.delta`][icdl.construct.engine.sublayers.Sublayer.delta]): the U written coordinates of
+        every token, where they are few (`DELTA_ELEMS`; ``CompiledModel.run`` then adds them in the state
+        itself), else None (a copy of the state with the written coordinates added)."""
+        self._check(H)
+        plans: dict[Any, Any] = self.cached_plan(H, dict)
+        if not self._small_write(H, plans):
+            return None
+        return self._written_delta(H, *self._written(H, plans), plans)
+
+    def _written(self, H: Tensor, plans: dict[Any, Any]) -> tuple[Tensor, Tensor]:
+        """The distinct written coordinates ``udst (U,)`` and what is added there, ``(U, B, T')`` (T' = 1:
+        the same on every token); each head sublayer type computes it."""
+        raise NotImplementedError
+
     #: a sublayer writing at most this many (coordinate, token) entries is run as additions at flat positions
     #: (`delta`; in the state itself under ``CompiledModel.run``); above it, as a copy of the state with one
     #: add per block of consecutive written slots, which needs no index of every written entry
