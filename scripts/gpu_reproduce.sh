@@ -18,6 +18,16 @@
 # BENCH=1 (default) also times the compiled forward at the scale sizes (benchmarks/bench_device.py:
 # $RUNS/bench_device.json; BENCH_SIZES, toy size in the dry run) and, on CUDA, the training step with and
 # without a CUDA graph (benchmarks/bench_train.py: $RUNS/bench_train_gpu.json). BENCH=0 skips both.
+# GRID=1 (default 0) adds the paper's experimental grid at the paper's model size (issue 28): targets of
+# depth 3, 4 and 6 x ReLU and softmax attention (paper-relu, paper-softmax; GRID_STEPS steps at batch
+# $BATCH each), the transformer-depth sweep (model.layers 4, 6, 8, 10) on the paper's task (softmax,
+# depth-3 targets) and on gpu-centred, one run per seed in SEEDS, each evaluated with `icdl evaluate` on
+# in-distribution, mixture, weight-shift, long-prompts and depth (baselines: the suites' defaults) into
+# RUN/eval/<suite>.json. Its cost is not measured yet: 6 + 8 runs per seed of GRID_STEPS steps each.
+# LOOPED=1 (default 0) adds looped transformers on gpu-centred (model.loops=LOOPS, model.layers=1 weight-tied
+# block, loss over the last LOOP_WINDOW passes), one per seed, evaluated at test-time loops TEST_LOOPS.
+# PLAN=1 runs nothing: every training's config is resolved and validated (`icdl train --print-config`)
+# and every command is printed -- what tests/test_gpu_script.py checks for GRID and LOOPED.
 # Wall times of the phases go to $RUNS/timings.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +57,10 @@ GRAPH_SET=()
 CENTRED_SET=()
 [[ -n "$CENTRED_STEPS" ]] && CENTRED_SET=(--set "train.steps=$CENTRED_STEPS")
 
+GRID=${GRID:-0}; LOOPED=${LOOPED:-0}; PLAN=${PLAN:-0}
+GRID_STEPS=${GRID_STEPS:-$PAPER_STEPS}; LOOPS=${LOOPS:-12}; LOOP_WINDOW=${LOOP_WINDOW:-6}
+TEST_LOOPS=${TEST_LOOPS:-1,2,4,8,12,16,24,32}
+
 mkdir -p "$RUNS"
 TIMES="$RUNS/timings.tsv"
 timed() {  # timed LABEL CMD...: run CMD, append "LABEL<TAB>seconds" to $TIMES
@@ -56,6 +70,65 @@ timed() {  # timed LABEL CMD...: run CMD, append "LABEL<TAB>seconds" to $TIMES
   "$@"
   printf '%s\t%s\n' "$label" "$((SECONDS - t0))" >> "$TIMES"
 }
+train_run() {  # train_run LABEL CONFIG DIR ARGS...: train (resumable), or with PLAN=1 validate its config
+  local label=$1 config=$2 dir=$3; shift 3
+  if [[ "$PLAN" == 1 ]]; then
+    echo "plan: train $label: icdl train $config --out $dir $*"
+    python -m icdl train "$config" --out "$dir" --print-config "$@" > /dev/null
+  else
+    timed "train $label" python -m icdl train "$config" --out "$dir" --quiet "$@"
+  fi
+}
+evaluate_run() {  # evaluate_run DIR SUITES ARGS...: icdl evaluate per suite (cached), or print it
+  local dir=$1 suites=$2 suite; shift 2
+  for suite in ${suites//,/ }; do
+    if [[ "$PLAN" == 1 ]]; then
+      echo "plan: evaluate: icdl evaluate $dir --suite $suite --device $DEVICE $*"
+    else
+      timed "evaluate $dir $suite" python -m icdl evaluate "$dir" --suite "$suite" --device "$DEVICE" "$@" > /dev/null
+    fi
+  done
+}
+
+if [[ "$GRID" == 1 || "$LOOPED" == 1 ]]; then
+  GRID_SUITES=in-distribution,mixture,weight-shift,long-prompts,depth
+  # the toy sizes of a dry run first, so that the grid's own keys (model.layers of the sweep) win
+  COMMON=("${SHRINK[@]}" --set "train.steps=$GRID_STEPS" --set "train.batch_size=$BATCH"
+          --set "train.device=$DEVICE" --set train.checkpoint_every=1000 "${GRAPH_SET[@]}")
+  CENTRED_COMMON=("${SHRINK[@]}" "${CENTRED_SHRINK[@]}" --set "train.device=$DEVICE" "${GRAPH_SET[@]}")
+  for seed in $SEEDS; do
+    suffix="-s$seed"
+    if [[ "$GRID" == 1 ]]; then
+      for attention in relu softmax; do
+        for depth in 3 4 6; do
+          dir="$RUNS/grid/paper-$attention-target$depth$suffix"
+          train_run "grid $attention target$depth seed $seed" "paper-$attention" "$dir" "${COMMON[@]}" \
+            --set "task.depth=$depth" --set "train.seed=$seed"
+          evaluate_run "$dir" "$GRID_SUITES"
+        done
+      done
+      for layers in 4 6 8 10; do
+        dir="$RUNS/grid/depth-sweep-paper-L$layers$suffix"
+        train_run "depth sweep paper L=$layers seed $seed" paper-softmax "$dir" "${COMMON[@]}" --set task.depth=3 \
+          --set "model.layers=$layers" --set "train.seed=$seed"
+        evaluate_run "$dir" in-distribution
+        dir="$RUNS/grid/depth-sweep-centred-L$layers$suffix"
+        train_run "depth sweep centred L=$layers seed $seed" gpu-centred "$dir" "${CENTRED_COMMON[@]}" \
+          --set "model.layers=$layers" --set "train.seed=$seed"
+        evaluate_run "$dir" in-distribution,long-prompts
+      done
+    fi
+    if [[ "$LOOPED" == 1 ]]; then
+      dir="$RUNS/looped/gpu-centred-loops$LOOPS$suffix"
+      train_run "looped gpu-centred seed $seed" gpu-centred "$dir" "${CENTRED_COMMON[@]}" --set model.layers=1 \
+        --set "model.loops=$LOOPS" --set "model.loop_window=$LOOP_WINDOW" --set "train.seed=$seed"
+      evaluate_run "$dir" in-distribution --loops "$TEST_LOOPS"
+    fi
+  done
+  if [[ "$PLAN" == 1 ]]; then
+    exit 0
+  fi
+fi
 
 # Seed 0 keeps the historical run names; seed s > 0 gets a "-s<s>" suffix.
 PAPER_RUNS=(); CENTRED_RUNS=()

@@ -49,3 +49,42 @@ def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> N
         assert curves["format"] == "icdl-curves-v1" and [r["train_seed"] for r in curves["runs"]] == [0]
         preds = curves["suites"]["in-distribution"]["conditions"]["train"]["predictors"]
         assert {"icl", "ridge_tuned", "kernel", "mlp_tuned"} <= set(preds)
+
+
+def test_gpu_reproduce_plans_the_paper_grid_and_the_looped_runs(tmp_path: Path) -> None:
+    """GRID=1 LOOPED=1 PLAN=1: every training of the paper's grid (depth 3/4/6 x ReLU/softmax attention, the
+    transformer-depth sweep on both tasks) and of the looped model is resolved by ``icdl train
+    --print-config`` (a bad key would exit 2 and stop the script), every evaluation is printed, and nothing
+    is trained or written."""
+    runs = tmp_path / "runs"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "DRY_RUN": "1",
+        "PLAN": "1",
+        "GRID": "1",
+        "LOOPED": "1",
+        "SEEDS": "0",
+        "RUNS": str(runs),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_reproduce.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trains = [line for line in proc.stdout.splitlines() if line.startswith("plan: train")]
+    evals = [line for line in proc.stdout.splitlines() if line.startswith("plan: evaluate")]
+    names = {f"paper-{a}-target{d}-s0" for a in ("relu", "softmax") for d in (3, 4, 6)}
+    names |= {f"depth-sweep-{t}-L{n}-s0" for t in ("paper", "centred") for n in (4, 6, 8, 10)}
+    names |= {"gpu-centred-loops12-s0"}
+    assert len(trains) == len(names) == 15
+    for name in names:
+        assert any(f"/{name} " in line for line in trains), name
+        assert any(f"/{name} " in line for line in evals), name
+    assert any("--set model.loops=12" in line and "model.loop_window=6" in line for line in trains)
+    assert any("--loops 1,2,4,8,12,16,24,32" in line for line in evals)
+    assert not any(runs.rglob("*.json")) and not any(runs.rglob("checkpoints"))
