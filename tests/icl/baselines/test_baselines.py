@@ -261,3 +261,87 @@ def test_bad_prompts_are_input_errors(call) -> None:
     xs, ys = _prompts(B=2, n=5, d=3)
     with pytest.raises(InputError):
         call(xs, ys)
+
+
+def _trace_case() -> tuple[bl.MLPTrace, torch.Tensor]:
+    """A hand-made trace of 3 epochs on 6 prompts, 3 positions (k = 0 unevaluated-as-0, 1, 2): at k = 1
+    epoch 2 is exact, epoch 1 poor and epoch 3 NaN; at k = 2 epoch 3 is exact and 1 and 2 poor."""
+    g = torch.Generator().manual_seed(0)
+    B, n = 6, 3
+    ys = torch.randn(B, n, 1, generator=g, dtype=torch.float64)
+    preds = torch.zeros(4, B, n, 1, dtype=torch.float64)
+    preds[:, :, 1:] = -3.0 * ys[None, :, 1:]  # badly wrong (negative R²) everywhere ...
+    preds[2, :, 1] = ys[:, 1]  # ... except epoch 2 at k = 1
+    preds[3, :, 1] = float("nan")  # a diverged epoch: never the choice
+    preds[3, :, 2] = ys[:, 2]  # epoch 3 exact at k = 2
+    return bl.MLPTrace(preds, ks=[0, 1, 2]), ys
+
+
+def test_mlp_trace_best_takes_the_best_finite_epoch_per_k() -> None:
+    trace, ys = _trace_case()
+    for pooling in ("pooled", "batch_mean"):
+        out, epochs = trace.best(ys, pooling=pooling, batch_size=3)  # type: ignore[arg-type]
+        assert epochs == [None, 2, 3]
+        assert torch.equal(out[:, 1], ys[:, 1]) and torch.equal(out[:, 2], ys[:, 2])
+    out2, epochs2 = trace.best(ys[..., 0])  # (B, n) labels: the same choice
+    assert epochs2 == [None, 2, 3] and torch.equal(out2, out)
+    with pytest.raises(InputError, match=r"ys \(6, 2, 1\) does not match the trace \(6, 3, 1\)"):
+        trace.best(ys[:, :2])
+
+
+def test_mlp_trace_best_with_one_epoch_is_that_epoch_and_with_none_the_untrained_net() -> None:
+    trace, ys = _trace_case()
+    one = bl.MLPTrace(trace.preds[:2], ks=[0, 1, 2])
+    out, epochs = one.best(ys)
+    assert epochs == [None, 1, 1] and torch.equal(out, one.preds[1])
+    none = bl.MLPTrace(trace.preds[:1], ks=[0, 1, 2])
+    out0, epochs0 = none.best(ys)
+    assert epochs0 == [None, None, None] and torch.equal(out0, none.preds[0])
+
+
+def test_gd_tuning_errors_name_the_problem_and_the_record_keeps_every_finite_score() -> None:
+    spec = nets.NetSpec(2, 6, 3, 1, output="linear")
+    xs, ys = _prompts(B=16, n=6, d=3, seed=8)
+    gd = bl.GDBaseline(spec, steps=3)
+    with pytest.raises(InputError, match="the step-size grid is empty"):
+        gd.tune_step_size(xs, ys, [])
+    with pytest.raises(InputError, match=r"tuning needs prompts with at least 2 points \(k >= 1\)"):
+        gd.tune_step_size(xs[:, :1], ys[:, :1], [1e-3])
+    with pytest.raises(InputError, match=r"GD diverged \(non-finite R²\) for every step size in \[1e\+100\]"):
+        gd.tune_step_size(xs, ys, [1e100])
+    grid = [1e-4, 3e-3, 3e-2, 1e100]
+    for pooling, batch in (("pooled", 64), ("batch_mean", 8)):
+        gd.tune_step_size(xs, ys, grid, pooling=pooling, batch_size=batch)  # type: ignore[arg-type]
+        want = [float(metrics.r2_curve(gd(xs, ys, lr=g), ys, pooling=pooling, batch_size=batch)[1:].mean())
+                for g in grid[:3]]  # fmt: skip
+        assert gd.tuning is not None and gd.tuning["mean_r2"][:3] == pytest.approx(want, rel=0, abs=0)
+        assert gd.tuning["mean_r2"][3] is None and gd.tuning["num_prompts"] == 16
+        assert gd.tuning["pooling"] == pooling
+    # the smallest tunable prompts: 2 points, one input feature
+    one = bl.GDBaseline(nets.NetSpec(2, 4, 1, 1, output="linear"), steps=1)
+    x1, y1 = _prompts(B=4, n=2, d=1, seed=9)
+    assert one.tune_step_size(x1, y1, [1e-3, 1e-2]) in (1e-3, 1e-2)
+
+
+def test_gd_baseline_settings_and_its_starting_point() -> None:
+    spec = nets.NetSpec(2, 4, 3, 1, output="linear")
+    for steps in (-1, 1.5, True):
+        with pytest.raises(InputError, match=f"GD steps must be an integer >= 0, got {steps!r}"):
+            bl.GDBaseline(spec, steps=steps)  # type: ignore[arg-type]
+    xs, ys = _prompts(B=3, n=4, d=3, seed=2)
+    zero = bl.GDBaseline(spec, steps=0)  # no step: every k predicts f(w0, x_k)
+    w0 = zero.initial_weights()
+    assert torch.allclose(zero(xs, ys), nets.forward(spec, w0.expand(3, -1), xs), rtol=0, atol=1e-12)
+    with pytest.raises(InputError, match=rf"w0 must have shape \({spec.num_params},\), got \(3,\)"):
+        bl.GDBaseline(spec, w0=torch.zeros(3, dtype=torch.float64))
+    given = torch.linspace(-1, 1, spec.num_params, dtype=torch.float64)
+    assert torch.equal(bl.GDBaseline(spec, w0=given).initial_weights(), given)
+    with pytest.raises(InputError, match=r"prompts have d_x=2, d_y=1; the GD network expects 3, 1"):
+        zero(*_prompts(B=3, n=4, d=2, seed=2))
+    # the default start is the He-scaled draw of N(0, init_std²) from the seed's own generator
+    for std, fan_in in ((1.0, True), (0.5, False)):
+        gd = bl.GDBaseline(spec, seed=4, init_std=std, fan_in_scaling=fan_in)
+        g = torch.Generator().manual_seed(bl.derived_seed(4))
+        want = nets.init_weights(spec, generator=g, std=std, fan_in_scaling=fan_in, dtype=torch.float64)
+        assert torch.equal(gd.initial_weights(), want)
+        assert gd.initial_weights(torch.float32).dtype == torch.float32
