@@ -345,3 +345,35 @@ def test_gd_baseline_settings_and_its_starting_point() -> None:
         want = nets.init_weights(spec, generator=g, std=std, fan_in_scaling=fan_in, dtype=torch.float64)
         assert torch.equal(gd.initial_weights(), want)
         assert gd.initial_weights(torch.float32).dtype == torch.float32
+
+
+def test_mlp_baseline_settings_name_the_key_and_accept_their_smallest_values() -> None:
+    for key, low in (("depth", 1), ("width", 1), ("epochs", 0)):
+        bl.MLPBaseline(**{"depth": 1, key: low})  # the smallest value is valid
+        for bad in (low - 1, 1.5, True):
+            with pytest.raises(
+                InputError, match=f"MLP baseline {key} must be an integer >= {low}, got {bad!r}"
+            ):
+                bl.MLPBaseline(**{"depth": 1, key: bad})
+    for lr in (0.0, -1e-3, math.inf, math.nan):
+        with pytest.raises(InputError, match="MLP baseline lr must be a finite number > 0, got"):
+            bl.MLPBaseline(depth=1, lr=lr)
+    with pytest.raises(InputError, match="selection must be 'last' or 'best', got 'first'"):
+        bl.MLPBaseline(depth=1, selection="first")  # type: ignore[arg-type]
+    bl.MLPBaseline(depth=1, chunk=1)
+    for chunk in (0, 2.5):
+        with pytest.raises(InputError, match=f"chunk must be a positive integer or None, got {chunk!r}"):
+            bl.MLPBaseline(depth=1, chunk=chunk)  # type: ignore[arg-type]
+
+
+def test_mlp_baseline_ks_may_be_any_position_of_the_prompt_and_nothing_else() -> None:
+    xs, ys = _prompts(B=2, n=4, d=3, seed=5)
+    out = bl.MLPBaseline(depth=2, width=4, epochs=2, ks=[0, 3])(xs, ys)
+    assert (
+        bool(out[:, 3].isfinite().all()) and bool(out[:, 1:3].isnan().all()) and bool((out[:, 0] == 0).all())
+    )
+    for bad in (4, -1):
+        with pytest.raises(
+            InputError, match=rf"ks must lie in 0\.\.3 for prompts of 4 points, got \[{bad}\]"
+        ):
+            bl.MLPBaseline(depth=2, width=4, epochs=2, ks=[1, bad])(xs, ys)
