@@ -1,0 +1,37 @@
+"""Properties of the verifier that held-out set 2 (issue 35, ``scripts/mutation_heldout.py --set 2``) showed
+no test pinned down: each was written after its plant survived the fast tier, and checked to fail with the
+plant and pass without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.nets import HUBER_DELTA, NetSpec, forward, reference_gd
+
+
+def test_the_gate_margin_is_below_the_largest_magnitude_of_an_asymmetric_loss_units_argument() -> None:
+    """gate_margin = C - max |a0 p(N) + a1 y + b| over the loss units (a, b: the model's u sum), every token
+    and every w. Huber's units are not symmetric (``2(t - y) + 2``, ``2(t - y) - 2``, the constant ``2``), so
+    where the worst residual ``t - y`` is negative the largest magnitude, ``2 |t - y| + 2``, is far above the
+    largest signed argument: the gate must hold for the magnitude."""
+    spec = NetSpec(2, 3, 3, 2)
+    n, lr, box, steps = 6, 0.2, 0.5, 2
+    x, y, xq, w0, _ = sample_task(spec, n, seed=1, loss="huber")
+    y = y.clone()
+    y[0, 0] = 4.0  # one residual far below 0 at every step
+    model = compile_gd_transformer(spec, steps=steps, n=n, lr=lr, projection="box", box=box, loss="huber")
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    traj = reference_gd(spec, "huber", w0, x, y, lr=lr, steps=steps, box=box)
+    x_all = torch.cat([x, xq[None]])
+    y_all = torch.cat([y, torch.zeros(1, spec.out_dim, dtype=y.dtype)])
+    outs = [forward(spec, w, x_all) for w in traj]
+    assert min(float((t - y_all).min()) for t in outs) < -3.0  # the premise: a large negative residual
+    u = model.terms.u
+    assert len(u.a) == 3 and HUBER_DELTA == 1.0  # the premise: huber's three units
+    worst = max(
+        float((a[0] * t + a[1] * y_all + b).abs().max()) for t in outs for a, b in zip(u.a, u.b, strict=True)
+    )
+    assert worst > 8.0  # 2 |t - y| + 2 with |t - y| > 3
+    assert rep.gate_margin == pytest.approx(model.config.gate - worst, rel=0, abs=1e-6)
