@@ -4,6 +4,8 @@ plant and pass without it."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -35,3 +37,18 @@ def test_the_gate_margin_is_below_the_largest_magnitude_of_an_asymmetric_loss_un
     )
     assert worst > 8.0  # 2 |t - y| + 2 with |t - y| > 3
     assert rep.gate_margin == pytest.approx(model.config.gate - worst, rel=0, abs=1e-6)
+
+
+def test_a_nan_reaching_the_applied_gradient_after_the_first_step_makes_the_measured_eps_nan() -> None:
+    """eps = max_l eps_l: with lr = 1e200 step 1 is exact and its weights overflow, so steps 2 and 3 apply a
+    NaN gradient. The measured eps, and Corollary 1.1 at it, must be NaN too whichever step it came at (a
+    finite maximum over the steps would report a measured error as small as step 1's)."""
+    spec = NetSpec(2, 3, 3, 2)
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=1)
+    model = compile_gd_transformer(spec, steps=3, n=6, lr=1e200)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    errs = [e.grad_l2 for e in rep.steps]
+    assert math.isfinite(errs[0]) and all(map(math.isnan, errs[1:]))  # the premise
+    assert math.isnan(rep.eps_grad)
+    assert math.isnan(rep.corollary_bound_measured)
+    assert rep.verdict == "FAIL"
