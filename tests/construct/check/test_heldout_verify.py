@@ -4,12 +4,15 @@ plant and pass without it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
+from icdl.construct.check.report import VerifyReport
+from icdl.construct.check.stream import Comparison, Prompt, StreamCheck
 from icdl.nets import HUBER_DELTA, NetSpec, forward, reference_gd
 
 
@@ -52,3 +55,65 @@ def test_a_nan_reaching_the_applied_gradient_after_the_first_step_makes_the_meas
     assert math.isnan(rep.eps_grad)
     assert math.isnan(rep.corollary_bound_measured)
     assert rep.verdict == "FAIL"
+
+
+@pytest.fixture(scope="module")
+def clean() -> VerifyReport:
+    """A PASS report with the trajectory part of (c) checked (an L_f estimate made)."""
+    spec = NetSpec(2, 3, 3, 2)
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=1)
+    model = compile_gd_transformer(spec, steps=3, n=6, lr=0.2, projection="box", box=0.5)
+    rep = verify(model, x, y, xq, w0, lipschitz_iters=10)
+    assert rep.verdict == "PASS" and rep.trajectory_checked  # the premise
+    return rep
+
+
+@pytest.mark.parametrize("step", [0, 1, 2])
+@pytest.mark.parametrize(("over", "fails"), [(1e-6, True), (1e-4, True), (1e-12, False)])
+def test_a_trajectory_error_above_corollary_1_1_at_the_budget_fails_beyond_rounding(
+    clean: VerifyReport, step: int, over: float, fails: bool
+) -> None:
+    """(c) trajectory: ||w_TF - w_GD|| within Corollary 1.1 at the budget, with no slack beyond the rounding
+    of the bound itself: a trajectory error 1e-6 (relative) above the bound at any step fails, one 1e-12
+    above it does not."""
+    steps = list(clean.steps)
+    e = steps[step]
+    assert e.bound_budget_l2 > 0
+    steps[step] = dataclasses.replace(e, trajectory_l2=e.bound_budget_l2 * (1 + over))
+    got = dataclasses.replace(clean, steps=steps)
+    failed = [f for f in got.failures if f.startswith("(c) trajectory")]
+    assert bool(failed) == fails, got.failures
+    if fails:
+        assert failed[0].startswith(f"(c) trajectory: step {step + 1} ")
+
+
+def _scratch_nan_run(split: bool) -> Comparison:
+    """The streaming check of a run whose state gets a NaN in its last scratch column (query token) after
+    step 1's block; ``split``: the check's scratch columns taken as two spans (``_spans`` gives several when
+    the scratch slots are not adjacent), the NaN in the second."""
+    spec = NetSpec(2, 3, 3, 2)
+    x, y, xq, w0, _ = sample_task(spec, 6, seed=1)
+    model = compile_gd_transformer(spec, steps=2, n=6, lr=0.2, projection="box", box=0.5)
+    prompt = Prompt.of(model, x, y, xq, w0)
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    check = StreamCheck(model, H0, prompt, 1e-9)
+    (span,) = check.scratch_spans
+    if split:
+        check.scratch_spans = [slice(span.start, span.start + 1), slice(span.start + 1, span.stop)]
+    last = len(model.block_layers) - 1
+
+    def trace(pt, H):  # type: ignore[no-untyped-def]
+        if pt.step == 0 and pt.index == last:
+            H[0, -1, span.stop - 1] = math.nan
+        check(pt, H)
+
+    model.run(H0, trace=trace)
+    return check.result()
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_nan_left_in_the_scratch_after_a_block_is_the_scratch_maximum(split: bool) -> None:
+    """scratch_max = max |scratch| over the block ends, NaN as soon as one holds a NaN (max over floats would
+    keep the previous maximum), however the scratch columns are split into spans."""
+    cmp = _scratch_nan_run(split)
+    assert math.isnan(cmp.scratch_max)
