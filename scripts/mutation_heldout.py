@@ -93,6 +93,9 @@ PLANTS_2: list[tuple[str, str, str, str]] = [
      "a tensor in the file that the config does not compile to is not refused"),
 ]  # fmt: skip
 
+# Set 2's plants that no test can kill, each with why (filled in after the first run, from its survivors).
+EQUIVALENT_2: dict[int, str] = {}
+
 
 def _pytest(d: Path, workers: int, paths: list[str], timeout: float) -> tuple[bool, list[str], float, str]:
     """Run the fast tier's ``paths`` in the clone ``d`` with ``-x``: (failed, first failure lines, seconds, tail)."""
@@ -123,6 +126,38 @@ def _pytest(d: Path, workers: int, paths: list[str], timeout: float) -> tuple[bo
     return failed, first, time.perf_counter() - t0, "\n".join(out.splitlines()[-3:])
 
 
+def _write(args: argparse.Namespace, doc: dict[str, object], first: dict[str, object] | None) -> None:
+    """``doc`` (this run) to ``--out``; with ``--after``, merged with the first run's record: its plants'
+    first-run verdicts, this run's verdicts for the plants it re-ran, the equivalents of the set."""
+    if first is None:
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return
+    equivalent = EQUIVALENT_2 if args.plant_set == 2 else {}
+    again = {r["plant"]: r for r in doc["plants"]}  # type: ignore[attr-defined]
+    plants = []
+    for r in first["plants"]:  # type: ignore[attr-defined]
+        r = dict(r)
+        if r["plant"] in again:
+            r["after_tests"] = again[r["plant"]]
+        if r["plant"] in equivalent:
+            r["equivalent"] = equivalent[r["plant"]]
+        plants.append(r)
+
+    def killed(r: dict[str, object]) -> bool:
+        return bool(r.get("killed_by_fast_tier", r["killed_by_construct_cli"]))
+
+    n_first = sum(killed(r) for r in plants)
+    n_after = sum(killed(r.get("after_tests", r)) for r in plants)  # type: ignore[arg-type]
+    n_eq = sum(1 for r in plants if "equivalent" in r and not killed(r.get("after_tests", r)))  # type: ignore[arg-type]
+    judged = len(plants) - n_eq
+    out = {"command": first["command"], "rerun_command": doc["command"], "commit": first["commit"],
+           "rerun_commit": doc["commit"], "partial": bool(first.get("partial")) or bool(doc.get("partial")),
+           "plants_run": len(plants), "killed_first_run": n_first, "score_first_run": n_first / judged,
+           "killed": n_after, "equivalent": n_eq, "survived": judged - n_after, "score": n_after / judged,
+           "plants": plants}  # fmt: skip
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="scratch folder for the clones")
@@ -131,16 +166,30 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="pytest workers (1: no xdist)")
     ap.add_argument("--only", default="", help="comma-separated plant numbers (default: all)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
+    ap.add_argument(
+        "--after", type=Path, help="the first run's JSON: re-run (its survivors by default) and merge"
+    )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
     plants = PLANTS if args.plant_set == 1 else PLANTS_2
     only = {int(s) for s in args.only.split(",") if s}
-    results = []
-    for i, (f, old, new, desc) in enumerate(plants):
-        if only and i not in only:
-            continue
+    first = json.loads(args.after.read_text()) if args.after else None
+    if first is not None and not only:
+        only = {
+            r["plant"]
+            for r in first["plants"]
+            if not r.get("killed_by_fast_tier", r["killed_by_construct_cli"])
+        }
+        args.only = ",".join(map(str, sorted(only)))
+    command = "python scripts/mutation_heldout.py" + (" --set 2" if args.plant_set == 2 else "")
+    command += f" --workers {args.workers}" + (f" --only {args.only}" if only else "")
+    command += (" --after FIRST" if first is not None else "") + " --work DIR --out FILE"
+    todo = [i for i in range(len(plants)) if not only or i in only]
+    results: list[dict[str, object]] = []
+    for i in todo:
+        f, old, new, desc = plants[i]
         d = args.work / f"c{i}"
         shutil.rmtree(d, ignore_errors=True)
         subprocess.run(["git", "clone", "-q", "--no-checkout", str(root), str(d)], check=True)
@@ -149,25 +198,22 @@ def main() -> None:
         if text.count(old) != 1:
             sys.exit(f"plant {i} ({desc}): its site is not in {f} exactly once")
         (d / f).write_text(text.replace(old, new))
-        killed, first, secs, _ = _pytest(d, args.workers, ["tests/construct", "tests/cli"], args.timeout)
+        killed, first_fail, secs, _ = _pytest(d, args.workers, ["tests/construct", "tests/cli"], args.timeout)
         res: dict[str, object] = {"plant": i, "file": f, "change": desc, "killed_by_construct_cli": killed,
-                                  "first_failure": first, "seconds_construct_cli": round(secs, 1)}  # fmt: skip
+                                  "first_failure": first_fail, "seconds_construct_cli": round(secs, 1)}  # fmt: skip
         if args.plant_set == 2:
             if not killed:
                 rest = ["tests", "--ignore=tests/construct", "--ignore=tests/cli"]
-                killed, first, secs2, tail = _pytest(d, args.workers, rest, args.timeout)
-                res.update(first_failure=first, seconds_rest=round(secs2, 1), rest_tail=tail)
+                killed, first_fail, secs2, tail = _pytest(d, args.workers, rest, args.timeout)
+                res.update(first_failure=first_fail, seconds_rest=round(secs2, 1), rest_tail=tail)
             res["killed_by_fast_tier"] = killed
         results.append(res)
-        print(i, desc, "KILLED" if killed else "SURVIVED", *first, flush=True)
+        print(i, desc, "KILLED" if killed else "SURVIVED", *first_fail, flush=True)
         shutil.rmtree(d, ignore_errors=True)
-    n_killed = sum(bool(r.get("killed_by_fast_tier", r["killed_by_construct_cli"])) for r in results)
-    command = "python scripts/mutation_heldout.py" + (" --set 2" if args.plant_set == 2 else "")
-    command += (
-        f" --workers {args.workers}" + (f" --only {args.only}" if only else "") + " --work DIR --out FILE"
-    )
-    args.out.write_text(json.dumps({"command": command, "commit": commit, "plants_run": len(results),
-                                    "killed": n_killed, "plants": results}, indent=1) + "\n")  # fmt: skip
+        n_killed = sum(bool(r.get("killed_by_fast_tier", r["killed_by_construct_cli"])) for r in results)
+        doc = {"command": command, "commit": commit, "partial": len(results) < len(todo),
+               "plants_run": len(results), "killed": n_killed, "plants": results}  # fmt: skip
+        _write(args, doc, first)  # after every plant: an interrupted run keeps what it has
 
 
 if __name__ == "__main__":
