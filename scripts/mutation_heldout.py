@@ -166,12 +166,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="pytest workers (1: no xdist)")
     ap.add_argument("--only", default="", help="comma-separated plant numbers (default: all)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
+    ap.add_argument("--commit", default="HEAD", help="the commit to clone (default: HEAD)")
     ap.add_argument(
         "--after", type=Path, help="the first run's JSON: re-run (its survivors by default) and merge"
     )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
-    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", args.commit], capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
     plants = PLANTS if args.plant_set == 1 else PLANTS_2
     only = {int(s) for s in args.only.split(",") if s}
@@ -185,6 +186,7 @@ def main() -> None:
         args.only = ",".join(map(str, sorted(only)))
     command = "python scripts/mutation_heldout.py" + (" --set 2" if args.plant_set == 2 else "")
     command += f" --workers {args.workers}" + (f" --only {args.only}" if only else "")
+    command += f" --commit {commit[:12]}" if args.commit != "HEAD" else ""
     command += (" --after FIRST" if first is not None else "") + " --work DIR --out FILE"
     todo = [i for i in range(len(plants)) if not only or i in only]
     results: list[dict[str, object]] = []
