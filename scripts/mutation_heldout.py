@@ -95,6 +95,12 @@ PLANTS_2: list[tuple[str, str, str, str]] = [
 
 # Set 2's plants that no test can kill, each with why (filled in after the first run, from its survivors).
 EQUIVALENT_2: dict[int, str] = {}
+# Why a plant's first pass was discarded and re-run on the same commit.
+NOTES_2: dict[int, str] = {
+    7: "first pass discarded: it failed tests/test_api_site.py (the mkdocs build's 600 s timeout) while another "
+    "job on the shared machine held the whole run stopped (SIGSTOP) for about 15 minutes; re-run on the same "
+    "commit (--commit) with nothing stopped",
+}
 
 
 def _pytest(d: Path, workers: int, paths: list[str], timeout: float) -> tuple[bool, list[str], float, str]:
@@ -124,6 +130,19 @@ def _pytest(d: Path, workers: int, paths: list[str], timeout: float) -> tuple[bo
         out += f"\nTIMEOUT after {timeout:.0f} s"
     first = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))][:1]
     return failed, first, time.perf_counter() - t0, "\n".join(out.splitlines()[-3:])
+
+
+def _first_run(paths: list[Path], notes: dict[int, str]) -> dict[str, object]:
+    """The first run's record from ``paths`` in order: a later file's plants replace the earlier ones' (the
+    discarded record kept under ``discarded_first_pass``, with the note of ``notes``)."""
+    doc = json.loads(paths[0].read_text())
+    plants = {r["plant"]: r for r in doc["plants"]}
+    for path in paths[1:]:
+        for r in json.loads(path.read_text())["plants"]:
+            r = {**r, "discarded_first_pass": plants.get(r["plant"]), "note": notes.get(r["plant"], "")}
+            plants[r["plant"]] = r
+    doc["plants"] = [plants[i] for i in sorted(plants)]
+    return doc
 
 
 def _write(args: argparse.Namespace, doc: dict[str, object], first: dict[str, object] | None) -> None:
@@ -168,7 +187,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
     ap.add_argument("--commit", default="HEAD", help="the commit to clone (default: HEAD)")
     ap.add_argument(
-        "--after", type=Path, help="the first run's JSON: re-run (its survivors by default) and merge"
+        "--after",
+        type=Path,
+        action="append",
+        help="the first run's JSON: re-run (its survivors by default) and merge; given again, a later file's "
+        "plants replace the earlier ones' (a plant whose first run was invalid, re-run on the same commit)",
     )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
@@ -176,18 +199,20 @@ def main() -> None:
                             check=True).stdout.strip()  # fmt: skip
     plants = PLANTS if args.plant_set == 1 else PLANTS_2
     only = {int(s) for s in args.only.split(",") if s}
-    first = json.loads(args.after.read_text()) if args.after else None
+    first = _first_run(args.after, NOTES_2 if args.plant_set == 2 else {}) if args.after else None
     if first is not None and not only:
         only = {
             r["plant"]
-            for r in first["plants"]
+            for r in first["plants"]  # type: ignore[attr-defined]
             if not r.get("killed_by_fast_tier", r["killed_by_construct_cli"])
         }
         args.only = ",".join(map(str, sorted(only)))
     command = "python scripts/mutation_heldout.py" + (" --set 2" if args.plant_set == 2 else "")
     command += f" --workers {args.workers}" + (f" --only {args.only}" if only else "")
     command += f" --commit {commit[:12]}" if args.commit != "HEAD" else ""
-    command += (" --after FIRST" if first is not None else "") + " --work DIR --out FILE"
+    command += (
+        "".join(f" --after FIRST{k + 1}" for k in range(len(args.after or []))) + " --work DIR --out FILE"
+    )
     todo = [i for i in range(len(plants)) if not only or i in only]
     results: list[dict[str, object]] = []
     for i in todo:
