@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task
-from icdl.construct.check.verify import estimate_lipschitz
+from icdl.construct.check.verify import estimate_lipschitz, lipschitz_points
 from icdl.nets import NetSpec, unflatten
 
 SPEC = NetSpec(2, 3, 2, 1, activation="tanh")
@@ -91,3 +91,9 @@ def test_a_point_with_a_zero_hessian_gives_the_next_point_a_fresh_start() -> Non
     alone = estimate_lipschitz(model, [w0], x, y, iters=60, rtol=0.0)
     after = estimate_lipschitz(model, [dead, w0], x, y, iters=60, rtol=0.0)
     assert alone > 0 and after == pytest.approx(alone, rel=1e-6)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 8])
+def test_as_many_points_as_allowed_are_all_visited(count: int) -> None:
+    """``count <= max_points``: every index, in order (one point and one allowed included)."""
+    assert lipschitz_points(count, count) == list(range(count))
