@@ -561,7 +561,8 @@ class StreamCheck:
         # the scratch columns as contiguous spans (views: no gather); a NaN in any is the maximum, as in one
         scratch = [float(S[:, sp].abs().max()) for sp in self.scratch_spans]
         most = math.nan if any(map(math.isnan, scratch)) else max(scratch, default=0.0)
-        self.scratch_max = max(self.scratch_max, most)
+        # a NaN stays the maximum (max() would keep the previous value: max(0.0, nan) is 0.0)
+        self.scratch_max = math.nan if math.isnan(most) else max(self.scratch_max, most)
         # The gradient the transformer applied: read before the projection when a sublayer is expected
         # to write w - eta grad, else from the step's end (exact without projection).
         w_new = layout.read_weights(S).clone()
