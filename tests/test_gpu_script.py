@@ -11,23 +11,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> None:
+def _run_script(timeout: int, **knobs: str) -> subprocess.CompletedProcess[str]:
+    """scripts/gpu_reproduce.sh in its dry-run mode (``DRY_RUN=1``) with these knobs, this checkout's
+    package and this interpreter first on PATH."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT / "src"),
         "DRY_RUN": "1",
-        "CUDA_GRAPH": "1",  # on the CPU the key must fall back, not fail
-        "RUNS": str(tmp_path / "runs"),
-        "OUT": str(tmp_path / "report"),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **knobs,
     }
-    proc = subprocess.run(
+    return subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_reproduce.sh")],
         env=env,
         capture_output=True,
         text=True,
-        timeout=1500,  # toy size, but 2 trainings and the tuned baselines: 12 min at load 20
+        timeout=timeout,
     )
+
+
+def test_gpu_reproduce_dry_run_trains_evaluates_and_reports(tmp_path: Path) -> None:
+    # toy size, but 2 trainings and the tuned baselines: 12 min at load 20
+    proc = _run_script(1500, CUDA_GRAPH="1", RUNS=str(tmp_path / "runs"), OUT=str(tmp_path / "report"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "train.cuda_graph needs a single CUDA device" in proc.stderr
     report = (tmp_path / "report" / "report.md").read_text()
@@ -57,24 +62,7 @@ def test_gpu_reproduce_plans_the_paper_grid_and_the_looped_runs(tmp_path: Path) 
     --print-config`` (a bad key would exit 2 and stop the script), every evaluation is printed, and nothing
     is trained or written."""
     runs = tmp_path / "runs"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT / "src"),
-        "DRY_RUN": "1",
-        "PLAN": "1",
-        "GRID": "1",
-        "LOOPED": "1",
-        "SEEDS": "0",
-        "RUNS": str(runs),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu_reproduce.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = _run_script(900, PLAN="1", GRID="1", LOOPED="1", SEEDS="0", RUNS=str(runs))
     assert proc.returncode == 0, proc.stderr[-2000:]
     trains = [line for line in proc.stdout.splitlines() if line.startswith("plan: train")]
     evals = [line for line in proc.stdout.splitlines() if line.startswith("plan: evaluate")]
