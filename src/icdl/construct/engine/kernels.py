@@ -68,19 +68,15 @@ def slot_rows(H: Tensor, idx: Tensor, first_token: bool = False, flat: Tensor | 
     return H.reshape(-1).index_select(0, flat).view(idx.numel(), -1)
 
 
-def same_tokens(H: Tensor, slots: Tensor, flat: Tensor | None = None) -> bool:
+def same_tokens(H: Tensor, slots: Tensor) -> bool:
     """Whether every token of ``H (B, T, D)`` holds the same values as its prompt's first token in ``slots``
-    (NaN never equals itself); ``flat``: the cached `slot_index` of ``slots`` for every token. Always False
-    for an ``H`` in an autograd graph: a shortcut that reads one token's copy would give the other tokens'
-    copies a zero gradient (right only along directions that keep the tokens equal)."""
+    (NaN never equals itself). Always False for an ``H`` in an autograd graph: a shortcut that reads one
+    token's copy would give the other tokens' copies a zero gradient (right only along directions that keep
+    the tokens equal). (The head sublayers use their cached flat form, `HeadSublayer._same_tokens`.)"""
     if H.requires_grad and torch.is_grad_enabled():
         return False
-    if flat is None:
-        X = H.index_select(2, slots)
-        return torch.equal(X, X[:, :1].expand_as(X))
-    B, T, _ = H.shape
-    X = slot_rows(H, slots, flat=flat).view(-1, B, T)
-    return torch.equal(X, X[:, :, :1].expand_as(X))
+    X = H.index_select(2, slots)
+    return torch.equal(X, X[:, :1].expand_as(X))
 
 
 #: the most elements a stacked product ``(n, ...)`` may have (`stacked_fits`; 8 MiB of float64): below it one
@@ -141,26 +137,25 @@ class Rows:
         """The query tokens ``sel`` (last axis)."""
         return Rows(self.base[..., sel], self.inv)
 
-    def _rows(self, idx: Tensor) -> Tensor:
-        # a 2-D gather of whole rows (faster than the same index_select on the 3-D base)
-        _, B, T = self.base.shape
+    def _take(self, idx: Tensor) -> Tensor:
+        # rows of the distinct products: a 2-D gather where the base is contiguous (faster than the same
+        # index_select on the 3-D base); the caller views the result
         if self.flat is not None:
-            return self.flat.index_select(0, idx).view(-1, B, T)
+            return self.flat.index_select(0, idx)
         if self.base.is_contiguous():
-            return self.base.view(-1, B * T).index_select(0, idx).view(-1, B, T)
+            return self.base.view(self.base.shape[0], -1).index_select(0, idx)
         return self.base.index_select(0, idx)
 
     def col(self, r: int) -> Tensor:
         """Pair ``r`` of every head, ``(M, B, T')``."""
-        return self._rows(self.inv[:, r])
+        _, _, B, T = self.shape
+        return self._take(self.inv[:, r]).view(-1, B, T)
 
     def full(self, shape: Sequence[int] | None = None) -> Tensor:
         """The ``(M, w, B, T')`` tensor, contiguous (``shape``: viewed as that shape instead, e.g. with a
         broadcast axis inserted)."""
         idx = self.inv_flat if self.inv_flat is not None else self.inv.reshape(-1)
-        base = self.base
-        rows = (self.flat if self.flat is not None else base.reshape(base.shape[0], -1)).index_select(0, idx)
-        return rows.view(self.shape if shape is None else shape)
+        return self._take(idx).reshape(self.shape if shape is None else shape)
 
 
 def scatter(D: int, dst: Tensor, src: Tensor) -> Tensor:

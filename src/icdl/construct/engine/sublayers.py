@@ -428,18 +428,7 @@ class HeadSublayer(Sublayer):
         ``coef * h``; ``first_token``: of each prompt's first token only); returns ``(rows, B*T)`` blocks, one
         per table."""
         idx, coef, sizes = self._stacked(H, names)
-        fits = flat_index_fits(H.shape, idx.numel(), first_token)
-        flat = self._slot_index(H, ("stacked", *names), idx, first_token) if fits else None
-        return list(slot_rows(H, idx, first_token, flat).mul_(coef).split(sizes))
-
-    def _slot_index(self, H: Tensor, key: tuple[Any, ...], idx: Tensor, first_token: bool = False) -> Tensor:
-        """`slot_index` of the slots ``idx`` for prompts shaped like ``H``, cached under ``key`` (the
-        plan's cache: rebuilt for another shape or an edited table)."""
-        plans: dict[tuple[Any, ...], Any] = self.cached_plan(H, dict)
-        full_key = ("flat", first_token, *key)
-        if full_key not in plans:
-            plans[full_key] = slot_index(H.shape, idx, first_token)
-        return plans[full_key]
+        return list(slot_rows(H, idx, first_token).mul_(coef).split(sizes))
 
     def _unique_reads(self, H: Tensor, names: tuple[str, ...]) -> tuple[Tensor, Tensor, list[Tensor]]:
         """The distinct ``(slot, coef)`` pairs of the tables ``names`` (``uidx (n,)``, ``ucoef (n, 1)``) and,
