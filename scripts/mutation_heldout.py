@@ -270,7 +270,9 @@ def main() -> None:
             if not r.get("killed_by_fast_tier", r["killed_by_construct_cli"])
         }
         args.only = ",".join(map(str, sorted(only)))
-    command = "python scripts/mutation_heldout.py" + (f" --set {args.plant_set}" if args.plant_set > 1 else "")
+    command = "python scripts/mutation_heldout.py" + (
+        f" --set {args.plant_set}" if args.plant_set > 1 else ""
+    )
     command += f" --workers {args.workers}" + (f" --only {args.only}" if only else "")
     command += f" --commit {commit[:12]}" if args.commit != "HEAD" else ""
     command += (
