@@ -197,13 +197,15 @@ def _pytest(d: Path, workers: int, paths: list[str], timeout: float) -> tuple[bo
 
 def _first_run(paths: list[Path], notes: dict[int, str]) -> dict[str, object]:
     """The first run's record from ``paths`` in order: a later file's plants replace the earlier ones' (the
-    discarded record kept under ``discarded_first_pass``, with the note of ``notes``)."""
+    discarded record kept under ``discarded_first_pass``, with the note of ``notes``) or, for plants the
+    earlier files do not have, add to them (a first run split over processes with ``--only``)."""
     doc = json.loads(paths[0].read_text())
     plants = {r["plant"]: r for r in doc["plants"]}
     for path in paths[1:]:
         for r in json.loads(path.read_text())["plants"]:
-            r = {**r, "discarded_first_pass": plants.get(r["plant"]), "note": notes.get(r["plant"], "")}
-            plants[r["plant"]] = r
+            if r["plant"] in plants:  # a re-run of a plant whose first pass was invalid
+                r = {**r, "discarded_first_pass": plants[r["plant"]], "note": notes.get(r["plant"], "")}
+            plants[r["plant"]] = r  # else another part of the same first run (--only on the same commit)
     doc["plants"] = [plants[i] for i in sorted(plants)]
     return doc
 

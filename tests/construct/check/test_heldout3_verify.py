@@ -4,6 +4,9 @@ plant and pass without it."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from icdl.construct import compile_gd_transformer, sample_task, verify
@@ -32,9 +35,9 @@ def test_the_out_of_range_count_counts_pre_activations_beyond_minus_r_as_well_as
     assert rep.verdict == "FAIL" and any(f.startswith("(b) range") for f in rep.failures)
 
 
-def _divergence_with_planted_errors(errors: dict[int, float]):
-    """Run the streaming check on a paper model with ``errors`` added, after step 1's third sublayer, to the
-    slots of those layout positions (their first column, on the first data token): the first divergence."""
+def _checked_with(edit):  # type: ignore[no-untyped-def]
+    """The streaming check's result on a paper model (N = 2, K = 3, 2 steps) whose states go through
+    ``edit(point, H, layout)`` (a copy of H to change, or None) before the check sees them."""
     from icdl.construct.check.stream import Prompt, StreamCheck
 
     spec = NetSpec(2, 3, 3, 2)
@@ -44,19 +47,30 @@ def _divergence_with_planted_errors(errors: dict[int, float]):
     prompt = Prompt.of(model, x, y, xq, w0)
     H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
     check = StreamCheck(model, H0, prompt, 1e-9)
-    slots = model.layout.slots
-    row = model.layout.prefix_tokens
 
-    def planted(pt, H):
-        if (pt.step, pt.index) == (0, 2):
-            H = H.clone()
-            for k, e in errors.items():
-                H[0, row, slots[k].offset] += e
+    def planted(pt, H):  # type: ignore[no-untyped-def]
+        new = edit(pt, H.clone(), model.layout)
+        H = H if new is None else new
         check(pt, H)
         return H
 
     model.run(H0, trace=planted)
-    return check.result().first, [s.label for s in slots]
+    return check.result(), model
+
+
+def _divergence_with_planted_errors(errors: dict[int, float]):  # type: ignore[no-untyped-def]
+    """The first divergence with ``errors`` added, after step 1's third sublayer, to the slots at those
+    layout positions (their first column, on the first data token), and the slots' labels."""
+
+    def edit(pt, H, layout):  # type: ignore[no-untyped-def]
+        if (pt.step, pt.index) != (0, 2):
+            return None
+        for k, e in errors.items():
+            H[0, layout.prefix_tokens, layout.slots[k].offset] += e
+        return H
+
+    res, model = _checked_with(edit)
+    return res.first, [s.label for s in model.layout.slots]
 
 
 def test_the_first_divergence_names_the_worst_slot_of_its_sublayer_whatever_the_layout_order() -> None:
@@ -75,3 +89,82 @@ def test_the_first_divergence_names_the_worst_slot_of_its_sublayer_whatever_the_
             assert div.kind == "nan"
         else:
             assert div.kind == "finite" and abs(div.error - size) < 1e-6, (errors, div)
+
+
+def test_the_weight_spread_is_the_largest_difference_of_a_copy_from_the_first_either_way() -> None:
+    """``weights_spread`` = max over steps of ``max |W_copy - W_first|``: a copy moved below the first one by
+    0.5 after a step's last sublayer spreads by 0.5, as one moved above it does (the copies of a clean run
+    agree exactly)."""
+    clean, model = _checked_with(lambda pt, H, layout: None)
+    assert clean.spread == 0.0
+    last = len(model.block_layers) - 1
+    for change in (-0.5, 0.5):
+
+        def edit(pt, H, layout, change=change):  # type: ignore[no-untyped-def]
+            if (pt.step, pt.index) != (0, last):
+                return None
+            H[0, -1, layout.indices("W")[0]] += change  # the query token's copy, not the first
+            return H
+
+        res, _ = _checked_with(edit)
+        assert abs(res.spread - 0.5) < 1e-12, (change, res.spread)
+
+
+def test_a_written_position_outside_the_named_region_is_kept_only_bit_for_bit() -> None:
+    """``WrittenMap.kept``: a sublayer run in place keeps the written positions outside the named slots only
+    when they hold their old values exactly: a change of one ulp there, or of 1e-9 relative (well inside
+    ``allclose``'s tolerance), is a change (the state is then restored and measured), while a change inside
+    the named region is not this check's."""
+    from icdl.construct.check.written import WrittenMap
+
+    g = torch.Generator().manual_seed(0)
+    T, D = 5, 6
+    idx = torch.arange(T * D)
+    m = WrittenMap.build(idx, (T, D), slice(1, 3), [slice(0, 2)], slice(1, 3), [slice(0, 2)])
+    S = torch.randn(T, D, generator=g, dtype=torch.float64)
+    before = S.reshape(-1).clone()
+    assert m.kept(S, before)
+    for new in (torch.nextafter(S[4, 5], torch.tensor(math.inf, dtype=S.dtype)), S[4, 5] * (1 + 1e-9)):
+        assert new != S[4, 5]
+        changed = S.clone()
+        changed[4, 5] = new
+        assert not m.kept(changed, before)
+    named = S.clone()
+    named[1, 0] += 1.0
+    assert m.kept(named, before)
+
+
+@pytest.mark.parametrize("variant", ["paper", "rows"])
+def test_a_named_slot_written_on_a_token_its_expects_do_not_name_is_a_divergence(variant: str) -> None:
+    """The coordinates outside the named slots *on the named tokens* must keep their value: for every
+    sublayer whose Expects name only some tokens (the readout's query row; the rows variant's data rows and
+    prefix rows), a change of a named slot on a token they do not name is the first divergence, there."""
+    from icdl.construct.check.stream import Prompt, StreamCheck
+
+    spec = NetSpec(2, 3, 3, 2)
+    n = 6
+    x, y, xq, w0, _ = sample_task(spec, n, seed=1)
+    model = compile_gd_transformer(spec, steps=2, n=n, lr=0.2, variant=variant)
+    prompt = Prompt.of(model, x, y, xq, w0)
+    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    T = int(H0.shape[1])
+    probe = StreamCheck(model, H0, prompt, 1e-9)
+    cases = []
+    for (part, name), plan in probe.plans.items():
+        free = [t for t in range(T) if t not in range(T)[plan.rows]]
+        if plan.named and free:
+            cases.append((None if part else 0, name, free[0], plan.named[0][1].start))
+    assert cases  # the premise: some sublayers name only some tokens
+    for step, name, token, col in cases:
+        check = StreamCheck(model, H0, prompt, 1e-9)
+
+        def planted(pt, H, step=step, name=name, token=token, col=col, check=check):  # type: ignore[no-untyped-def]
+            if (pt.step, pt.name) == (step, name):
+                H = H.clone()
+                H[0, token, col] += 0.25
+            check(pt, H)
+            return H
+
+        model.run(H0, trace=planted)
+        div = check.result().first
+        assert div is not None and (div.step, div.name) == (step, name), (name, token, div)
