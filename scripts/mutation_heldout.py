@@ -6,18 +6,21 @@ it with ``-x`` and one thread per worker (``--workers``, default 1; set 1 was fi
 killed when that run fails.
 
 * set 1 (``PLANTS``, 10 plants on ``verify.py``): ``tests/construct tests/cli`` only;
-* set 3 (``PLANTS_3``, 26 plants over the same modules and ``written.py``, ``prediction.py``, written
-  the same way, at sites no earlier set used): as set 2;
 * set 2 (``PLANTS_2``, 16 plants over ``verify.py``, ``stream.py``, ``report.py``, ``ranges.py``,
   ``budget.py``, ``store.py``, written before reading the tests of their lines): ``tests/construct tests/cli``
   first, then, for a plant that survives them, the rest of the fast tier (``tests -m "not slow"`` without
-  those two folders, which it already passed): together the whole fast tier.
+  those two folders, which it already passed): together the whole fast tier;
+* set 3 (``PLANTS_3``, 26 plants over the same modules and ``written.py``, ``prediction.py``, written
+  the same way, at sites no earlier set used): as set 2.
 
     python scripts/mutation_heldout.py --work /tmp/heldout --out docs/results/mutation_heldout.json
     python scripts/mutation_heldout.py --set 2 --work /tmp/heldout2 --out docs/results/mutation_heldout2.json
     python scripts/mutation_heldout.py --set 3 --work /tmp/heldout3 --out docs/results/mutation_heldout3.json
 
-``--only 3,7`` runs only those plants (e.g. to re-check survivors after their tests were written).
+``--only 3,7`` runs only those plants (e.g. to re-check survivors after their tests were written, or to split
+a first run over processes: ``--after`` then merges the parts). ``--record RERUN`` writes the merged record
+from an earlier ``--after`` run's output instead of running the plants again (e.g. with other first-run
+files).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 V = "src/icdl/construct/check/verify.py"
@@ -170,6 +174,25 @@ NOTES_2: dict[int, str] = {
 }
 
 
+@dataclass(frozen=True)
+class PlantSet:
+    """One held-out set: its plants (file, old text, new text, description), the plants no test can kill
+    (with why) and why a plant's first pass was discarded; ``rest``: whether a plant that survives
+    ``tests/construct tests/cli`` also runs the rest of the fast tier."""
+
+    plants: list[tuple[str, str, str, str]]
+    equivalent: dict[int, str]
+    notes: dict[int, str]
+    rest: bool
+
+
+SETS = {
+    1: PlantSet(PLANTS, {}, {}, rest=False),
+    2: PlantSet(PLANTS_2, EQUIVALENT_2, NOTES_2, rest=True),
+    3: PlantSet(PLANTS_3, EQUIVALENT_3, {}, rest=True),
+}
+
+
 def _pytest(d: Path, workers: int, paths: list[str], timeout: float) -> tuple[bool, list[str], float, str]:
     """Run the fast tier's ``paths`` in the clone ``d`` with ``-x``: (failed, first failure lines, seconds, tail)."""
     env = {**os.environ, "PYTHONPATH": str(d / "src"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -205,8 +228,12 @@ def _first_run(paths: list[Path], notes: dict[int, str]) -> dict[str, object]:
     earlier files do not have, add to them (a first run split over processes with ``--only``)."""
     doc = json.loads(paths[0].read_text())
     plants = {r["plant"]: r for r in doc["plants"]}
+    doc["parts"] = [doc["command"]]
     for path in paths[1:]:
-        for r in json.loads(path.read_text())["plants"]:
+        part = json.loads(path.read_text())
+        if any(r["plant"] not in plants for r in part["plants"]):
+            doc["parts"].append(part["command"])
+        for r in part["plants"]:
             if r["plant"] in plants:  # a re-run of a plant whose first pass was invalid
                 r = {**r, "discarded_first_pass": plants[r["plant"]], "note": notes.get(r["plant"], "")}
             plants[r["plant"]] = r  # else another part of the same first run (--only on the same commit)
@@ -220,7 +247,8 @@ def _write(args: argparse.Namespace, doc: dict[str, object], first: dict[str, ob
     if first is None:
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
         return
-    equivalent = {2: EQUIVALENT_2, 3: EQUIVALENT_3}.get(args.plant_set, {})
+    pset = SETS[args.plant_set]
+    equivalent = pset.equivalent
     again = {r["plant"]: r for r in doc["plants"]}  # type: ignore[attr-defined]
     plants = []
     for r in first["plants"]:  # type: ignore[attr-defined]
@@ -238,8 +266,8 @@ def _write(args: argparse.Namespace, doc: dict[str, object], first: dict[str, ob
     n_after = sum(killed(r.get("after_tests", r)) for r in plants)  # type: ignore[arg-type]
     n_eq = sum(1 for r in plants if "equivalent" in r and not killed(r.get("after_tests", r)))  # type: ignore[arg-type]
     judged = len(plants) - n_eq
-    out = {"command": first["command"], "rerun_command": doc["command"], "commit": first["commit"],
-           "rerun_commit": doc["commit"], "partial": bool(first.get("partial")) or bool(doc.get("partial")),
+    out = {"note": args.note, "command": first["command"], "first_run_parts": first["parts"], "rerun_command": doc["command"], "commit": first["commit"],
+           "rerun_commit": doc["commit"], "partial": len(plants) < len(pset.plants) or bool(doc.get("partial")),
            "plants_run": len(plants), "killed_first_run": n_first, "score_first_run": n_first / judged,
            "killed": n_after, "equivalent": n_eq, "survived": judged - n_after, "score": n_after / judged,
            "plants": plants}  # fmt: skip
@@ -250,7 +278,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="scratch folder for the clones")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--set", type=int, choices=(1, 2, 3), default=1, dest="plant_set")
+    ap.add_argument("--set", type=int, choices=sorted(SETS), default=1, dest="plant_set")
     ap.add_argument("--workers", type=int, default=1, help="pytest workers (1: no xdist)")
     ap.add_argument("--only", default="", help="comma-separated plant numbers (default: all)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
@@ -262,13 +290,27 @@ def main() -> None:
         help="the first run's JSON: re-run (its survivors by default) and merge; given again, a later file's "
         "plants replace the earlier ones' (a plant whose first run was invalid, re-run on the same commit)",
     )
+    ap.add_argument(
+        "--record",
+        type=Path,
+        help="with --after: an earlier --after run's output whose re-run verdicts to merge (nothing is run)",
+    )
+    ap.add_argument("--note", default="", help="what the record is, written into it")
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", args.commit], capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
-    plants = {1: PLANTS, 2: PLANTS_2, 3: PLANTS_3}[args.plant_set]
+    pset = SETS[args.plant_set]
+    plants = pset.plants
     only = {int(s) for s in args.only.split(",") if s}
-    first = _first_run(args.after, NOTES_2 if args.plant_set == 2 else {}) if args.after else None
+    first = _first_run(args.after, pset.notes) if args.after else None
+    if args.record is not None:
+        if first is None:
+            sys.exit("--record needs the first run's files (--after)")
+        rec = json.loads(args.record.read_text())
+        again = [r["after_tests"] for r in rec["plants"] if "after_tests" in r]
+        _write(args, {"command": rec["rerun_command"], "commit": rec["rerun_commit"], "plants": again}, first)
+        return
     if first is not None and not only:
         only = {
             r["plant"]
@@ -299,7 +341,7 @@ def main() -> None:
         killed, first_fail, secs, _ = _pytest(d, args.workers, ["tests/construct", "tests/cli"], args.timeout)
         res: dict[str, object] = {"plant": i, "file": f, "change": desc, "killed_by_construct_cli": killed,
                                   "first_failure": first_fail, "seconds_construct_cli": round(secs, 1)}  # fmt: skip
-        if args.plant_set >= 2:
+        if pset.rest:
             if not killed:
                 rest = ["tests", "--ignore=tests/construct", "--ignore=tests/cli"]
                 killed, first_fail, secs2, tail = _pytest(d, args.workers, rest, args.timeout)

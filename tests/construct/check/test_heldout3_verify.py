@@ -35,17 +35,24 @@ def test_the_out_of_range_count_counts_pre_activations_beyond_minus_r_as_well_as
     assert rep.verdict == "FAIL" and any(f.startswith("(b) range") for f in rep.failures)
 
 
-def _checked_with(edit):  # type: ignore[no-untyped-def]
-    """The streaming check's result on a paper model (N = 2, K = 3, 2 steps) whose states go through
-    ``edit(point, H, layout)`` (a copy of H to change, or None) before the check sees them."""
-    from icdl.construct.check.stream import Prompt, StreamCheck
+def _model(variant: str = "paper"):  # type: ignore[no-untyped-def]
+    """A compiled model (N = 2, K = 3, 2 steps), one prompt of it and that prompt's first state."""
+    from icdl.construct.check.stream import Prompt
 
     spec = NetSpec(2, 3, 3, 2)
     n = 6
     x, y, xq, w0, _ = sample_task(spec, n, seed=1)
-    model = compile_gd_transformer(spec, steps=2, n=n, lr=0.2)
+    model = compile_gd_transformer(spec, steps=2, n=n, lr=0.2, variant=variant)
     prompt = Prompt.of(model, x, y, xq, w0)
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    return model, prompt, model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+
+
+def _checked_with(edit, variant: str = "paper"):  # type: ignore[no-untyped-def]
+    """The streaming check's result on ``_model(variant)`` whose states go through ``edit(point, H,
+    layout)`` (a copy of H to change, or None) before the check sees them."""
+    from icdl.construct.check.stream import StreamCheck
+
+    model, prompt, H0 = _model(variant)
     check = StreamCheck(model, H0, prompt, 1e-9)
 
     def planted(pt, H):  # type: ignore[no-untyped-def]
@@ -139,14 +146,9 @@ def test_a_named_slot_written_on_a_token_its_expects_do_not_name_is_a_divergence
     """The coordinates outside the named slots *on the named tokens* must keep their value: for every
     sublayer whose Expects name only some tokens (the readout's query row; the rows variant's data rows and
     prefix rows), a change of a named slot on a token they do not name is the first divergence, there."""
-    from icdl.construct.check.stream import Prompt, StreamCheck
+    from icdl.construct.check.stream import StreamCheck
 
-    spec = NetSpec(2, 3, 3, 2)
-    n = 6
-    x, y, xq, w0, _ = sample_task(spec, n, seed=1)
-    model = compile_gd_transformer(spec, steps=2, n=n, lr=0.2, variant=variant)
-    prompt = Prompt.of(model, x, y, xq, w0)
-    H0 = model.build_prompt(prompt.x, prompt.y, prompt.x_query, prompt.w0)
+    model, prompt, H0 = _model(variant)
     T = int(H0.shape[1])
     probe = StreamCheck(model, H0, prompt, 1e-9)
     cases = []
@@ -156,15 +158,12 @@ def test_a_named_slot_written_on_a_token_its_expects_do_not_name_is_a_divergence
             cases.append((None if part else 0, name, free[0], plan.named[0][1].start))
     assert cases  # the premise: some sublayers name only some tokens
     for step, name, token, col in cases:
-        check = StreamCheck(model, H0, prompt, 1e-9)
 
-        def planted(pt, H, step=step, name=name, token=token, col=col, check=check):  # type: ignore[no-untyped-def]
-            if (pt.step, pt.name) == (step, name):
-                H = H.clone()
-                H[0, token, col] += 0.25
-            check(pt, H)
+        def edit(pt, H, layout, step=step, name=name, token=token, col=col):  # type: ignore[no-untyped-def]
+            if (pt.step, pt.name) != (step, name):
+                return None
+            H[0, token, col] += 0.25
             return H
 
-        model.run(H0, trace=planted)
-        div = check.result().first
+        div = _checked_with(edit, variant)[0].first
         assert div is not None and (div.step, div.name) == (step, name), (name, token, div)

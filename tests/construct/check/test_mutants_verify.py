@@ -27,19 +27,6 @@ SPEC = NetSpec(2, 3, 2, 1, activation="tanh")
 N, STEPS, LR = 6, 3, 0.3
 
 
-def _own_trajectory(model, H0: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:  # type: ignore[no-untyped-def]
-    """The transformer's weights at the start and after every step (a plain traced run), and its output."""
-    last = len(model.block_layers) - 1
-    ws = [model.read_weights(H0)[0].clone()]
-
-    def trace(pt, H):  # type: ignore[no-untyped-def]
-        if pt.step is not None and pt.index == last:
-            ws.append(model.read_weights(H)[0].clone())
-
-    out = model.run(H0, trace=trace)
-    return ws, out
-
-
 @pytest.fixture(scope="module")
 def case():  # type: ignore[no-untyped-def]
     model = compile_gd_transformer(SPEC, steps=STEPS, n=N, eps=1e-2, lr=LR)
@@ -48,10 +35,10 @@ def case():  # type: ignore[no-untyped-def]
     return model, (x, y, xq, w0), rep
 
 
-def test_every_step_of_the_report_is_its_independent_value(case) -> None:  # type: ignore[no-untyped-def]
+def test_every_step_of_the_report_is_its_independent_value(case, own_trajectory) -> None:  # type: ignore[no-untyped-def]
     model, (x, y, xq, w0), rep = case
     H0 = model.build_prompt(x, y, xq, w0)
-    w_tf, _ = _own_trajectory(model, H0)
+    w_tf, _ = own_trajectory(model, H0)
     w_gd = reference_gd(SPEC, "squared", w0, x, y, lr=LR, steps=STEPS, box=model.config.box)
     dec = get_variant(model.config.variant).budget(model)
     assert model.config.delta is not None
@@ -92,10 +79,10 @@ def test_every_step_of_the_report_is_its_independent_value(case) -> None:  # typ
     assert rep.corollary_bound_budget == rep.steps[-1].bound_budget_l2
 
 
-def test_the_report_totals_are_their_independent_values(case) -> None:  # type: ignore[no-untyped-def]
+def test_the_report_totals_are_their_independent_values(case, own_trajectory) -> None:  # type: ignore[no-untyped-def]
     model, (x, y, xq, w0), rep = case
     H0 = model.build_prompt(x, y, xq, w0)
-    w_tf, out = _own_trajectory(model, H0)
+    w_tf, out = own_trajectory(model, H0)
     w_gd = reference_gd(SPEC, "squared", w0, x, y, lr=LR, steps=STEPS, box=model.config.box)
     tf, gd = torch.stack(w_tf), w_gd
     pred = model.read_prediction(out)[0]
@@ -233,14 +220,14 @@ def test_the_lipschitz_estimate_visits_a_repeated_point_once(monkeypatch) -> Non
     assert twice == once and len(calls) == n_once == (1 + 8) + (1 + 2)
 
 
-def test_the_budget_covers_the_gd_steps_not_the_readout() -> None:
+def test_the_budget_covers_the_gd_steps_not_the_readout(own_trajectory) -> None:  # type: ignore[no-untyped-def]
     """The a-priori budget is taken at the L step-start weights only: the readout's reference (the final
     weights) computes no gradient. On this prompt (tanh, small w0) the budget grows along the trajectory, so
     one taken at the final weights would be the largest and would show (held-out plant, issue 35)."""
     model = compile_gd_transformer(SPEC, steps=STEPS, n=N, eps=1e-2, lr=LR)
     x, y, xq, w0, _ = sample_task(SPEC, N, seed=3, w0_scale=0.1)
     rep = verify(model, x, y, xq, w0, lipschitz_iters=5)
-    w_tf, _ = _own_trajectory(model, model.build_prompt(x, y, xq, w0))
+    w_tf, _ = own_trajectory(model, model.build_prompt(x, y, xq, w0))
     dec = get_variant(model.config.variant).budget(model)
     assert model.config.delta is not None
     totals = [
@@ -252,13 +239,13 @@ def test_the_budget_covers_the_gd_steps_not_the_readout() -> None:
     assert len(rep.steps) == STEPS
 
 
-def test_the_declared_sum_check_is_its_independent_value(case) -> None:  # type: ignore[no-untyped-def]
+def test_the_declared_sum_check_is_its_independent_value(case, own_trajectory) -> None:  # type: ignore[no-untyped-def]
     """``worst_sum``'s error: over every reference the check evaluates (each step's start weights and the
     final ones), every layer and both fitted sums (r, r'), the largest ``|sum(z) - true(z)| - tol max(|true|,
     1)`` on the surrogate's pre-activations inside the sum's range, computed here from Lemma 1's recursion
     with the model's own sums."""
     model, (x, y, xq, w0), rep = case
-    w_tf, _ = _own_trajectory(model, model.build_prompt(x, y, xq, w0))
+    w_tf, _ = own_trajectory(model, model.build_prompt(x, y, xq, w0))
     x_all = torch.cat([x, xq[None]])
     y_all = torch.cat([y, torch.zeros(1, 1, dtype=y.dtype)])
     worst = -math.inf

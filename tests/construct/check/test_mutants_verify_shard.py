@@ -116,7 +116,7 @@ def test_a_fitted_loss_derivative_counts_the_labels_outside_its_range() -> None:
     assert rep.verdict == "FAIL" and any(f.startswith("(b) range") for f in rep.failures)
 
 
-def test_the_declared_sum_check_allows_tol_times_the_magnitude_above_one() -> None:
+def test_the_declared_sum_check_allows_tol_times_the_magnitude_above_one(own_trajectory) -> None:  # type: ignore[no-untyped-def]
     """The declared-sum check's error is ``|sum(z) - r(z)| - tol max(1, |r(z)|)``: softplus's r exceeds 1
     (unlike tanh's r and r'), so the allowance scales with it there. Computed here at every reference the
     check sees (the transformer's step-start weights and its final ones), every fitted sum, with a
@@ -132,15 +132,7 @@ def test_the_declared_sum_check_allows_tol_times_the_magnitude_above_one() -> No
     x, y, xq, w0, _ = sample_task(spec, n, seed=3)
     x = 3 * x  # pre-activations where softplus is well above 1
     rep = verify(model, x, y, xq, w0, tol=tol, lipschitz_iters=0)
-    last = len(model.block_layers) - 1
-    H0 = model.build_prompt(x, y, xq, w0)
-    ws = [model.read_weights(H0)[0].clone()]
-
-    def trace(pt, H):  # type: ignore[no-untyped-def]
-        if pt.step is not None and pt.index == last:
-            ws.append(model.read_weights(H)[0].clone())
-
-    model.run(H0, trace=trace)
+    ws, _ = own_trajectory(model, model.build_prompt(x, y, xq, w0))
     x_all = torch.cat([x, xq[None]])
     y_all = torch.cat([y, torch.zeros(1, 1, dtype=y.dtype)])
     worst, above_one = -math.inf, False
