@@ -117,6 +117,23 @@ def test_the_weight_spread_is_the_largest_difference_of_a_copy_from_the_first_ei
         assert abs(res.spread - 0.5) < 1e-12, (change, res.spread)
 
 
+def test_a_nan_weight_copy_is_the_spread_whichever_step_it_appears_in() -> None:
+    """A NaN in a copy of W makes ``weights_spread`` NaN, whether it appears after the first step (before any
+    finite spread) or after the last one (following a finite spread of 0.5 in the first): Python's ``max``
+    would keep 0.5 or 0.0 and hide it. (Added after set 3, with the fix.)"""
+    last = len(_model()[0].block_layers) - 1
+    for plants in ({0: math.nan}, {0: 0.5, 1: math.nan}):
+
+        def edit(pt, H, layout, plants=plants):  # type: ignore[no-untyped-def]
+            if pt.step not in plants or pt.index != last:
+                return None
+            H[0, -1, layout.indices("W")[0]] += plants[pt.step]
+            return H
+
+        res, _ = _checked_with(edit)
+        assert math.isnan(res.spread), (plants, res.spread)
+
+
 def test_a_written_position_outside_the_named_region_is_kept_only_bit_for_bit() -> None:
     """``WrittenMap.kept``: a sublayer run in place keeps the written positions outside the named slots only
     when they hold their old values exactly: a change of one ulp there, or of 1e-9 relative (well inside

@@ -556,8 +556,9 @@ class StreamCheck:
         """After the block's last sublayer: weight replication, scratch, the applied gradient, new w."""
         layout = self.layout
         W = layout.weight_copies(S)
-        if W.shape[0] > 1:  # one copy spreads by 0 (or NaN, which max ignores)
-            self.spread = max(self.spread, float((W - W[0]).abs().max()))
+        if W.shape[0] > 1:  # one copy spreads by 0; a NaN stays the spread (max(0.0, nan) is 0.0)
+            here = float((W - W[0]).abs().max())
+            self.spread = here if math.isnan(here) or math.isnan(self.spread) else max(self.spread, here)
         # the scratch columns as contiguous spans (views: no gather); a NaN in any is the maximum, as in one
         scratch = [float(S[:, sp].abs().max()) for sp in self.scratch_spans]
         most = math.nan if any(map(math.isnan, scratch)) else max(scratch, default=0.0)

@@ -240,19 +240,21 @@ def _count(
     model: CompiledModel, ref: Reference, c: _Counters, n: int, y_all: Tensor, *, stepping: bool = True
 ) -> None:
     """Pre-activations of the EXAMPLES inside the relu' window (0, delta) (the query's r' never reaches the
-    gradient: its u is 0) and beyond the relu' step's float limit, pre-activations outside [-R, R] for
-    fitted sums, and the loss units' margin below the gate constant C. ``stepping=False``: the readout's
-    reference (the final weights), whose sublayers compute r only, so r' is not counted there."""
+    gradient: its u is 0) and beyond the relu' step's float limit, pre-activations outside [-R, R] of the
+    layers whose sums are fitted, and the loss units' margin below the gate constant C.
+    ``stepping=False``: the readout's reference (the final weights), whose sublayers compute r only, so r'
+    is not counted there."""
     cfg = model.config
     assert cfg.delta is not None
-    fitted = any(not t.exact for t in (*model.terms.r, *model.terms.r_prime))
     step_limit = relu_step_limit(cfg.delta, model.config.torch_dtype)
     for j, z in enumerate(ref.sur.pre):
         if stepping and model.terms.r_prime[j].delta is not None:
             ze = z[:n]
             c.window += int(((ze > 0) & (ze < cfg.delta)).sum())
             c.step_range += int((z.abs() >= step_limit).sum())
-        if fitted:
+        # only a layer whose own sums are fitted is flat outside [-R, R]: an exact layer (a linear output's
+        # identity, the relu sums) is right at any argument, so its pre-activations are not counted
+        if not (model.terms.r[j].exact and model.terms.r_prime[j].exact):
             c.range += int((z.abs() > cfg.radius).sum())
     own_ranges = get_variant(cfg.variant).ranges
     if own_ranges is not None:
