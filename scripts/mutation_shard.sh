@@ -9,6 +9,9 @@
 # Prints the score table (scripts/mutation_score.py, equivalents from docs/results/mutation_equivalent.json)
 # and writes it to JSON when given (a path relative to the checkout). A shard's score counts only its
 # tests: with the whole suite it can only be higher.
+#
+# MUTANTS="glob ..." (mutmut's mutant names, e.g. "icdl.construct.check.verify.x_report__mutmut_*") checks
+# only those mutants: the functions a stopped shard did not reach (mutmut checks in a fixed order).
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: $0 DIR MODULES TESTS [JSON]" >&2
@@ -34,10 +37,15 @@ PY
 mkdir -p "$dir/mutants/src"
 cd "$dir"
 start=$(date +%s)
-OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH="$dir/mutants/src" nice -n 10 mutmut run --max-children 1
+set -f  # the names are mutmut's globs, not the shell's
+names=(${MUTANTS:-})
+set +f
+OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH="$dir/mutants/src" nice -n 10 mutmut run --max-children 1 ${names[@]+"${names[@]}"}
 seconds=$(( $(date +%s) - start ))
 args=(--equivalent "$root/docs/results/mutation_equivalent.json")
 if [ -n "$json" ]; then
-    args+=(--json "$root/$json" --seconds "$seconds" --command "scripts/mutation_shard.sh DIR \"$modules\" \"$tests\"")
+    cmd="scripts/mutation_shard.sh DIR \"$modules\" \"$tests\""
+    if [ -n "${MUTANTS:-}" ]; then cmd="MUTANTS=\"$MUTANTS\" $cmd"; fi
+    args+=(--json "$root/$json" --seconds "$seconds" --command "$cmd")
 fi
 python "$root/scripts/mutation_score.py" "${args[@]}"
