@@ -22,7 +22,7 @@ def _passes(spec: NetSpec, loss: str, err: ranges._Errors, seed: int = 0):  # ty
     x_all = torch.cat([x, xq[None]])
     D = spec.offsets
     Vs = [ranges._Iv.point(w0[D[j] : D[j + 1]].reshape(spec.shapes[j])) for j in range(spec.depth)]
-    zs, ps, rps = ranges._forward(spec, Vs, x_all, err)
+    _, ps, rps = ranges._forward(spec, Vs, x_all, err)
     return ranges._backward(spec, loss, Vs, ps, rps, y, err)
 
 

@@ -99,7 +99,7 @@ def test_verify_computes_each_steps_budget_once(monkeypatch: pytest.MonkeyPatch)
 def test_each_step_reports_its_own_exact_term_errors_and_budget_parts() -> None:
     """Step l's p, r', u, s errors are the check's step-l errors and its budget parts are the budget at
     the step's own start weights (the steps' values differ, so a neighbour's would show)."""
-    c, (x, y, _, _) = _checked(3)
+    c, _ = _checked(3)
     rep = vmod.report(c, lipschitz_iters=0)
     model, cmp = c.model, c.comparison
     cfg = model.config
@@ -185,7 +185,7 @@ def test_the_prediction_errors_and_bound_are_those_of_the_two_final_weights() ->
     from icdl.construct.bounds.prediction import prediction_bound
     from icdl.nets import forward
 
-    c, (x, y, xq, w0) = _checked(2)
+    c, _ = _checked(2)
     rep = vmod.report(c, lipschitz_iters=0)
     cfg = c.model.config
     gd = reference_gd(SPEC, cfg.loss, c.prompt.w0, c.prompt.x, c.prompt.y, lr=cfg.lr, steps=2)
