@@ -1,13 +1,14 @@
 """Mutation score per module and per package from mutmut's results (``make mutate``; docs/testing.md).
 
 Reads ``mutmut results --all true`` (run in the repository root, after ``mutmut run``), counts each
-module's mutants by status and prints a table; ``--json F`` writes it (with the command and the mutmut
-version). A mutant is *killed* when a test failed on it (a *timeout*, a test run past its time limit, counts
-as killed too); *survived* when every test that reaches its function passed; *no tests* when no test reaches
-it; *not checked* when the (resumable) run has not got to it yet. A survivor or untested mutant listed in
-``--equivalent`` (default ``docs/results/mutation_equivalent.json``: ``{"mutants": {name: reason}}``) is
-*equivalent*: no test can kill it, and it is left out of the score. The score is killed / (killed + survived
-+ no tests): a mutant without a test counts against it; equivalent and unchecked ones do not.
+module's mutants by status and prints a table; ``--json F`` writes it (with the command, the mutmut
+version and the survivors' names). A mutant is *killed* when a test failed on it (a *timeout*, a test run
+past its time limit, counts as killed too); *survived* when every test that reaches its function passed;
+*no tests* when no test reaches it; *not checked* when the (resumable) run has not got to it yet. A
+survivor or untested mutant listed in ``--equivalent`` (default ``docs/results/mutation_equivalent.json``:
+``{"mutants": {name: reason}}``) is *equivalent*: no test can kill it, and it is left out of the score. The
+score is killed / (killed + survived + no tests): a mutant without a test counts against it; equivalent and
+unchecked ones do not.
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ def parse(text: str, equivalent: frozenset[str] = frozenset()) -> dict[str, Coun
             kind = "equivalent"
         out[module][kind] += 1
     return out
+
+
+def survivors(text: str, equivalent: frozenset[str] = frozenset()) -> list[str]:
+    """The names of the survived and untested mutants not in ``equivalent``, sorted: what a triage re-runs
+    (``MUTANTS="..." scripts/mutation_shard.sh`` with the new tests), kept in the JSON so that it does not
+    need the shard's directory."""
+    out = []
+    for line in text.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and "__mutmut_" in name and status in ("survived", "no tests") and name not in equivalent:
+            out.append(name)
+    return sorted(out)
 
 
 def score(c: Counter[str]) -> float | None:
@@ -129,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             "equivalent": args.equivalent.name,
             "modules": {json_key(m): _row(m, c) for m, c in sorted(table.items())},
             "packages": {json_key(p): _row(p, c) for p, c in sorted(pkgs.items())},
+            "survivors": survivors(proc.stdout, frozenset(equivalent)),
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0

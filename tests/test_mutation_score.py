@@ -36,6 +36,13 @@ def test_lines_are_counted_per_module_and_unjudged_mutants_are_left_out_of_the_s
     assert ms.score(r) == 2 / 4  # a mutant no test reaches counts against the score; unchecked do not
     assert ms.score(table["icdl.icl.baselines.kernel"]) == 1.0
     assert ms.score(ms.parse("")["nothing"]) is None
+    # the names a triage re-runs: survived and untested, not killed or unchecked, not equivalent
+    assert ms.survivors(text) == [
+        "icdl.construct.bounds.ranges.x__backward__mutmut_2",
+        "icdl.construct.bounds.ranges.xǁRangeBoundsǁto_dict__mutmut_1",
+    ]
+    eq = frozenset({"icdl.construct.bounds.ranges.x__backward__mutmut_2"})
+    assert ms.survivors(text, eq) == ["icdl.construct.bounds.ranges.xǁRangeBoundsǁto_dict__mutmut_1"]
 
 
 def test_equivalent_mutants_and_timeouts() -> None:

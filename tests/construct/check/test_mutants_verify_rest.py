@@ -212,3 +212,15 @@ def test_the_variants_window_allowance_is_the_reports(monkeypatch: pytest.Monkey
     model = compile_gd_transformer(NetSpec(2, 3, 2, 1), steps=1, n=6, lr=0.3)
     x, y, xq, w0, _ = sample_task(model.spec, 6, seed=3)
     assert verify(model, x, y, xq, w0, lipschitz_iters=0).window_hits_allowed == 2
+
+
+def test_a_model_without_a_relu_step_reports_no_window_or_delta() -> None:
+    """Only a relu' step has a window (0, delta) and a float limit: a tanh model reports neither (None),
+    a ReLU one both."""
+    c, _ = _checked(1)
+    rep = vmod.report(c, lipschitz_iters=0)
+    assert rep.delta is None and rep.delta_window_count is None and rep.step_limit is None
+    model = compile_gd_transformer(NetSpec(2, 3, 2, 1), steps=1, n=6, lr=0.3)
+    x, y, xq, w0, _ = sample_task(model.spec, 6, seed=3)
+    relu = verify(model, x, y, xq, w0, lipschitz_iters=0)
+    assert relu.delta == model.config.delta and relu.delta_window_count is not None
